@@ -1,0 +1,126 @@
+package vfs
+
+import (
+	"errors"
+	"fmt"
+	"syscall"
+)
+
+// Sentinel errors. Each maps to one errno (Errno); callers test with errors.Is.
+var (
+	ErrNotExist    = errors.New("no such file or directory")
+	ErrExist       = errors.New("file exists")
+	ErrNotDir      = errors.New("not a directory")
+	ErrIsDir       = errors.New("is a directory")
+	ErrNotEmpty    = errors.New("directory not empty")
+	ErrInvalid     = errors.New("invalid argument")
+	ErrPerm        = errors.New("operation not permitted")
+	ErrNameTooLong = errors.New("file name too long")
+	ErrCrossDevice = errors.New("cross-device link")
+	ErrNoData      = errors.New("no such attribute")
+	ErrNotSupp     = errors.New("operation not supported")
+	ErrRange       = errors.New("result too large")
+	ErrLoop        = errors.New("too many levels of symbolic links")
+	// ErrClosed: the store or handle is closed.
+	ErrClosed = errors.New("store closed")
+	// ErrSchemaTooNew: the database was written by a newer wsync.
+	ErrSchemaTooNew = errors.New("database schema is newer than this build")
+)
+
+var errnos = []struct {
+	err   error
+	errno syscall.Errno
+}{
+	{ErrNotExist, syscall.ENOENT},
+	{ErrExist, syscall.EEXIST},
+	{ErrNotDir, syscall.ENOTDIR},
+	{ErrIsDir, syscall.EISDIR},
+	{ErrNotEmpty, syscall.ENOTEMPTY},
+	{ErrInvalid, syscall.EINVAL},
+	{ErrPerm, syscall.EPERM},
+	{ErrNameTooLong, syscall.ENAMETOOLONG},
+	{ErrCrossDevice, syscall.EXDEV},
+	{ErrNoData, syscall.ENODATA},
+	{ErrNotSupp, syscall.EOPNOTSUPP},
+	{ErrRange, syscall.ERANGE},
+	{ErrLoop, syscall.ELOOP},
+	{ErrClosed, syscall.EIO},
+}
+
+// Errno maps an error from this package to its errno: 0 for nil, EIO for
+// anything that is not one of the sentinels.
+func Errno(err error) syscall.Errno {
+	if err == nil {
+		return 0
+	}
+	for _, e := range errnos {
+		if errors.Is(err, e.err) {
+			return e.errno
+		}
+	}
+	var en syscall.Errno
+	if errors.As(err, &en) {
+		return en
+	}
+	return syscall.EIO
+}
+
+// ErrnoName is the symbolic name of err's errno ("ENOENT"), for API errors.
+func ErrnoName(err error) string {
+	switch Errno(err) {
+	case 0:
+		return ""
+	case syscall.ENOENT:
+		return "ENOENT"
+	case syscall.EEXIST:
+		return "EEXIST"
+	case syscall.ENOTDIR:
+		return "ENOTDIR"
+	case syscall.EISDIR:
+		return "EISDIR"
+	case syscall.ENOTEMPTY:
+		return "ENOTEMPTY"
+	case syscall.EINVAL:
+		return "EINVAL"
+	case syscall.EPERM:
+		return "EPERM"
+	case syscall.ENAMETOOLONG:
+		return "ENAMETOOLONG"
+	case syscall.EXDEV:
+		return "EXDEV"
+	case syscall.ENODATA:
+		return "ENODATA"
+	case syscall.EOPNOTSUPP:
+		return "EOPNOTSUPP"
+	case syscall.ERANGE:
+		return "ERANGE"
+	case syscall.ELOOP:
+		return "ELOOP"
+	case syscall.EACCES:
+		return "EACCES"
+	}
+	return "EIO"
+}
+
+// PathError records the operation and path of a failure.
+type PathError struct {
+	Op   string
+	Path string
+	Err  error
+}
+
+func (e *PathError) Error() string { return e.Op + " " + e.Path + ": " + e.Err.Error() }
+func (e *PathError) Unwrap() error { return e.Err }
+
+// EntryError names the change entry of a batch that failed to apply.
+type EntryError struct {
+	Index int // position in the batch
+	Rev   int64
+	Path  string
+	Err   error
+}
+
+func (e *EntryError) Error() string {
+	return fmt.Sprintf("apply entry %d (rev %d, %q): %v", e.Index, e.Rev, e.Path, e.Err)
+}
+func (e *EntryError) Unwrap() error { return e.Err }
