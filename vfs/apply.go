@@ -1,0 +1,244 @@
+package vfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/watermark"
+)
+
+// Source says who produced the entries handed to Apply.
+type Source uint8
+
+const (
+	// Upstream: a sync peer's entries (senderRev > 0).
+	Upstream Source = iota + 1
+	// Local: an external writer's entries (senderRev == 0), applied as local
+	// writes whose revs ship onward on the next sync.
+	Local
+)
+
+// ApplyOptions configures one Apply batch.
+type ApplyOptions struct {
+	Source Source
+	// Stage holds chunks received for this batch; entries may reference
+	// chunks in it or already stored.
+	Stage *chunkstore.Stage
+	// Peer and Watermarks, when Watermarks is non-nil, are written in the
+	// same transaction as the batch.
+	Peer       string
+	Watermarks *watermark.Set
+}
+
+// ApplyResult reports what a batch did.
+type ApplyResult struct {
+	Applied  int   // entries that changed the store
+	Skipped  int   // entries that already matched (idempotent)
+	FirstRev int64 // first rev stamped (0 when none)
+	LastRev  int64 // last rev stamped (0 when none)
+	RevBefore int64 // the store's rev before the batch
+}
+
+// Apply applies a batch of entries in one transaction, each entry in a
+// savepoint of its own and stamped with a rev of its own. An entry whose
+// content, mode and target already match is skipped and stamps nothing, so
+// re-applying a batch is a no-op. Missing parents are created; a node of a
+// different type at a path (or at a parent path) is replaced, its subtree
+// discarded (last writer wins). If any entry fails, nothing of the batch is
+// applied and the error is an *EntryError naming the entry.
+//
+// Both sources apply the same way; they differ in what the caller does with
+// watermarks, which it passes in ApplyOptions to be written in the same
+// transaction.
+func (s *Store) Apply(ctx context.Context, entries []ChangeEntry, opts ApplyOptions) (ApplyResult, error) {
+	var res ApplyResult
+	if opts.Source != Upstream && opts.Source != Local {
+		return res, fmt.Errorf("apply: %w: source %d", ErrInvalid, opts.Source)
+	}
+	for i := range entries {
+		if err := entries[i].Validate(); err != nil {
+			return res, &EntryError{Index: i, Rev: entries[i].Rev, Path: entries[i].Path, Err: err}
+		}
+	}
+	var inval []Invalidation
+	err := s.update(ctx, func(t *wtx) error {
+		res.RevBefore = t.last
+		for i := range entries {
+			e := &entries[i]
+			t.nextMutation()
+			if _, err := t.tx.ExecContext(ctx, `SAVEPOINT entry`); err != nil {
+				return err
+			}
+			changed, err := t.applyEntry(e)
+			if err != nil {
+				return &EntryError{Index: i, Rev: e.Rev, Path: e.Path, Err: err}
+			}
+			if _, err := t.tx.ExecContext(ctx, `RELEASE entry`); err != nil {
+				return err
+			}
+			if !changed {
+				res.Skipped++
+				continue
+			}
+			res.Applied++
+			if res.FirstRev == 0 {
+				res.FirstRev = t.cur
+			}
+			res.LastRev = t.cur
+		}
+		if opts.Watermarks != nil {
+			if err := t.setWatermarks(opts.Peer, *opts.Watermarks); err != nil {
+				return err
+			}
+		}
+		inval = t.inval
+		return nil
+	})
+	if err != nil {
+		return ApplyResult{}, err
+	}
+	s.markStale(inval)
+	s.notify(inval)
+	return res, nil
+}
+
+// applyEntry applies one entry; it reports whether anything changed.
+func (t *wtx) applyEntry(e *ChangeEntry) (bool, error) {
+	dir, name := splitPath(e.Path)
+	parent, err := t.ensureDir(dir, e.Kind == EntryDelete)
+	if err != nil || parent == 0 {
+		return false, err
+	}
+	cur, err := lookupNode(t.ctx, t.tx, parent, name)
+	exists := err == nil
+	if err != nil && !errors.Is(err, ErrNotExist) {
+		return false, err
+	}
+	owner := NewAttr{Mode: e.Mode, Uid: t.s.opts.Owner.Uid, Gid: t.s.opts.Owner.Gid}
+	replace := func() error {
+		if !exists {
+			return nil
+		}
+		return t.removeAt(parent, name, e.Path, cur)
+	}
+	created := func(n node) {
+		t.inval = append(t.inval, Invalidation{Ino: n.ino, Parent: parent, Name: name})
+	}
+	switch e.Kind {
+	case EntryDelete:
+		if !exists {
+			return false, nil
+		}
+		return true, t.removeAt(parent, name, e.Path, cur)
+
+	case EntryDir:
+		if exists && cur.kind == KindDir {
+			// Directory idempotence is mode-only: mtime drift on matching
+			// directories is not sync traffic.
+			if cur.mode == e.Mode {
+				return false, nil
+			}
+			if _, err := t.exec(`UPDATE nodes SET mode = ?, ctime = ? WHERE ino = ?`, e.Mode, t.now, cur.ino); err != nil {
+				return false, err
+			}
+			t.inval = append(t.inval, Invalidation{Ino: cur.ino})
+			return true, t.touchNode(cur.ino)
+		}
+		if err := replace(); err != nil {
+			return false, err
+		}
+		n, err := t.insertNode(parent, e.Path, name, newNode{kind: KindDir, attr: owner, mtime: e.Mtime})
+		created(n)
+		return true, err
+
+	case EntrySymlink:
+		if exists && cur.kind == KindSymlink && cur.target == e.Target {
+			return false, nil
+		}
+		if err := replace(); err != nil {
+			return false, err
+		}
+		n, err := t.insertNode(parent, e.Path, name, newNode{kind: KindSymlink, attr: owner, mtime: e.Mtime, target: e.Target})
+		created(n)
+		return true, err
+
+	case EntryFile:
+		if exists && cur.kind == KindFile {
+			old, err := cur.decodeManifest()
+			if err != nil {
+				return false, err
+			}
+			same := slices.Equal(old, e.Chunks)
+			if same && cur.mode == e.Mode && cur.mtime == e.Mtime {
+				return false, nil
+			}
+			// In place keeps the inode (open handles and hardlink siblings
+			// follow) for metadata-only changes and single-name files; new
+			// content for one name of a hardlinked file gets a node of its
+			// own, since the wire does not carry hardlink identity.
+			if same || cur.nlink <= 1 {
+				if _, err := t.exec(`UPDATE nodes SET mode = ? WHERE ino = ?`, e.Mode, cur.ino); err != nil {
+					return false, err
+				}
+				if err := t.setContent(cur, e.Chunks, e.Mtime); err != nil {
+					return false, err
+				}
+				t.inval = append(t.inval, Invalidation{Ino: cur.ino, Parent: parent, Name: name})
+				return true, nil
+			}
+		}
+		if err := replace(); err != nil {
+			return false, err
+		}
+		n, err := t.insertNode(parent, e.Path, name, newNode{kind: KindFile, attr: owner, mtime: e.Mtime, manifest: e.Chunks})
+		created(n)
+		return true, err
+	}
+	return false, fmt.Errorf("%w: entry kind %d", ErrInvalid, e.Kind)
+}
+
+// ensureDir resolves the directory at path for an apply, creating missing
+// directories and replacing any non-directory in the way (a file or a
+// symlink: symlinks are never followed). For a delete (lookupOnly) nothing
+// is created and a missing directory resolves to 0.
+func (t *wtx) ensureDir(path string, lookupOnly bool) (Ino, error) {
+	cur := RootIno
+	if path == "" {
+		return cur, nil
+	}
+	walked := ""
+	for rest := path; rest != ""; {
+		name := rest
+		if i := indexByte(rest, '/'); i >= 0 {
+			name, rest = rest[:i], rest[i+1:]
+		} else {
+			rest = ""
+		}
+		walked = joinPath(walked, name)
+		n, err := lookupNode(t.ctx, t.tx, cur, name)
+		switch {
+		case err == nil && n.kind == KindDir:
+			cur = n.ino
+			continue
+		case err != nil && !errors.Is(err, ErrNotExist):
+			return 0, err
+		case lookupOnly:
+			return 0, nil
+		case err == nil:
+			if err := t.removeAt(cur, name, walked, n); err != nil {
+				return 0, err
+			}
+		}
+		mode := uint32(0o755)
+		d, err := t.insertNode(cur, walked, name, newNode{kind: KindDir, attr: NewAttr{Mode: mode, Uid: t.s.opts.Owner.Uid, Gid: t.s.opts.Owner.Gid}})
+		if err != nil {
+			return 0, err
+		}
+		t.inval = append(t.inval, Invalidation{Ino: d.ino, Parent: cur, Name: name})
+		cur = d.ino
+	}
+	return cur, nil
+}

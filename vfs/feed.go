@@ -1,0 +1,173 @@
+package vfs
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"iter"
+
+	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/watermark"
+)
+
+// feedPage is how many change rows the feed reads per read transaction.
+const feedPage = 256
+
+// Changes streams the coalesced feed: one entry per path touched after
+// `after`, up to and including rev through.Rev, ordered by (rev, path), each
+// materialised from the path's current state (a live node wins over a
+// tombstone). Paths matching ig are left out. The feed reads a page of rows
+// per read transaction and never holds one while the consumer runs, so
+// memory stays flat and writers are never blocked; a path rewritten while
+// the feed runs moves past `through` and is delivered by a later feed.
+//
+// Every hardlink name has its own entry.
+func (s *Store) Changes(ctx context.Context, after, through watermark.Cursor, ig Ignore) iter.Seq2[ChangeEntry, error] {
+	return func(yield func(ChangeEntry, error) bool) {
+		cur := after
+		for {
+			page, more, err := s.feedPage(ctx, cur, through.Rev, ig)
+			if err != nil {
+				yield(ChangeEntry{}, err)
+				return
+			}
+			for _, e := range page.entries {
+				if !yield(e, nil) {
+					return
+				}
+			}
+			if !more {
+				return
+			}
+			cur = page.last
+		}
+	}
+}
+
+type page struct {
+	entries []ChangeEntry
+	last    watermark.Cursor // the last row read, ignored or not
+}
+
+func (s *Store) feedPage(ctx context.Context, after watermark.Cursor, through int64, ig Ignore) (page, bool, error) {
+	var pg page
+	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return pg, false, fmt.Errorf("changes: %w", err)
+	}
+	defer tx.Rollback()
+	var rows *sql.Rows
+	if after.Partial {
+		rows, err = tx.QueryContext(ctx, `SELECT path, rev FROM changes
+			WHERE (rev, path) > (?, ?) AND rev <= ? ORDER BY rev, path LIMIT ?`, after.Rev, after.Path, through, feedPage)
+	} else {
+		rows, err = tx.QueryContext(ctx, `SELECT path, rev FROM changes
+			WHERE rev > ? AND rev <= ? ORDER BY rev, path LIMIT ?`, after.Rev, through, feedPage)
+	}
+	if err != nil {
+		return pg, false, fmt.Errorf("changes: %w", err)
+	}
+	type row struct {
+		path string
+		rev  int64
+	}
+	var rs []row
+	for rows.Next() {
+		var r row
+		if err := rows.Scan(&r.path, &r.rev); err != nil {
+			rows.Close()
+			return pg, false, fmt.Errorf("changes: %w", err)
+		}
+		rs = append(rs, r)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return pg, false, fmt.Errorf("changes: %w", err)
+	}
+	res := newResolver(ctx, tx)
+	for _, r := range rs {
+		pg.last = watermark.Within(r.rev, r.path)
+		if ig.Match(r.path) {
+			continue
+		}
+		e, err := res.entry(r.path, r.rev)
+		if err != nil {
+			return pg, false, fmt.Errorf("changes: materialise %q: %w", r.path, err)
+		}
+		pg.entries = append(pg.entries, e)
+	}
+	return pg, len(rs) == feedPage, nil
+}
+
+// resolver resolves paths with a cache of directories, for a page of feed
+// rows that mostly share parents.
+type resolver struct {
+	ctx  context.Context
+	q    chunkstore.Querier
+	dirs map[string]Ino // directory path -> ino; a missing or non-dir path maps to 0
+}
+
+func newResolver(ctx context.Context, q chunkstore.Querier) *resolver {
+	return &resolver{ctx: ctx, q: q, dirs: map[string]Ino{"": RootIno}}
+}
+
+// dir resolves a directory path; 0 when it is not a live directory.
+func (r *resolver) dir(p string) (Ino, error) {
+	if ino, ok := r.dirs[p]; ok {
+		return ino, nil
+	}
+	parent, name := splitPath(p)
+	pino, err := r.dir(parent)
+	if err != nil || pino == 0 {
+		return 0, err
+	}
+	n, err := lookupNode(r.ctx, r.q, pino, name)
+	var ino Ino
+	switch {
+	case errors.Is(err, ErrNotExist), errors.Is(err, ErrNotDir):
+	case err != nil:
+		return 0, err
+	case n.kind == KindDir:
+		ino = n.ino
+	}
+	r.dirs[p] = ino
+	return ino, nil
+}
+
+// entry materialises the current state of path.
+func (r *resolver) entry(path string, rev int64) (ChangeEntry, error) {
+	del := ChangeEntry{Kind: EntryDelete, Rev: rev, Path: path}
+	parent, name := splitPath(path)
+	pino, err := r.dir(parent)
+	if err != nil || pino == 0 {
+		return del, err
+	}
+	n, err := lookupNode(r.ctx, r.q, pino, name)
+	if errors.Is(err, ErrNotExist) || errors.Is(err, ErrNotDir) {
+		return del, nil
+	}
+	if err != nil {
+		return del, err
+	}
+	return entryOf(&n, rev, path)
+}
+
+func entryOf(n *node, rev int64, path string) (ChangeEntry, error) {
+	e := ChangeEntry{Rev: rev, Path: path, Mode: n.mode, Mtime: n.mtime}
+	switch n.kind {
+	case KindFile:
+		m, err := n.decodeManifest()
+		if err != nil {
+			return e, err
+		}
+		e.Kind, e.Size, e.Chunks = EntryFile, n.size, m
+	case KindDir:
+		e.Kind = EntryDir
+	case KindSymlink:
+		e.Kind, e.Target = EntrySymlink, n.target
+	default:
+		return e, fmt.Errorf("inode %d: unknown kind %d", n.ino, n.kind)
+	}
+	return e, nil
+}

@@ -1,0 +1,225 @@
+package vfs
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+
+	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/watermark"
+)
+
+// Watermarks returns the persisted watermarks for peer (zero Set if none).
+func (s *Store) Watermarks(ctx context.Context, peer string) (watermark.Set, error) {
+	var set watermark.Set
+	var push, fetch, applied []byte
+	err := s.r.QueryRowContext(ctx, `SELECT push, fetch, applied_push FROM watermarks WHERE peer = ?`, peer).Scan(&push, &fetch, &applied)
+	if errors.Is(err, sql.ErrNoRows) {
+		return set, nil
+	}
+	if err != nil {
+		return set, fmt.Errorf("watermarks %q: %w", peer, err)
+	}
+	for _, x := range []struct {
+		b []byte
+		c *watermark.Cursor
+	}{{push, &set.Push}, {fetch, &set.Fetch}, {applied, &set.AppliedPush}} {
+		if *x.c, _, err = watermark.DecodeCursor(x.b); err != nil {
+			return set, fmt.Errorf("watermarks %q: %w", peer, err)
+		}
+	}
+	return set, nil
+}
+
+// SetWatermarks persists the watermarks for peer.
+func (s *Store) SetWatermarks(ctx context.Context, peer string, set watermark.Set) error {
+	return s.update(ctx, func(t *wtx) error { return t.setWatermarks(peer, set) })
+}
+
+func (t *wtx) setWatermarks(peer string, set watermark.Set) error {
+	var enc [3][]byte
+	for i, c := range []watermark.Cursor{set.Push, set.Fetch, set.AppliedPush} {
+		b, err := c.AppendBinary(nil)
+		if err != nil {
+			return err
+		}
+		enc[i] = b
+	}
+	_, err := t.exec(`INSERT INTO watermarks(peer, push, fetch, applied_push) VALUES(?, ?, ?, ?)
+		ON CONFLICT(peer) DO UPDATE SET push = excluded.push, fetch = excluded.fetch, applied_push = excluded.applied_push`,
+		peer, enc[0], enc[1], enc[2])
+	if err != nil {
+		return fmt.Errorf("set watermarks %q: %w", peer, err)
+	}
+	return nil
+}
+
+// Has returns the subset of hashes whose bytes are present, in input order.
+func (s *Store) Has(ctx context.Context, hashes []chunkstore.Hash) ([]chunkstore.Hash, error) {
+	return s.chunks.Has(ctx, s.r, hashes)
+}
+
+// ReadChunk returns one chunk's bytes.
+func (s *Store) ReadChunk(ctx context.Context, h chunkstore.Hash) ([]byte, error) {
+	return s.chunks.Get(ctx, s.r, h)
+}
+
+// GC collects chunks that no manifest references and chunk files that no
+// row names (left by a crash between writing bytes and committing).
+func (s *Store) GC(ctx context.Context) (chunkstore.GCStats, error) {
+	var sweep *chunkstore.Sweep
+	err := s.update(context.WithValue(ctx, closingKey{}, true), func(t *wtx) error {
+		var err error
+		sweep, err = s.chunks.GC(ctx, t.tx)
+		return err
+	})
+	if err != nil {
+		return chunkstore.GCStats{}, fmt.Errorf("gc: %w", err)
+	}
+	return sweep.Finish()
+}
+
+// Xattrs are local to each side: they are kept for tools inside the
+// container and never cross the wire. Only the user.* namespace is stored.
+
+const xattrMax = 64 << 10
+
+func checkXattr(name string) error {
+	if !strings.HasPrefix(name, "user.") || len(name) > 255 || len(name) == len("user.") {
+		return ErrNotSupp
+	}
+	return nil
+}
+
+// GetXattr returns one extended attribute; a missing one is ErrNoData.
+func (s *Store) GetXattr(ctx context.Context, ino Ino, name string) ([]byte, error) {
+	if !strings.HasPrefix(name, "user.") {
+		return nil, ErrNoData
+	}
+	var v []byte
+	err := s.r.QueryRowContext(ctx, `SELECT value FROM xattrs WHERE ino = ? AND name = ?`, ino, name).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		if _, err := getNode(ctx, s.r, ino); err != nil {
+			return nil, err
+		}
+		return nil, ErrNoData
+	}
+	if v == nil {
+		v = []byte{}
+	}
+	return v, err
+}
+
+// Xattr flags, as setxattr(2).
+const (
+	XattrCreate  = 1
+	XattrReplace = 2
+)
+
+// SetXattr sets one extended attribute.
+func (s *Store) SetXattr(ctx context.Context, ino Ino, name string, value []byte, flags uint32) error {
+	if err := checkXattr(name); err != nil {
+		return err
+	}
+	if len(value) > xattrMax {
+		return ErrRange
+	}
+	return s.update(ctx, func(t *wtx) error {
+		if _, err := getNode(ctx, t.tx, ino); err != nil {
+			return err
+		}
+		var one int
+		err := t.tx.QueryRowContext(ctx, `SELECT 1 FROM xattrs WHERE ino = ? AND name = ?`, ino, name).Scan(&one)
+		exists := err == nil
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
+		if flags&XattrCreate != 0 && exists {
+			return ErrExist
+		}
+		if flags&XattrReplace != 0 && !exists {
+			return ErrNoData
+		}
+		if value == nil {
+			value = []byte{}
+		}
+		_, err = t.exec(`INSERT INTO xattrs(ino, name, value) VALUES(?, ?, ?)
+			ON CONFLICT(ino, name) DO UPDATE SET value = excluded.value`, ino, name, value)
+		return err
+	})
+}
+
+// ListXattr lists a node's extended attribute names.
+func (s *Store) ListXattr(ctx context.Context, ino Ino) ([]string, error) {
+	rows, err := s.r.QueryContext(ctx, `SELECT name FROM xattrs WHERE ino = ? ORDER BY name`, ino)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, rows.Err()
+}
+
+// RemoveXattr removes one extended attribute.
+func (s *Store) RemoveXattr(ctx context.Context, ino Ino, name string) error {
+	if !strings.HasPrefix(name, "user.") {
+		return ErrNoData
+	}
+	return s.update(ctx, func(t *wtx) error {
+		res, err := t.exec(`DELETE FROM xattrs WHERE ino = ? AND name = ?`, ino, name)
+		if err != nil {
+			return err
+		}
+		if k, _ := res.RowsAffected(); k == 0 {
+			return ErrNoData
+		}
+		return nil
+	})
+}
+
+// StatFS reports figures for statfs(2): space from the filesystem that
+// holds the chunk files (or the database), files from the node count.
+func (s *Store) StatFS(ctx context.Context) (StatFS, error) {
+	st := StatFS{BlockSize: 4096, NameLen: MaxNameLen}
+	var nodes, used int64
+	if err := s.r.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(size), 0) FROM nodes`).Scan(&nodes, &used); err != nil {
+		return st, fmt.Errorf("statfs: %w", err)
+	}
+	var fs syscall.Statfs_t
+	dir := "/"
+	if !s.memory {
+		dir = s.path + ".chunks"
+		if s.opts.ChunkDir != "" {
+			dir = s.opts.ChunkDir
+		}
+	}
+	if err := syscall.Statfs(dir, &fs); err != nil {
+		if err := syscall.Statfs("/", &fs); err != nil {
+			return st, fmt.Errorf("statfs: %w", err)
+		}
+	}
+	scale := uint64(fs.Bsize) / uint64(st.BlockSize)
+	if scale == 0 {
+		scale = 1
+	}
+	st.BlocksFree = fs.Bfree * scale
+	st.BlocksAvail = fs.Bavail * scale
+	st.Blocks = st.BlocksFree + uint64(used+int64(st.BlockSize)-1)/uint64(st.BlockSize)
+	st.Files = uint64(nodes) + fs.Ffree
+	st.FilesFree = fs.Ffree
+	if st.FilesFree == 0 {
+		st.FilesFree = 1 << 20
+		st.Files = uint64(nodes) + st.FilesFree
+	}
+	return st, nil
+}

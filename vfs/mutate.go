@@ -1,0 +1,270 @@
+package vfs
+
+import (
+	"fmt"
+
+	"github.com/wsync/wsync/chunkstore"
+)
+
+// The primitives below run inside a write transaction. Those that change
+// synced state stamp the current mutation's rev on the nodes they touch and
+// record the touched paths in changes; local-only state (atime, parent
+// directory times, ownership, xattrs) changes without a rev.
+
+// touch records that path changed in the current mutation.
+func (t *wtx) touch(path string) error {
+	_, err := t.exec(`INSERT INTO changes(path, rev) VALUES(?, ?)
+		ON CONFLICT(path) DO UPDATE SET rev = excluded.rev`, path, t.stamp())
+	if err != nil {
+		return fmt.Errorf("touch %q: %w", path, err)
+	}
+	return nil
+}
+
+// touchNode stamps a node and every one of its names.
+func (t *wtx) touchNode(ino Ino) error {
+	if _, err := t.exec(`UPDATE nodes SET rev = ? WHERE ino = ?`, t.stamp(), ino); err != nil {
+		return err
+	}
+	paths, err := nodePaths(t.ctx, t.tx, ino)
+	if err != nil {
+		return err
+	}
+	for _, p := range paths {
+		if err := t.touch(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// newNode is what insertNode writes.
+type newNode struct {
+	kind     Kind
+	attr     NewAttr
+	mtime    int64 // 0: now
+	manifest chunkstore.Manifest
+	target   string
+}
+
+// insertNode creates a node with one name, (parent, name), and records the
+// path. It takes references on the manifest's chunks.
+func (t *wtx) insertNode(parent Ino, path, name string, nn newNode) (node, error) {
+	mtime := nn.mtime
+	if mtime == 0 {
+		mtime = t.now
+	}
+	mode := nn.attr.Mode & 0o7777
+	var target any
+	if nn.kind == KindSymlink {
+		mode = 0o777
+		target = nn.target
+	}
+	var enc []byte
+	if nn.kind == KindFile {
+		enc = chunkstore.AppendManifest(nil, nn.manifest)
+		if err := t.s.chunks.AddRefs(t.ctx, t.tx, nn.manifest); err != nil {
+			return node{}, err
+		}
+	}
+	size := nn.manifest.Size()
+	if nn.kind == KindSymlink {
+		size = int64(len(nn.target))
+	}
+	rev := t.stamp()
+	res, err := t.exec(`INSERT INTO nodes(kind, mode, uid, gid, nlink, size, mtime, ctime, atime, manifest, target, rev)
+		VALUES(?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?)`,
+		nn.kind, mode, nn.attr.Uid, nn.attr.Gid, size, mtime, t.now, t.now, enc, target, rev)
+	if err != nil {
+		return node{}, fmt.Errorf("insert node: %w", err)
+	}
+	id, err := res.LastInsertId()
+	if err != nil {
+		return node{}, err
+	}
+	n := node{ino: Ino(id), kind: nn.kind, mode: mode, uid: nn.attr.Uid, gid: nn.attr.Gid, nlink: 1, size: size,
+		mtime: mtime, ctime: t.now, atime: t.now, manifest: enc, target: nn.target, rev: rev}
+	if err := t.addDirent(parent, name, n.ino); err != nil {
+		return node{}, err
+	}
+	if err := t.touch(path); err != nil {
+		return node{}, err
+	}
+	return n, nil
+}
+
+// addDirent adds a name and updates the parent's times (local only).
+func (t *wtx) addDirent(parent Ino, name string, child Ino) error {
+	if _, err := t.exec(`INSERT INTO dirents(parent, name, child) VALUES(?, ?, ?)`, parent, name, child); err != nil {
+		return fmt.Errorf("add entry %q: %w", name, err)
+	}
+	return t.dirChanged(parent)
+}
+
+func (t *wtx) removeDirent(parent Ino, name string) error {
+	if _, err := t.exec(`DELETE FROM dirents WHERE parent = ? AND name = ?`, parent, name); err != nil {
+		return fmt.Errorf("remove entry %q: %w", name, err)
+	}
+	return t.dirChanged(parent)
+}
+
+// dirChanged sets a directory's mtime and ctime to now. Directory times are
+// local: they never stamp a rev (the seed keeps parent directory metadata
+// out of content sync).
+func (t *wtx) dirChanged(dir Ino) error {
+	_, err := t.exec(`UPDATE nodes SET mtime = ?, ctime = ? WHERE ino = ?`, t.now, t.now, dir)
+	return err
+}
+
+// deleteNode removes a node row, its xattrs and its chunk references.
+func (t *wtx) deleteNode(ino Ino) error {
+	n, err := getNode(t.ctx, t.tx, ino)
+	if err != nil {
+		return err
+	}
+	if n.kind == KindFile {
+		m, err := n.decodeManifest()
+		if err != nil {
+			return err
+		}
+		if err := t.s.chunks.DropRefs(t.ctx, t.tx, m); err != nil {
+			return err
+		}
+	}
+	if _, err := t.exec(`DELETE FROM xattrs WHERE ino = ?`, ino); err != nil {
+		return err
+	}
+	_, err = t.exec(`DELETE FROM nodes WHERE ino = ?`, ino)
+	return err
+}
+
+// dropName removes one name of a non-directory node and records a tombstone
+// for its path. The node goes when its last name goes, unless a handle
+// still has it open: then it stays with nlink 0 until the last release.
+func (t *wtx) dropName(parent Ino, name, path string, n node) error {
+	if err := t.removeDirent(parent, name); err != nil {
+		return err
+	}
+	if err := t.touch(path); err != nil {
+		return err
+	}
+	t.inval = append(t.inval, Invalidation{Ino: n.ino, Parent: parent, Name: name})
+	return t.unref(n.ino, 1)
+}
+
+// unref lowers a node's link count by k and deletes it at zero unless open.
+func (t *wtx) unref(ino Ino, k int) error {
+	var nlink int
+	if err := t.tx.QueryRowContext(t.ctx, `UPDATE nodes SET nlink = nlink - ?, ctime = ? WHERE ino = ? RETURNING nlink`, k, t.now, ino).Scan(&nlink); err != nil {
+		return fmt.Errorf("unlink inode %d: %w", ino, err)
+	}
+	if nlink > 0 || t.s.isOpen(ino) {
+		return nil
+	}
+	return t.deleteNode(ino)
+}
+
+type subEntry struct {
+	parent Ino
+	name   string
+	child  Ino
+	rel    string // path relative to the subtree's root
+	kind   Kind
+}
+
+// subtree lists every entry below directory dir, parents before children.
+func (t *wtx) subtree(dir Ino) ([]subEntry, error) {
+	rows, err := t.tx.QueryContext(t.ctx, `WITH RECURSIVE sub(parent, name, child, rel) AS (
+			SELECT parent, name, child, name FROM dirents WHERE parent = ?
+			UNION ALL
+			SELECT d.parent, d.name, d.child, sub.rel || '/' || d.name FROM dirents d JOIN sub ON d.parent = sub.child
+		)
+		SELECT sub.parent, sub.name, sub.child, sub.rel, n.kind FROM sub JOIN nodes n ON n.ino = sub.child`, dir)
+	if err != nil {
+		return nil, fmt.Errorf("list subtree: %w", err)
+	}
+	defer rows.Close()
+	var out []subEntry
+	for rows.Next() {
+		var e subEntry
+		if err := rows.Scan(&e.parent, &e.name, &e.child, &e.rel, &e.kind); err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// removeAt removes the node n named (parent, name) at path, with its whole
+// subtree if it is a directory, recording one tombstone per removed path.
+func (t *wtx) removeAt(parent Ino, name, path string, n node) error {
+	if n.kind != KindDir {
+		return t.dropName(parent, name, path, n)
+	}
+	sub, err := t.subtree(n.ino)
+	if err != nil {
+		return err
+	}
+	// Children first so every directory is empty when it goes.
+	for i := len(sub) - 1; i >= 0; i-- {
+		e := sub[i]
+		p := joinPath(path, e.rel)
+		if _, err := t.exec(`DELETE FROM dirents WHERE parent = ? AND name = ?`, e.parent, e.name); err != nil {
+			return err
+		}
+		if err := t.touch(p); err != nil {
+			return err
+		}
+		t.inval = append(t.inval, Invalidation{Ino: e.child, Parent: e.parent, Name: e.name})
+		if e.kind == KindDir {
+			if err := t.deleteNode(e.child); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := t.unref(e.child, 1); err != nil {
+			return err
+		}
+	}
+	if err := t.removeDirent(parent, name); err != nil {
+		return err
+	}
+	if err := t.touch(path); err != nil {
+		return err
+	}
+	t.inval = append(t.inval, Invalidation{Ino: n.ino, Parent: parent, Name: name})
+	return t.deleteNode(n.ino)
+}
+
+// setContent replaces a file node's manifest in place, moving chunk
+// references from the old manifest to the new one.
+func (t *wtx) setContent(n node, m chunkstore.Manifest, mtime int64) error {
+	old, err := n.decodeManifest()
+	if err != nil {
+		return err
+	}
+	if err := t.s.chunks.AddRefs(t.ctx, t.tx, m); err != nil {
+		return err
+	}
+	if err := t.s.chunks.DropRefs(t.ctx, t.tx, old); err != nil {
+		return err
+	}
+	_, err = t.exec(`UPDATE nodes SET manifest = ?, size = ?, mtime = ?, ctime = ? WHERE ino = ?`,
+		chunkstore.AppendManifest(nil, m), m.Size(), mtime, t.now, n.ino)
+	if err != nil {
+		return err
+	}
+	return t.touchNode(n.ino)
+}
+
+// parentDir resolves a directory inode for a mutation inside it.
+func (t *wtx) parentDir(ino Ino) (node, error) {
+	p, err := getNode(t.ctx, t.tx, ino)
+	if err != nil {
+		return p, err
+	}
+	if p.kind != KindDir {
+		return p, ErrNotDir
+	}
+	return p, nil
+}

@@ -1,0 +1,236 @@
+package vfs
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/wsync/wsync/chunkstore"
+)
+
+// Ino is an inode number. Inode numbers are never reused within a store.
+type Ino uint64
+
+// RootIno is the root directory's fixed inode.
+const RootIno Ino = 1
+
+// Kind is a node's type.
+type Kind uint8
+
+const (
+	KindFile Kind = iota + 1
+	KindDir
+	KindSymlink
+)
+
+func (k Kind) String() string {
+	switch k {
+	case KindFile:
+		return "file"
+	case KindDir:
+		return "dir"
+	case KindSymlink:
+		return "symlink"
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+// Attr is a node's attributes.
+type Attr struct {
+	Ino   Ino
+	Kind  Kind
+	Mode  uint32 // permission bits, mode & 07777
+	Uid   uint32
+	Gid   uint32
+	Nlink uint32
+	Size  int64
+	Mtime time.Time
+	Ctime time.Time
+	Atime time.Time
+	Rev   int64 // the rev of the last synced mutation that touched the node
+}
+
+// DirEntry is one name in a directory.
+type DirEntry struct {
+	Name string
+	Ino  Ino
+	Kind Kind
+	Mode uint32
+}
+
+// NewAttr is the permission bits and owner a new node gets.
+type NewAttr struct {
+	Mode uint32 // permission bits
+	Uid  uint32
+	Gid  uint32
+}
+
+// node is a nodes row.
+type node struct {
+	ino                 Ino
+	kind                Kind
+	mode, uid, gid      uint32
+	nlink               uint32
+	size                int64
+	mtime, ctime, atime int64
+	manifest            []byte // encoded chunkstore.Manifest, files only
+	target              string // symlinks only
+	rev                 int64
+}
+
+const nodeCols = `n.ino, n.kind, n.mode, n.uid, n.gid, n.nlink, n.size, n.mtime, n.ctime, n.atime, n.manifest, n.target, n.rev`
+
+func scanNode(sc interface{ Scan(...any) error }) (node, error) {
+	var n node
+	var target sql.NullString
+	err := sc.Scan(&n.ino, &n.kind, &n.mode, &n.uid, &n.gid, &n.nlink, &n.size, &n.mtime, &n.ctime, &n.atime, &n.manifest, &target, &n.rev)
+	n.target = target.String
+	return n, err
+}
+
+func (n *node) attr() Attr {
+	return Attr{
+		Ino: n.ino, Kind: n.kind, Mode: n.mode, Uid: n.uid, Gid: n.gid, Nlink: n.nlink, Size: n.size,
+		Mtime: time.Unix(0, n.mtime), Ctime: time.Unix(0, n.ctime), Atime: time.Unix(0, n.atime), Rev: n.rev,
+	}
+}
+
+func (n *node) decodeManifest() (chunkstore.Manifest, error) {
+	if len(n.manifest) == 0 {
+		return nil, nil
+	}
+	m, _, err := chunkstore.DecodeManifest(n.manifest)
+	if err != nil {
+		return nil, fmt.Errorf("inode %d: %w", n.ino, err)
+	}
+	return m, nil
+}
+
+func getNode(ctx context.Context, q chunkstore.Querier, ino Ino) (node, error) {
+	n, err := scanNode(q.QueryRowContext(ctx, `SELECT `+nodeCols+` FROM nodes n WHERE n.ino = ?`, ino))
+	if errors.Is(err, sql.ErrNoRows) {
+		return n, ErrNotExist
+	}
+	return n, err
+}
+
+// lookupNode resolves one name in a directory. A missing name in a parent
+// that is not a directory is ErrNotDir.
+func lookupNode(ctx context.Context, q chunkstore.Querier, parent Ino, name string) (node, error) {
+	n, err := scanNode(q.QueryRowContext(ctx, `SELECT `+nodeCols+` FROM dirents d JOIN nodes n ON n.ino = d.child
+		WHERE d.parent = ? AND d.name = ?`, parent, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		p, perr := getNode(ctx, q, parent)
+		if perr != nil {
+			return n, perr
+		}
+		if p.kind != KindDir {
+			return n, ErrNotDir
+		}
+		return n, ErrNotExist
+	}
+	return n, err
+}
+
+// resolve walks a store-form path from the root without following symlinks.
+// An intermediate segment that is not a directory is ErrNotDir.
+func resolve(ctx context.Context, q chunkstore.Querier, path string) (node, error) {
+	if path == "" {
+		return getNode(ctx, q, RootIno)
+	}
+	cur := RootIno
+	var n node
+	var err error
+	for rest := path; ; {
+		name := rest
+		i := indexByte(rest, '/')
+		if i >= 0 {
+			name, rest = rest[:i], rest[i+1:]
+		}
+		n, err = lookupNode(ctx, q, cur, name)
+		if err != nil {
+			return n, err
+		}
+		if i < 0 {
+			return n, nil
+		}
+		if n.kind != KindDir {
+			return n, ErrNotDir
+		}
+		cur = n.ino
+	}
+}
+
+func indexByte(s string, c byte) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			return i
+		}
+	}
+	return -1
+}
+
+// dirPath returns the store-form path of a directory ("" for the root).
+func dirPath(ctx context.Context, q chunkstore.Querier, ino Ino) (string, error) {
+	var segs []string
+	for ino != RootIno {
+		var parent Ino
+		var name string
+		err := q.QueryRowContext(ctx, `SELECT parent, name FROM dirents WHERE child = ? LIMIT 1`, ino).Scan(&parent, &name)
+		if errors.Is(err, sql.ErrNoRows) {
+			return "", ErrNotExist
+		}
+		if err != nil {
+			return "", err
+		}
+		segs = append(segs, name)
+		ino = parent
+		if len(segs) > MaxPathLen/2 {
+			return "", fmt.Errorf("inode %d: %w: directory cycle", ino, ErrLoop)
+		}
+	}
+	p := ""
+	for i := len(segs) - 1; i >= 0; i-- {
+		p = joinPath(p, segs[i])
+	}
+	return p, nil
+}
+
+// nodePaths returns every path of a node: one per hardlink name.
+func nodePaths(ctx context.Context, q chunkstore.Querier, ino Ino) ([]string, error) {
+	if ino == RootIno {
+		return nil, nil
+	}
+	rows, err := q.QueryContext(ctx, `SELECT parent, name FROM dirents WHERE child = ?`, ino)
+	if err != nil {
+		return nil, err
+	}
+	type pn struct {
+		parent Ino
+		name   string
+	}
+	var names []pn
+	for rows.Next() {
+		var x pn
+		if err := rows.Scan(&x.parent, &x.name); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		names = append(names, x)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	paths := make([]string, 0, len(names))
+	for _, x := range names {
+		dp, err := dirPath(ctx, q, x.parent)
+		if err != nil {
+			return nil, err
+		}
+		paths = append(paths, joinPath(dp, x.name))
+	}
+	return paths, nil
+}

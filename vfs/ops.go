@@ -1,0 +1,431 @@
+package vfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// SetAttr changes a node's attributes; nil fields are left alone.
+type SetAttr struct {
+	Mode  *uint32
+	Uid   *uint32
+	Gid   *uint32
+	Size  *int64 // truncate or extend (files only)
+	Atime *time.Time
+	Mtime *time.Time
+}
+
+// RenameFlags are rename(2)'s flags.
+type RenameFlags uint32
+
+const (
+	RenameNoReplace RenameFlags = 1 << 0 // RENAME_NOREPLACE
+	RenameExchange  RenameFlags = 1 << 1 // RENAME_EXCHANGE: refused with ErrInvalid
+)
+
+// Lookup resolves name in directory parent.
+func (s *Store) Lookup(ctx context.Context, parent Ino, name string) (Attr, error) {
+	if err := ValidateName(name); err != nil {
+		return Attr{}, err
+	}
+	n, err := lookupNode(ctx, s.r, parent, name)
+	if err != nil {
+		return Attr{}, err
+	}
+	return s.overlay(n.attr()), nil
+}
+
+// GetAttr returns a node's attributes, including writes buffered in open
+// handles.
+func (s *Store) GetAttr(ctx context.Context, ino Ino) (Attr, error) {
+	n, err := getNode(ctx, s.r, ino)
+	if err != nil {
+		return Attr{}, err
+	}
+	return s.overlay(n.attr()), nil
+}
+
+// ReadDir returns up to limit entries with names > after, in name order, so
+// a huge directory can be read in pages.
+func (s *Store) ReadDir(ctx context.Context, dir Ino, after string, limit int) ([]DirEntry, error) {
+	if limit <= 0 {
+		limit = 1024
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT d.name, d.child, n.kind, n.mode FROM dirents d JOIN nodes n ON n.ino = d.child
+		WHERE d.parent = ? AND d.name > ? ORDER BY d.name LIMIT ?`, dir, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("readdir %d: %w", dir, err)
+	}
+	defer rows.Close()
+	var out []DirEntry
+	for rows.Next() {
+		var e DirEntry
+		if err := rows.Scan(&e.Name, &e.Ino, &e.Kind, &e.Mode); err != nil {
+			return nil, err
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(out) == 0 {
+		n, err := getNode(ctx, s.r, dir)
+		if err != nil {
+			return nil, err
+		}
+		if n.kind != KindDir {
+			return nil, ErrNotDir
+		}
+	}
+	return out, nil
+}
+
+// create makes a new node named name in parent.
+func (s *Store) create(ctx context.Context, parent Ino, name string, nn newNode) (Attr, error) {
+	if err := ValidateName(name); err != nil {
+		return Attr{}, err
+	}
+	var n node
+	err := s.update(ctx, func(t *wtx) error {
+		if _, err := t.parentDir(parent); err != nil {
+			return err
+		}
+		if _, err := lookupNode(ctx, t.tx, parent, name); err == nil {
+			return ErrExist
+		} else if !errors.Is(err, ErrNotExist) {
+			return err
+		}
+		dp, err := dirPath(ctx, t.tx, parent)
+		if err != nil {
+			return err
+		}
+		n, err = t.insertNode(parent, joinPath(dp, name), name, nn)
+		return err
+	})
+	return n.attr(), err
+}
+
+// Create makes an empty file; an existing name is ErrExist (O_EXCL).
+func (s *Store) Create(ctx context.Context, parent Ino, name string, a NewAttr) (Attr, error) {
+	return s.create(ctx, parent, name, newNode{kind: KindFile, attr: a})
+}
+
+// Mkdir makes a directory.
+func (s *Store) Mkdir(ctx context.Context, parent Ino, name string, a NewAttr) (Attr, error) {
+	return s.create(ctx, parent, name, newNode{kind: KindDir, attr: a})
+}
+
+// Symlink makes a symbolic link to target. The target is data: the store
+// never follows it.
+func (s *Store) Symlink(ctx context.Context, parent Ino, name, target string, a NewAttr) (Attr, error) {
+	if target == "" || len(target) > MaxTargetLen || indexByte(target, 0) >= 0 {
+		return Attr{}, fmt.Errorf("symlink target: %w", ErrInvalid)
+	}
+	return s.create(ctx, parent, name, newNode{kind: KindSymlink, attr: a, target: target})
+}
+
+// Readlink returns a symlink's target.
+func (s *Store) Readlink(ctx context.Context, ino Ino) (string, error) {
+	n, err := getNode(ctx, s.r, ino)
+	if err != nil {
+		return "", err
+	}
+	if n.kind != KindSymlink {
+		return "", ErrInvalid
+	}
+	return n.target, nil
+}
+
+// Link adds a second name for a file or symlink; directories are ErrPerm.
+func (s *Store) Link(ctx context.Context, ino, newParent Ino, newName string) (Attr, error) {
+	if err := ValidateName(newName); err != nil {
+		return Attr{}, err
+	}
+	var n node
+	err := s.update(ctx, func(t *wtx) error {
+		var err error
+		n, err = getNode(ctx, t.tx, ino)
+		if err != nil {
+			return err
+		}
+		if n.kind == KindDir {
+			return ErrPerm
+		}
+		if n.nlink == 0 {
+			return ErrNotExist
+		}
+		if _, err := t.parentDir(newParent); err != nil {
+			return err
+		}
+		if _, err := lookupNode(ctx, t.tx, newParent, newName); err == nil {
+			return ErrExist
+		} else if !errors.Is(err, ErrNotExist) {
+			return err
+		}
+		if err := t.addDirent(newParent, newName, ino); err != nil {
+			return err
+		}
+		if _, err := t.exec(`UPDATE nodes SET nlink = nlink + 1, ctime = ? WHERE ino = ?`, t.now, ino); err != nil {
+			return err
+		}
+		dp, err := dirPath(ctx, t.tx, newParent)
+		if err != nil {
+			return err
+		}
+		// The new name is a new path for the feed; the other names are
+		// unchanged.
+		if err := t.touch(joinPath(dp, newName)); err != nil {
+			return err
+		}
+		n, err = getNode(ctx, t.tx, ino)
+		return err
+	})
+	return n.attr(), err
+}
+
+// Unlink removes a non-directory name.
+func (s *Store) Unlink(ctx context.Context, parent Ino, name string) error {
+	return s.remove(ctx, parent, name, false)
+}
+
+// Rmdir removes an empty directory.
+func (s *Store) Rmdir(ctx context.Context, parent Ino, name string) error {
+	return s.remove(ctx, parent, name, true)
+}
+
+func (s *Store) remove(ctx context.Context, parent Ino, name string, dir bool) error {
+	if err := ValidateName(name); err != nil {
+		return err
+	}
+	return s.update(ctx, func(t *wtx) error {
+		n, err := lookupNode(ctx, t.tx, parent, name)
+		if err != nil {
+			return err
+		}
+		dp, err := dirPath(ctx, t.tx, parent)
+		if err != nil {
+			return err
+		}
+		path := joinPath(dp, name)
+		switch {
+		case dir && n.kind != KindDir:
+			return ErrNotDir
+		case !dir && n.kind == KindDir:
+			return ErrIsDir
+		case dir:
+			if empty, err := t.isEmpty(n.ino); err != nil {
+				return err
+			} else if !empty {
+				return ErrNotEmpty
+			}
+		}
+		return t.removeAt(parent, name, path, n)
+	})
+}
+
+func (t *wtx) isEmpty(dir Ino) (bool, error) {
+	var one int
+	err := t.tx.QueryRowContext(t.ctx, `SELECT count(*) FROM (SELECT 1 FROM dirents WHERE parent = ? LIMIT 1)`, dir).Scan(&one)
+	return one == 0, err
+}
+
+// Rename moves (parent, name) to (newParent, newName) with rename(2)'s rules.
+// A directory rename stamps the whole moved subtree with one rev and records
+// a tombstone for every old path, in one transaction.
+func (s *Store) Rename(ctx context.Context, parent Ino, name string, newParent Ino, newName string, flags RenameFlags) error {
+	if flags&RenameExchange != 0 || flags&^(RenameNoReplace|RenameExchange) != 0 {
+		return fmt.Errorf("rename flags %#x: %w", flags, ErrInvalid)
+	}
+	if err := ValidateName(name); err != nil {
+		return err
+	}
+	if err := ValidateName(newName); err != nil {
+		return err
+	}
+	return s.update(ctx, func(t *wtx) error {
+		return t.rename(parent, name, newParent, newName, flags)
+	})
+}
+
+func (t *wtx) rename(parent Ino, name string, newParent Ino, newName string, flags RenameFlags) error {
+	ctx := t.ctx
+	src, err := lookupNode(ctx, t.tx, parent, name)
+	if err != nil {
+		return err
+	}
+	if _, err := t.parentDir(newParent); err != nil {
+		return err
+	}
+	if parent == newParent && name == newName {
+		return nil
+	}
+	if src.kind == KindDir {
+		// A directory cannot move into its own subtree.
+		for p := newParent; p != RootIno; {
+			if p == src.ino {
+				return ErrInvalid
+			}
+			if err := t.tx.QueryRowContext(ctx, `SELECT parent FROM dirents WHERE child = ? LIMIT 1`, p).Scan(&p); err != nil {
+				return fmt.Errorf("rename: walk up: %w", err)
+			}
+		}
+	}
+	oldDir, err := dirPath(ctx, t.tx, parent)
+	if err != nil {
+		return err
+	}
+	newDir, err := dirPath(ctx, t.tx, newParent)
+	if err != nil {
+		return err
+	}
+	oldPath, newPath := joinPath(oldDir, name), joinPath(newDir, newName)
+
+	dst, err := lookupNode(ctx, t.tx, newParent, newName)
+	switch {
+	case errors.Is(err, ErrNotExist):
+	case err != nil:
+		return err
+	case flags&RenameNoReplace != 0:
+		return ErrExist
+	case dst.ino == src.ino:
+		// Two names of one file: rename(2) does nothing.
+		return nil
+	case src.kind == KindDir && dst.kind != KindDir:
+		return ErrNotDir
+	case src.kind != KindDir && dst.kind == KindDir:
+		return ErrIsDir
+	default:
+		if dst.kind == KindDir {
+			if empty, err := t.isEmpty(dst.ino); err != nil {
+				return err
+			} else if !empty {
+				return ErrNotEmpty
+			}
+		}
+		if err := t.removeAt(newParent, newName, newPath, dst); err != nil {
+			return err
+		}
+	}
+
+	var sub []subEntry
+	if src.kind == KindDir {
+		if sub, err = t.subtree(src.ino); err != nil {
+			return err
+		}
+	}
+	if _, err := t.exec(`UPDATE dirents SET parent = ?, name = ? WHERE parent = ? AND name = ?`, newParent, newName, parent, name); err != nil {
+		return fmt.Errorf("rename: move entry: %w", err)
+	}
+	if err := t.dirChanged(parent); err != nil {
+		return err
+	}
+	if newParent != parent {
+		if err := t.dirChanged(newParent); err != nil {
+			return err
+		}
+	}
+	rev := t.stamp()
+	if _, err := t.exec(`UPDATE nodes SET rev = ?, ctime = ? WHERE ino = ?`, rev, t.now, src.ino); err != nil {
+		return err
+	}
+	for _, p := range []string{oldPath, newPath} {
+		if err := t.touch(p); err != nil {
+			return err
+		}
+	}
+	t.inval = append(t.inval, Invalidation{Ino: src.ino, Parent: parent, Name: name}, Invalidation{Ino: src.ino, Parent: newParent, Name: newName})
+	for _, e := range sub {
+		if _, err := t.exec(`UPDATE nodes SET rev = ? WHERE ino = ?`, rev, e.child); err != nil {
+			return err
+		}
+		if err := t.touch(joinPath(oldPath, e.rel)); err != nil {
+			return err
+		}
+		if err := t.touch(joinPath(newPath, e.rel)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// SetAttr changes mode, ownership, size and times. Mode, size and mtime are
+// synced state and stamp a rev; ownership and atime are local to this side.
+func (s *Store) SetAttr(ctx context.Context, ino Ino, sa SetAttr) (Attr, error) {
+	if sa.Size != nil {
+		if *sa.Size < 0 {
+			return Attr{}, ErrInvalid
+		}
+		if err := s.truncate(ctx, ino, *sa.Size); err != nil {
+			return Attr{}, err
+		}
+		sa.Size = nil
+	}
+	var n node
+	err := s.update(ctx, func(t *wtx) error {
+		var err error
+		if n, err = getNode(ctx, t.tx, ino); err != nil {
+			return err
+		}
+		synced := false
+		if sa.Mode != nil && n.kind != KindSymlink && *sa.Mode&0o7777 != n.mode {
+			n.mode = *sa.Mode & 0o7777
+			synced = true
+		}
+		if sa.Mtime != nil && sa.Mtime.UnixNano() != n.mtime {
+			n.mtime = sa.Mtime.UnixNano()
+			synced = n.kind != KindDir // directory times are local
+		}
+		if sa.Uid != nil {
+			n.uid = *sa.Uid
+		}
+		if sa.Gid != nil {
+			n.gid = *sa.Gid
+		}
+		if sa.Atime != nil {
+			n.atime = sa.Atime.UnixNano()
+		}
+		n.ctime = t.now
+		if _, err := t.exec(`UPDATE nodes SET mode = ?, uid = ?, gid = ?, mtime = ?, atime = ?, ctime = ? WHERE ino = ?`,
+			n.mode, n.uid, n.gid, n.mtime, n.atime, n.ctime, ino); err != nil {
+			return err
+		}
+		if synced {
+			if err := t.touchNode(ino); err != nil {
+				return err
+			}
+			n.rev = t.stamp()
+		}
+		return nil
+	})
+	if err != nil {
+		return Attr{}, err
+	}
+	if sa.Mtime != nil {
+		s.setOpenMtime(ino, sa.Mtime.UnixNano())
+	}
+	return s.overlay(n.attr()), nil
+}
+
+// truncate sets a file's size: through its open state when open, so
+// buffered writes and the truncate commit together.
+func (s *Store) truncate(ctx context.Context, ino Ino, size int64) error {
+	h, err := s.OpenHandle(ctx, ino)
+	if err != nil {
+		return err
+	}
+	if err := h.Truncate(ctx, size); err != nil {
+		h.Release(ctx)
+		return err
+	}
+	return h.Release(ctx)
+}
+
+// StatFS are filesystem figures for statfs(2).
+type StatFS struct {
+	Blocks, BlocksFree, BlocksAvail uint64 // in units of BlockSize
+	Files, FilesFree                uint64
+	BlockSize                       uint32
+	NameLen                         uint32
+}

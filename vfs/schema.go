@@ -1,0 +1,116 @@
+package vfs
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+
+	"github.com/wsync/wsync/chunkstore"
+)
+
+// migrations are the schema steps: migrations[i] takes a database from
+// version i to i+1. PRAGMA user_version holds the version. A database whose
+// version is above len(migrations) was written by a newer build and is
+// refused.
+var migrations = []func(ctx context.Context, tx *sql.Tx) error{
+	migrateV1,
+	migrateV2,
+}
+
+// SchemaVersion is the schema version this build writes.
+var SchemaVersion = len(migrations)
+
+func migrateV1(ctx context.Context, tx *sql.Tx) error {
+	stmts := []string{
+		`CREATE TABLE meta(key TEXT PRIMARY KEY, value ANY) WITHOUT ROWID`,
+		// ino is AUTOINCREMENT so inode numbers are never reused: the kernel
+		// and open handles may still hold a number after its node is gone.
+		`CREATE TABLE nodes(
+			ino INTEGER PRIMARY KEY AUTOINCREMENT,
+			kind INTEGER NOT NULL,
+			mode INTEGER NOT NULL,
+			uid INTEGER NOT NULL,
+			gid INTEGER NOT NULL,
+			nlink INTEGER NOT NULL,
+			size INTEGER NOT NULL DEFAULT 0,
+			mtime INTEGER NOT NULL,
+			ctime INTEGER NOT NULL,
+			atime INTEGER NOT NULL,
+			manifest BLOB,
+			target TEXT,
+			rev INTEGER NOT NULL
+		)`,
+		`CREATE TABLE dirents(
+			parent INTEGER NOT NULL,
+			name TEXT NOT NULL,
+			child INTEGER NOT NULL,
+			PRIMARY KEY(parent, name)
+		) WITHOUT ROWID`,
+		`CREATE INDEX dirents_child ON dirents(child)`,
+		// changes holds one row per path ever touched: the rev of its last
+		// touch. A row whose path resolves to a live node is a live entry of
+		// the feed; one that does not is a tombstone.
+		`CREATE TABLE changes(path TEXT PRIMARY KEY, rev INTEGER NOT NULL) WITHOUT ROWID`,
+		`CREATE INDEX changes_rev ON changes(rev, path)`,
+		`CREATE TABLE watermarks(
+			peer TEXT PRIMARY KEY,
+			push BLOB NOT NULL,
+			fetch BLOB NOT NULL,
+			applied_push BLOB NOT NULL
+		) WITHOUT ROWID`,
+	}
+	for _, s := range stmts {
+		if _, err := tx.ExecContext(ctx, s); err != nil {
+			return fmt.Errorf("v1: %w", err)
+		}
+	}
+	return chunkstore.Schema(ctx, tx)
+}
+
+// migrateV2 adds extended attributes (local to each side, never synced).
+func migrateV2(ctx context.Context, tx *sql.Tx) error {
+	_, err := tx.ExecContext(ctx, `CREATE TABLE xattrs(
+		ino INTEGER NOT NULL,
+		name TEXT NOT NULL,
+		value BLOB NOT NULL,
+		PRIMARY KEY(ino, name)
+	) WITHOUT ROWID`)
+	if err != nil {
+		return fmt.Errorf("v2: %w", err)
+	}
+	return nil
+}
+
+// migrate brings the database to version `to` (SchemaVersion outside tests).
+func migrate(ctx context.Context, db *sql.DB, to int, init func(ctx context.Context, tx *sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	defer tx.Rollback()
+	var v int
+	if err := tx.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
+		return fmt.Errorf("migrate: read version: %w", err)
+	}
+	if v > len(migrations) {
+		return fmt.Errorf("%w: database is at schema version %d, this build knows versions up to %d", ErrSchemaTooNew, v, len(migrations))
+	}
+	if v >= to {
+		return nil
+	}
+	fresh := v == 0
+	for i := v; i < to; i++ {
+		if err := migrations[i](ctx, tx); err != nil {
+			return fmt.Errorf("migrate to version %d: %w", i+1, err)
+		}
+	}
+	if fresh && init != nil {
+		if err := init(ctx, tx); err != nil {
+			return fmt.Errorf("migrate: initialise: %w", err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, to)); err != nil {
+		return fmt.Errorf("migrate: set version: %w", err)
+	}
+	return tx.Commit()
+}

@@ -1,0 +1,389 @@
+package vfs
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	_ "modernc.org/sqlite" // the "sqlite" driver
+
+	"github.com/wsync/wsync/chunkstore"
+)
+
+// Options configures Open.
+type Options struct {
+	// Owner is the uid/gid (and, for the root, the mode) of the root and of
+	// nodes created by Apply. Mode 0 means 0755 for the root.
+	Owner NewAttr
+	// ChunkDir holds full-size chunk files; default: the database path + ".chunks".
+	ChunkDir string
+	// InlineMax overrides chunkstore's inline threshold (0: default).
+	InlineMax int
+	// NoSync: synchronous=OFF and no fsync of chunk files (tests, tmpfs).
+	NoSync bool
+	Logger *slog.Logger
+}
+
+// Store is one workspace's VFS: a SQLite database of nodes, directory
+// entries, changes and watermarks, and a chunk store for file bytes.
+type Store struct {
+	path   string
+	opts   Options
+	log    *slog.Logger
+	w      *sql.DB // the one writer connection
+	r      *sql.DB // readers (== w for :memory:)
+	chunks *chunkstore.Store
+	id     string
+	memory bool
+
+	wmu sync.Mutex   // serialises write transactions
+	rev atomic.Int64 // last committed rev
+
+	openMu sync.Mutex
+	open   map[Ino]*openFile
+
+	obsMu     sync.Mutex
+	observers []func([]Invalidation)
+
+	hashSem chan struct{} // bounds chunks being hashed and stored in the background
+
+	closed atomic.Bool
+}
+
+// Memory is the path that opens a store held entirely in memory.
+const Memory = ":memory:"
+
+// Open opens (creating if needed) the store at path, or an in-memory store
+// for Memory. It migrates an older schema and refuses a newer one.
+func Open(ctx context.Context, path string, opts Options) (*Store, error) {
+	s := &Store{path: path, opts: opts, open: make(map[Ino]*openFile), hashSem: make(chan struct{}, 3)}
+	s.log = opts.Logger
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.log = s.log.With("component", "vfs")
+	if err := s.openDB(); err != nil {
+		return nil, err
+	}
+	if err := s.init(ctx); err != nil {
+		s.w.Close()
+		if s.r != s.w {
+			s.r.Close()
+		}
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	return s, nil
+}
+
+func (s *Store) openDB() error {
+	sync := "NORMAL"
+	if s.opts.NoSync {
+		sync = "OFF"
+	}
+	chunkDir := s.opts.ChunkDir
+	if s.path == Memory {
+		s.memory = true
+		// One connection: every in-memory connection would otherwise be a
+		// database of its own. Reads queue behind writes in this mode.
+		db, err := sql.Open("sqlite", "file:wsync?mode=memory&_pragma=foreign_keys(0)")
+		if err != nil {
+			return fmt.Errorf("open store: %w", err)
+		}
+		db.SetMaxOpenConns(1)
+		db.SetConnMaxLifetime(0)
+		db.SetConnMaxIdleTime(0)
+		s.w, s.r = db, db
+		chunkDir = ""
+	} else {
+		if err := os.MkdirAll(filepath.Dir(s.path), 0o755); err != nil {
+			return fmt.Errorf("open store: %w", err)
+		}
+		base := "file:" + (&url.URL{Path: s.path}).EscapedPath()
+		q := "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(" + sync + ")&_pragma=foreign_keys(0)"
+		w, err := sql.Open("sqlite", base+q+"&_txlock=immediate")
+		if err != nil {
+			return fmt.Errorf("open store: %w", err)
+		}
+		w.SetMaxOpenConns(1)
+		w.SetMaxIdleConns(1)
+		w.SetConnMaxLifetime(0)
+		w.SetConnMaxIdleTime(0)
+		r, err := sql.Open("sqlite", base+q+"&_pragma=query_only(1)")
+		if err != nil {
+			w.Close()
+			return fmt.Errorf("open store: %w", err)
+		}
+		r.SetMaxOpenConns(4)
+		r.SetMaxIdleConns(4)
+		r.SetConnMaxIdleTime(0)
+		s.w, s.r = w, r
+		if chunkDir == "" {
+			chunkDir = s.path + ".chunks"
+		}
+	}
+	cs, err := chunkstore.New(chunkstore.Options{Dir: chunkDir, InlineMax: s.opts.InlineMax, NoSync: s.opts.NoSync, Logger: s.log})
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	s.chunks = cs
+	return nil
+}
+
+func (s *Store) init(ctx context.Context) error {
+	// The writer connection must exist before the WAL switch so the pragma
+	// runs on it; a ping forces that.
+	if err := s.w.PingContext(ctx); err != nil {
+		return err
+	}
+	if err := migrate(ctx, s.w, SchemaVersion, s.initRows); err != nil {
+		return err
+	}
+	var rev int64
+	if err := s.w.QueryRowContext(ctx, `SELECT value FROM meta WHERE key='rev'`).Scan(&rev); err != nil {
+		return fmt.Errorf("read rev: %w", err)
+	}
+	s.rev.Store(rev)
+	if err := s.w.QueryRowContext(ctx, `SELECT value FROM meta WHERE key='store_id'`).Scan(&s.id); err != nil {
+		return fmt.Errorf("read store id: %w", err)
+	}
+	return s.recover(ctx)
+}
+
+// initRows creates the root and the meta rows of a fresh database.
+func (s *Store) initRows(ctx context.Context, tx *sql.Tx) error {
+	now := time.Now().UnixNano()
+	mode := s.opts.Owner.Mode
+	if mode == 0 {
+		mode = 0o755
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO nodes(ino, kind, mode, uid, gid, nlink, size, mtime, ctime, atime, rev)
+		VALUES(?, ?, ?, ?, ?, 1, 0, ?, ?, ?, 0)`, RootIno, KindDir, mode, s.opts.Owner.Uid, s.opts.Owner.Gid, now, now, now); err != nil {
+		return err
+	}
+	_, err := tx.ExecContext(ctx, `INSERT INTO meta(key, value) VALUES('rev', 0), ('store_id', ?)`, uuid.NewString())
+	return err
+}
+
+// recover removes what a crash left behind: nodes with no names that were
+// kept only for open handles, and chunk bytes no committed row references.
+func (s *Store) recover(ctx context.Context) error {
+	err := s.update(ctx, func(t *wtx) error {
+		rows, err := t.tx.QueryContext(ctx, `SELECT ino FROM nodes WHERE nlink = 0 AND ino != ?`, RootIno)
+		if err != nil {
+			return err
+		}
+		var orphans []Ino
+		for rows.Next() {
+			var ino Ino
+			if err := rows.Scan(&ino); err != nil {
+				rows.Close()
+				return err
+			}
+			orphans = append(orphans, ino)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, ino := range orphans {
+			if err := t.deleteNode(ino); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
+	if _, err := s.GC(ctx); err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
+	return nil
+}
+
+// Close flushes open handles and closes the store.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	ferr := s.FlushAll(context.Background())
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	var errs []error
+	errs = append(errs, ferr)
+	if s.r != s.w {
+		errs = append(errs, s.r.Close())
+	}
+	if !s.memory {
+		// Fold the WAL back so the database file stands alone.
+		_, err := s.w.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`)
+		errs = append(errs, err)
+	}
+	errs = append(errs, s.w.Close(), s.chunks.Close())
+	return errors.Join(errs...)
+}
+
+// ID is the store's identity, fixed when it was created.
+func (s *Store) ID() string { return s.id }
+
+// CurrentRev is the rev of the last committed mutation.
+func (s *Store) CurrentRev() int64 { return s.rev.Load() }
+
+// Chunks is the store's chunk store (staging received chunks, probing).
+func (s *Store) Chunks() *chunkstore.Store { return s.chunks }
+
+// Path is the database path (Memory for an in-memory store).
+func (s *Store) Path() string { return s.path }
+
+// Observe registers fn, called after every commit that Apply made (not local
+// writes), outside every store lock, with the inodes and entries to
+// invalidate. fn must not call back into the store synchronously.
+func (s *Store) Observe(fn func([]Invalidation)) {
+	s.obsMu.Lock()
+	s.observers = append(s.observers, fn)
+	s.obsMu.Unlock()
+}
+
+func (s *Store) notify(inv []Invalidation) {
+	if len(inv) == 0 {
+		return
+	}
+	s.obsMu.Lock()
+	obs := s.observers
+	s.obsMu.Unlock()
+	for _, fn := range obs {
+		fn(inv)
+	}
+}
+
+// Invalidation names what a committed mutation changed, for kernel caches:
+// the node's attributes and content, and the (Parent, Name) entry.
+type Invalidation struct {
+	Ino    Ino
+	Parent Ino    // 0 when no entry changed
+	Name   string // the entry's name in Parent
+}
+
+// wtx is one write transaction. A mutation inside it stamps one rev; Apply
+// runs many mutations (one per entry) in one transaction.
+type wtx struct {
+	ctx   context.Context
+	s     *Store
+	tx    *sql.Tx
+	last  int64 // highest rev assigned in this transaction
+	cur   int64 // rev of the current mutation, 0 before its first stamp
+	inval []Invalidation
+	now   int64
+	after []func() // run after commit
+	stmts map[string]*sql.Stmt
+}
+
+// update runs fn in one write transaction and commits it.
+func (s *Store) update(ctx context.Context, fn func(*wtx) error) error {
+	if s.closed.Load() && ctx.Value(closingKey{}) == nil {
+		return ErrClosed
+	}
+	s.wmu.Lock()
+	t, err := s.begin(ctx)
+	if err != nil {
+		s.wmu.Unlock()
+		return err
+	}
+	err = fn(t)
+	if err == nil {
+		err = t.commit()
+	} else {
+		t.rollback()
+	}
+	s.wmu.Unlock()
+	if err != nil {
+		return err
+	}
+	for _, f := range t.after {
+		f()
+	}
+	return nil
+}
+
+type closingKey struct{}
+
+func (s *Store) begin(ctx context.Context) (*wtx, error) {
+	tx, err := s.w.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("begin: %w", err)
+	}
+	last := s.rev.Load()
+	return &wtx{ctx: ctx, s: s, tx: tx, last: last, now: time.Now().UnixNano()}, nil
+}
+
+func (t *wtx) closeStmts() {
+	for _, st := range t.stmts {
+		st.Close()
+	}
+}
+
+func (t *wtx) commit() error {
+	if t.last != t.s.rev.Load() {
+		if _, err := t.tx.ExecContext(t.ctx, `UPDATE meta SET value = ? WHERE key = 'rev'`, t.last); err != nil {
+			t.rollback()
+			return fmt.Errorf("commit: %w", err)
+		}
+	}
+	t.closeStmts()
+	if err := t.tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	t.s.rev.Store(t.last)
+	return nil
+}
+
+func (t *wtx) rollback() {
+	t.closeStmts()
+	t.tx.Rollback()
+}
+
+// stamp returns the rev of the current mutation, assigning the next rev on
+// first use.
+func (t *wtx) stamp() int64 {
+	if t.cur == 0 {
+		t.last++
+		t.cur = t.last
+	}
+	return t.cur
+}
+
+// nextMutation ends the current mutation: the next stamp takes a new rev.
+func (t *wtx) nextMutation() { t.cur = 0 }
+
+// stmt returns a statement prepared once per transaction.
+func (t *wtx) stmt(query string) (*sql.Stmt, error) {
+	if st, ok := t.stmts[query]; ok {
+		return st, nil
+	}
+	st, err := t.tx.PrepareContext(t.ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	if t.stmts == nil {
+		t.stmts = make(map[string]*sql.Stmt)
+	}
+	t.stmts[query] = st
+	return st, nil
+}
+
+func (t *wtx) exec(query string, args ...any) (sql.Result, error) {
+	st, err := t.stmt(query)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(t.ctx, args...)
+}
