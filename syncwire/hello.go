@@ -1,0 +1,165 @@
+package syncwire
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/google/uuid"
+)
+
+// ProtocolName opens every HELLO.
+const ProtocolName = "wsync"
+
+// The protocol versions this build speaks.
+const (
+	ProtocolMinVersion = 1
+	ProtocolMaxVersion = 1
+)
+
+// RuntimeID identifies this process start in every handshake.
+var RuntimeID = uuid.New()
+
+// Hello is one side's handshake: the first frame each way.
+type Hello struct {
+	Protocol               string
+	MinVersion, MaxVersion uint32
+	Features               []string
+	RuntimeID              uuid.UUID
+	StoreID                string
+	// Window is the stream credit this side grants each stream it receives.
+	Window uint32
+	// MaxCalls is how many of the other side's calls this side serves at once.
+	MaxCalls uint32
+	// Version is the negotiated version (set locally after the exchange; not
+	// on the wire).
+	Version uint32
+}
+
+// Has reports whether the hello advertises feature f.
+func (h Hello) Has(f string) bool { return slices.Contains(h.Features, f) }
+
+const (
+	maxFeatures   = 64
+	maxFeatureLen = 64
+	maxStoreID    = 256
+	maxCallsLimit = 4096
+)
+
+// AppendHello appends the HELLO payload.
+func AppendHello(b []byte, h Hello) []byte {
+	e := enc{b: b}
+	e.str(h.Protocol)
+	e.uvarint(uint64(h.MinVersion))
+	e.uvarint(uint64(h.MaxVersion))
+	e.uvarint(uint64(len(h.Features)))
+	for _, f := range h.Features {
+		e.str(f)
+	}
+	e.b = append(e.b, h.RuntimeID[:]...)
+	e.str(h.StoreID)
+	e.uvarint(uint64(h.Window))
+	e.uvarint(uint64(h.MaxCalls))
+	return e.b
+}
+
+// DecodeHello decodes and checks a HELLO payload. Bytes after the known
+// fields are ignored: later versions may append fields.
+func DecodeHello(p []byte) (Hello, error) {
+	d := dec{b: p}
+	var h Hello
+	h.Protocol = d.str("protocol", 16)
+	if d.err == nil && h.Protocol != ProtocolName {
+		return Hello{}, protoErr("peer speaks %q, not %q", h.Protocol, ProtocolName)
+	}
+	h.MinVersion = uint32(d.bounded("min version", 1<<31))
+	h.MaxVersion = uint32(d.bounded("max version", 1<<31))
+	n := d.count("features", maxFeatures, 1)
+	for range n {
+		h.Features = append(h.Features, d.utf8str("feature", maxFeatureLen))
+	}
+	copy(h.RuntimeID[:], d.raw(16))
+	h.StoreID = d.utf8str("store id", maxStoreID)
+	h.Window = uint32(d.bounded("window", maxWindow))
+	h.MaxCalls = uint32(d.bounded("max calls", maxCallsLimit))
+	if d.err != nil {
+		return Hello{}, d.err
+	}
+	switch {
+	case h.MinVersion == 0 || h.MinVersion > h.MaxVersion:
+		return Hello{}, protoErr("version range %d..%d", h.MinVersion, h.MaxVersion)
+	case h.Window < minWindow:
+		return Hello{}, protoErr("window %d below one frame (%d)", h.Window, minWindow)
+	case h.MaxCalls == 0:
+		return Hello{}, protoErr("max calls 0")
+	}
+	return h, nil
+}
+
+// negotiate picks the highest version both ranges hold.
+func negotiate(ours, theirs Hello) (uint32, error) {
+	lo, hi := max(ours.MinVersion, theirs.MinVersion), min(ours.MaxVersion, theirs.MaxVersion)
+	if lo > hi {
+		return 0, fmt.Errorf("%w: we speak %d..%d, peer speaks %d..%d",
+			ErrVersion, ours.MinVersion, ours.MaxVersion, theirs.MinVersion, theirs.MaxVersion)
+	}
+	return hi, nil
+}
+
+// Handshake exchanges HELLOs: both sides send theirs at once and read the
+// peer's, so neither waits on the other. No common version fails both
+// sides with ErrVersion naming both ranges, and closes the connection.
+func (s *Session) Handshake(ctx context.Context) error {
+	s.local = Hello{
+		Protocol:   ProtocolName,
+		MinVersion: s.cfg.MinVersion,
+		MaxVersion: s.cfg.MaxVersion,
+		Features:   s.cfg.Features,
+		RuntimeID:  RuntimeID,
+		StoreID:    s.cfg.StoreID,
+		Window:     uint32(s.cfg.Window),
+		MaxCalls:   uint32(s.cfg.MaxCalls),
+	}
+	hb, err := AppendFrame(nil, Frame{Type: FrameHello, Payload: AppendHello(nil, s.local)})
+	if err != nil {
+		return err
+	}
+	werr := make(chan error, 1)
+	go func() { werr <- s.conn.WriteMessage(ctx, hb) }()
+	peer, err := s.readHello(ctx)
+	if err == nil {
+		err = <-werr
+	}
+	if err == nil {
+		s.local.Version, err = negotiate(s.local, peer)
+	}
+	if err != nil {
+		s.fail(err)
+		return err
+	}
+	s.peer = peer
+	s.peer.Version = s.local.Version
+	s.slots = make(chan struct{}, peer.MaxCalls)
+	s.stats.bytesOut.Add(int64(len(hb)))
+	return nil
+}
+
+func (s *Session) readHello(ctx context.Context) (Hello, error) {
+	b, err := s.conn.ReadMessage(ctx)
+	if err != nil {
+		return Hello{}, fmt.Errorf("handshake: %w", err)
+	}
+	s.stats.bytesIn.Add(int64(len(b)))
+	f, err := DecodeFrame(b)
+	if err != nil {
+		return Hello{}, fmt.Errorf("handshake: %w", err)
+	}
+	if f.Type != FrameHello {
+		return Hello{}, protoErr("handshake: first frame is %s, not HELLO", f.Type)
+	}
+	h, err := DecodeHello(f.Payload)
+	if err != nil {
+		return Hello{}, fmt.Errorf("handshake: %w", err)
+	}
+	return h, nil
+}

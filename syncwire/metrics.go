@@ -1,0 +1,63 @@
+package syncwire
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// Metrics live in the default registry: cmd/computerd and workspace-server
+// expose it on /metrics.
+var (
+	metricBytesIn = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "wsync_syncwire_bytes_received_total",
+		Help: "Frame bytes read from sync sessions.",
+	})
+	metricBytesOut = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "wsync_syncwire_bytes_sent_total",
+		Help: "Frame bytes written to sync sessions.",
+	})
+	metricCalls = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsync_syncwire_calls_total",
+		Help: "Calls opened, by direction (out: we called, in: the peer called).",
+	}, []string{"direction"})
+	metricSessions = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsync_syncwire_sessions_total",
+		Help: "Sessions that completed the handshake, by role.",
+	}, []string{"role"})
+	metricSessionsEnded = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsync_syncwire_sessions_ended_total",
+		Help: "Sessions that ended, by the wire code of the reason.",
+	}, []string{"code"})
+	metricRejected = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsync_syncwire_rejected_total",
+		Help: "Upgrade requests or handshakes refused, by reason.",
+	}, []string{"reason"})
+	metricWatchdog = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "wsync_syncwire_watchdog_total",
+		Help: "Sessions torn down because the peer stopped answering pings.",
+	})
+	metricChunks = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsync_syncwire_chunks_total",
+		Help: "Chunks moved by the drivers, by direction (sent, fetched).",
+	}, []string{"direction"})
+	metricChunkBytes = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsync_syncwire_chunk_bytes_total",
+		Help: "Raw chunk bytes moved by the drivers, by direction (sent, fetched).",
+	}, []string{"direction"})
+	metricDedupBytes = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "wsync_syncwire_dedup_saved_bytes_total",
+		Help: "Chunk bytes referenced by synced entries that did not cross the wire because the receiver had them.",
+	})
+	metricEntries = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsync_syncwire_entries_total",
+		Help: "Change entries moved by the drivers, by direction (pushed, pulled).",
+	}, []string{"direction"})
+	metricResets = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsync_syncwire_watermark_resets_total",
+		Help: "Watermarks reset to re-baseline a peer, by cause (invariant, reconcile).",
+	}, []string{"cause"})
+	metricSyncErrors = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsync_syncwire_sync_errors_total",
+		Help: "Failed push and pull operations, by operation and wire code.",
+	}, []string{"op", "code"})
+)

@@ -1,0 +1,1065 @@
+package syncwire
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Config tunes a Session. The zero value is usable.
+type Config struct {
+	Logger *slog.Logger
+	// PingInterval is how often the session pings its peer (default 10s).
+	PingInterval time.Duration
+	// PingTimeout is the grace window: a peer that does not answer a ping,
+	// or does not take a frame we write, within it fails the session
+	// (default 20s).
+	PingTimeout time.Duration
+	// CallTimeout is the deadline of a call whose context has none
+	// (default 5m). It travels in the CALL frame so the callee stops too.
+	CallTimeout time.Duration
+	// Window is the credit, in bytes, each stream this side receives starts
+	// with and never exceeds (default 4 MiB; at least one full frame).
+	Window int
+	// MaxCalls is how many of the peer's calls this side serves at once
+	// (default 64). The peer learns it in the handshake and queues beyond it.
+	MaxCalls int
+	// Features are advertised in the handshake.
+	Features []string
+	// StoreID identifies this side's store in the handshake.
+	StoreID string
+	// MinVersion and MaxVersion override the protocol versions this side
+	// speaks (zero: ProtocolMinVersion..ProtocolMaxVersion). For tests.
+	MinVersion, MaxVersion uint32
+}
+
+const (
+	defaultPingInterval = 10 * time.Second
+	defaultPingTimeout  = 20 * time.Second
+	defaultCallTimeout  = 5 * time.Minute
+	defaultWindow       = 4 << 20
+	defaultMaxCalls     = 64
+	// frameCost is what one DATA frame costs in credit beyond its payload,
+	// so empty messages are not free.
+	frameCost = 64
+	minWindow = MaxFrameSize + frameCost
+	maxWindow = 1 << 30
+)
+
+func (c Config) withDefaults() Config {
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.PingInterval <= 0 {
+		c.PingInterval = defaultPingInterval
+	}
+	if c.PingTimeout <= 0 {
+		c.PingTimeout = defaultPingTimeout
+	}
+	if c.CallTimeout <= 0 {
+		c.CallTimeout = defaultCallTimeout
+	}
+	if c.Window <= 0 {
+		c.Window = defaultWindow
+	}
+	c.Window = min(max(c.Window, minWindow), maxWindow)
+	if c.MaxCalls <= 0 {
+		c.MaxCalls = defaultMaxCalls
+	}
+	c.MaxCalls = min(c.MaxCalls, maxCallsLimit)
+	if c.MinVersion == 0 && c.MaxVersion == 0 {
+		c.MinVersion, c.MaxVersion = ProtocolMinVersion, ProtocolMaxVersion
+	}
+	return c
+}
+
+// Method names a call. Numbers below 256 are this package's; other packages
+// register theirs (see Server.Handle) in their own ranges.
+type Method uint32
+
+// Handler serves one incoming call. It reads the request body and stream
+// from c and answers with c.Reply or c.ReplyStream and c.Send. Returning an
+// error sends it to the caller as a typed error; returning nil without a
+// reply sends an empty reply.
+type Handler func(ctx context.Context, c *Incoming) error
+
+// Session is one connection between two peers: calls in both directions,
+// each with optional request and response streams under credit-based flow
+// control. Create it with NewSession, run Handshake, then Serve.
+type Session struct {
+	conn    Conn
+	cfg     Config
+	client  bool // we allocate odd call ids
+	handler func(m Method) Handler
+	log     *slog.Logger
+
+	local, peer Hello
+
+	ctx    context.Context // session lifetime; cancelled when it fails
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	out    map[uint64]*Outgoing
+	in     map[uint64]*Incoming
+	nextID uint64
+	err    error
+	done   chan struct{}
+	slots  chan struct{} // bounds our calls in flight to the peer's MaxCalls
+
+	handlers sync.WaitGroup
+
+	stats sessionStats
+}
+
+type sessionStats struct {
+	bytesIn, bytesOut   atomic.Int64
+	framesIn, framesOut atomic.Int64
+	buffered            atomic.Int64 // bytes queued in receive buffers now
+	bufferedPeak        atomic.Int64
+}
+
+// Stats are a session's counters.
+type Stats struct {
+	BytesIn, BytesOut   int64
+	FramesIn, FramesOut int64
+	// Buffered is the bytes of stream messages received and not yet
+	// consumed; BufferedPeak its high-water mark. Flow control bounds both
+	// by Window per stream.
+	Buffered, BufferedPeak int64
+}
+
+// NewSession wraps conn. client decides which half of the call-id space
+// this side allocates (the dialing side is the client). handler resolves
+// the peer's calls; nil serves none.
+func NewSession(conn Conn, client bool, cfg Config, handler func(Method) Handler) *Session {
+	cfg = cfg.withDefaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Session{
+		conn:    conn,
+		cfg:     cfg,
+		client:  client,
+		handler: handler,
+		log:     cfg.Logger,
+		ctx:     ctx,
+		cancel:  cancel,
+		out:     make(map[uint64]*Outgoing),
+		in:      make(map[uint64]*Incoming),
+		done:    make(chan struct{}),
+	}
+	if client {
+		s.nextID = 1
+	} else {
+		s.nextID = 2
+	}
+	return s
+}
+
+// Peer is the peer's handshake (valid after Handshake).
+func (s *Session) Peer() Hello { return s.peer }
+
+// Local is our handshake, with the negotiated version.
+func (s *Session) Local() Hello { return s.local }
+
+// Done is closed when the session has failed or been closed.
+func (s *Session) Done() <-chan struct{} { return s.done }
+
+// Err is why the session ended (nil while it runs).
+func (s *Session) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
+}
+
+// Stats returns the session's counters.
+func (s *Session) Stats() Stats {
+	return Stats{
+		BytesIn: s.stats.bytesIn.Load(), BytesOut: s.stats.bytesOut.Load(),
+		FramesIn: s.stats.framesIn.Load(), FramesOut: s.stats.framesOut.Load(),
+		Buffered: s.stats.buffered.Load(), BufferedPeak: s.stats.bufferedPeak.Load(),
+	}
+}
+
+// Close ends the session; in-flight calls fail with ErrShutdown.
+func (s *Session) Close() error {
+	s.fail(fmt.Errorf("%w: session closed", ErrShutdown))
+	return nil
+}
+
+// shutdownError is how in-flight calls learn the session died: it is
+// ErrShutdown and also whatever caused it (ErrProtocol, ErrAuth...).
+type shutdownError struct{ cause error }
+
+func (e *shutdownError) Error() string {
+	if errors.Is(e.cause, ErrShutdown) {
+		return e.cause.Error()
+	}
+	return "session shut down: " + e.cause.Error()
+}
+func (e *shutdownError) Unwrap() []error { return []error{ErrShutdown, e.cause} }
+
+func (s *Session) fail(err error) {
+	s.mu.Lock()
+	if s.err != nil {
+		s.mu.Unlock()
+		return
+	}
+	s.err = err
+	close(s.done)
+	out, in := s.out, s.in
+	s.out, s.in = map[uint64]*Outgoing{}, map[uint64]*Incoming{}
+	s.mu.Unlock()
+	s.cancel()
+	s.conn.Close(err)
+	serr := &shutdownError{cause: err}
+	for _, o := range out {
+		o.finish(serr)
+	}
+	for _, c := range in {
+		c.abort(serr)
+	}
+	metricSessionsEnded.WithLabelValues(CodeOf(err).String()).Inc()
+}
+
+// Serve runs the session until it fails, the peer goes away or ctx ends.
+// It returns once every goroutine it started (reader, pinger, handlers) has
+// exited, with the reason the session ended.
+func (s *Session) Serve(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, func() { s.fail(fmt.Errorf("%w: %v", ErrShutdown, context.Cause(ctx))) })
+	defer stop()
+	var wg sync.WaitGroup
+	wg.Go(s.pinger)
+	err := s.readLoop()
+	s.fail(err)
+	wg.Wait()
+	s.handlers.Wait()
+	return s.Err()
+}
+
+func (s *Session) pinger() {
+	t := time.NewTicker(s.cfg.PingInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.PingTimeout)
+		err := s.conn.Ping(ctx)
+		cancel()
+		if err != nil {
+			select {
+			case <-s.done:
+				return
+			default:
+			}
+			metricWatchdog.Inc()
+			s.fail(fmt.Errorf("%w: peer silent for %v (ping: %v)", ErrShutdown, s.cfg.PingTimeout, err))
+			return
+		}
+	}
+}
+
+func (s *Session) readLoop() error {
+	for {
+		b, err := s.conn.ReadMessage(s.ctx)
+		if err != nil {
+			if s.ctx.Err() != nil {
+				return fmt.Errorf("%w: session closed", ErrShutdown)
+			}
+			return err
+		}
+		s.stats.bytesIn.Add(int64(len(b)))
+		s.stats.framesIn.Add(1)
+		metricBytesIn.Add(float64(len(b)))
+		f, err := DecodeFrame(b)
+		if err != nil {
+			return err
+		}
+		if err := s.dispatch(f, len(b)); err != nil {
+			return err
+		}
+	}
+}
+
+// ours reports whether id is a call this side opened.
+func (s *Session) ours(id uint64) bool { return (id%2 == 1) == s.client }
+
+// dispatch routes one frame. It never blocks on the network: stream
+// messages land in credit-bounded queues and calls start goroutines.
+func (s *Session) dispatch(f Frame, size int) error {
+	if f.Type == FrameHello {
+		return protoErr("HELLO after the handshake")
+	}
+	if f.Type == FrameError && f.ID == 0 {
+		code, msg, err := decodeError(f.Payload)
+		if err != nil {
+			return err
+		}
+		return &RemoteError{Code: code, Msg: msg}
+	}
+	if s.ours(f.ID) {
+		s.mu.Lock()
+		o := s.out[f.ID]
+		s.mu.Unlock()
+		if o == nil {
+			return nil // a call we already finished or abandoned
+		}
+		o.bytesIn.Add(int64(size))
+		return o.handle(f)
+	}
+	if f.Type == FrameCall {
+		return s.startIncoming(f, size)
+	}
+	s.mu.Lock()
+	c := s.in[f.ID]
+	s.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	c.bytesIn.Add(int64(size))
+	return c.handle(f)
+}
+
+// writeFrame sends one frame. The socket write runs under the session's
+// context with the grace window as deadline, never under a caller's
+// context: abandoning a call must not tear down the connection.
+func (s *Session) writeFrame(f Frame, acct *atomic.Int64) error {
+	bp := framePool.Get().(*[]byte)
+	defer framePool.Put(bp)
+	b, err := AppendFrame((*bp)[:0], f)
+	*bp = b
+	if err != nil {
+		return err
+	}
+	select {
+	case <-s.done:
+		return &shutdownError{cause: s.Err()}
+	default:
+	}
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.PingTimeout)
+	defer cancel()
+	if err := s.conn.WriteMessage(ctx, b); err != nil {
+		if errors.Is(err, ErrProtocol) {
+			s.fail(err)
+		} else {
+			s.fail(fmt.Errorf("%w: write: %v", ErrShutdown, err))
+		}
+		return &shutdownError{cause: s.Err()}
+	}
+	s.stats.bytesOut.Add(int64(len(b)))
+	s.stats.framesOut.Add(1)
+	metricBytesOut.Add(float64(len(b)))
+	if acct != nil {
+		acct.Add(int64(len(b)))
+	}
+	return nil
+}
+
+var framePool = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
+
+func encodeError(err error) []byte {
+	var e enc
+	e.uvarint(uint64(CodeOf(err)))
+	e.str(errMessage(err))
+	return e.b
+}
+
+func decodeError(p []byte) (Code, string, error) {
+	d := dec{b: p}
+	code := Code(d.bounded("error code", 0xffff))
+	msg := d.utf8str("error message", maxErrMsg)
+	return code, msg, d.done()
+}
+
+// Open starts a call of method m with a request body. With stream, a
+// request stream follows: Send messages, then CloseSend. The returned call
+// must be closed. The call ends when ctx does; when ctx has no deadline the
+// session's CallTimeout applies.
+func (s *Session) Open(ctx context.Context, m Method, body []byte, stream bool) (*Outgoing, error) {
+	if err := s.acquireSlot(ctx); err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	if _, ok := ctx.Deadline(); !ok {
+		cctx, cancel = context.WithTimeout(ctx, s.cfg.CallTimeout)
+	}
+	var timeout time.Duration
+	if dl, ok := cctx.Deadline(); ok {
+		timeout = max(time.Until(dl), time.Millisecond)
+	}
+	o := &Outgoing{
+		s:      s,
+		method: m,
+		ctx:    cctx,
+		cancel: cancel,
+		replyc: make(chan struct{}),
+		resp:   newRecvQueue(s),
+	}
+	if stream {
+		o.send = newSendCredit(int(s.peer.Window))
+	}
+	s.mu.Lock()
+	if s.err != nil {
+		err := s.err
+		s.mu.Unlock()
+		s.releaseSlot()
+		cancel()
+		return nil, &shutdownError{cause: err}
+	}
+	o.id = s.nextID
+	s.nextID += 2
+	s.out[o.id] = o
+	s.mu.Unlock()
+	o.resp.id = o.id
+
+	var e enc
+	e.uvarint(uint64(m))
+	e.uvarint(uint64(timeout / time.Millisecond))
+	e.b = append(e.b, body...)
+	var flags uint8
+	if stream {
+		flags = FlagStream
+	}
+	if err := s.writeFrame(Frame{Type: FrameCall, Flags: flags, ID: o.id, Payload: e.b}, &o.bytesOut); err != nil {
+		o.finish(err)
+		o.Close()
+		return nil, err
+	}
+	o.stopWatch = context.AfterFunc(cctx, func() {
+		o.abandon(fmt.Errorf("call %d: %w", m, context.Cause(cctx)))
+	})
+	metricCalls.WithLabelValues("out").Inc()
+	return o, nil
+}
+
+// Call is a unary call: a request body in, a response body out.
+func (s *Session) Call(ctx context.Context, m Method, body []byte) ([]byte, error) {
+	o, err := s.Open(ctx, m, body, false)
+	if err != nil {
+		return nil, err
+	}
+	defer o.Close()
+	return o.Reply(ctx)
+}
+
+func (s *Session) acquireSlot(ctx context.Context) error {
+	select {
+	case s.slots <- struct{}{}:
+		return nil
+	case <-s.done:
+		return &shutdownError{cause: s.Err()}
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *Session) releaseSlot() { <-s.slots }
+
+func (s *Session) removeOut(id uint64) {
+	s.mu.Lock()
+	_, ok := s.out[id]
+	delete(s.out, id)
+	s.mu.Unlock()
+	if ok {
+		s.releaseSlot()
+	}
+}
+
+// Outgoing is a call this side opened.
+type Outgoing struct {
+	s         *Session
+	id        uint64
+	method    Method
+	ctx       context.Context
+	cancel    context.CancelFunc
+	stopWatch func() bool
+
+	send *sendCredit // request stream credit; nil without a request stream
+	resp *recvQueue  // response stream
+
+	mu          sync.Mutex
+	replyc      chan struct{} // closed once a REPLY or the final error arrived
+	replied     bool          // replyc is closed
+	gotReply    bool          // a REPLY frame arrived
+	replyBody   []byte
+	replyStream bool
+	err         error // the call's final error
+	finished    bool
+
+	bytesIn, bytesOut atomic.Int64
+}
+
+// ID is the call id.
+func (o *Outgoing) ID() uint64 { return o.id }
+
+// WireBytes are the frame bytes this call moved in each direction.
+func (o *Outgoing) WireBytes() (in, out int64) { return o.bytesIn.Load(), o.bytesOut.Load() }
+
+// handle takes a frame the callee sent on this call (reader goroutine).
+func (o *Outgoing) handle(f Frame) error {
+	switch f.Type {
+	case FrameReply:
+		o.mu.Lock()
+		if o.replied {
+			o.mu.Unlock()
+			return protoErr("call %d: second REPLY", o.id)
+		}
+		o.replied, o.gotReply = true, true
+		o.replyBody = f.Payload
+		o.replyStream = f.Flags&FlagStream != 0
+		close(o.replyc)
+		o.mu.Unlock()
+		if !o.replyStream {
+			o.finish(nil)
+		}
+	case FrameError:
+		code, msg, err := decodeError(f.Payload)
+		if err != nil {
+			return err
+		}
+		o.finish(&RemoteError{Code: code, Msg: msg})
+	case FrameData:
+		o.mu.Lock()
+		ok := o.replied && o.replyStream
+		o.mu.Unlock()
+		if !ok {
+			return protoErr("call %d: DATA without a response stream", o.id)
+		}
+		return o.resp.push(f.Payload)
+	case FrameEnd:
+		o.mu.Lock()
+		ok := o.replied && o.replyStream
+		o.mu.Unlock()
+		if !ok {
+			return protoErr("call %d: END without a response stream", o.id)
+		}
+		o.finish(nil)
+	case FrameCredit:
+		if o.send == nil {
+			return protoErr("call %d: CREDIT without a request stream", o.id)
+		}
+		return o.send.grant(f.Payload)
+	default:
+		return protoErr("call %d: unexpected %s", o.id, f.Type)
+	}
+	return nil
+}
+
+// finish ends the call: err nil is a clean end (reply, or END of the
+// response stream).
+func (o *Outgoing) finish(err error) {
+	o.mu.Lock()
+	if o.finished {
+		o.mu.Unlock()
+		return
+	}
+	o.finished = true
+	o.err = err
+	if !o.replied {
+		o.replied = true
+		close(o.replyc)
+	}
+	o.mu.Unlock()
+	o.resp.end(err)
+	if o.send != nil {
+		if err == nil {
+			err = errCallDone
+		}
+		o.send.close(err)
+	}
+	o.s.removeOut(o.id)
+}
+
+var errCallDone = errors.New("call already answered")
+
+// abandon cancels the call locally and tells the callee.
+func (o *Outgoing) abandon(err error) {
+	o.mu.Lock()
+	done := o.finished
+	o.mu.Unlock()
+	if done {
+		return
+	}
+	o.finish(err)
+	o.s.writeFrame(Frame{Type: FrameCancel, ID: o.id}, &o.bytesOut)
+}
+
+// Send sends one message on the request stream, waiting for credit.
+func (o *Outgoing) Send(ctx context.Context, p []byte) error {
+	if o.send == nil {
+		return fmt.Errorf("call %d: no request stream", o.id)
+	}
+	if err := o.send.take(ctx, o.ctx, len(p)+frameCost); err != nil {
+		return o.sendErr(err)
+	}
+	return o.s.writeFrame(Frame{Type: FrameData, ID: o.id, Payload: p}, &o.bytesOut)
+}
+
+// sendErr prefers the callee's error (it refused the request) over the
+// local "call already answered".
+func (o *Outgoing) sendErr(err error) error {
+	if errors.Is(err, errCallDone) {
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		if o.err != nil {
+			return o.err
+		}
+	}
+	return err
+}
+
+// CloseSend ends the request stream.
+func (o *Outgoing) CloseSend() error {
+	if o.send == nil {
+		return nil
+	}
+	if err := o.send.close(errStreamClosed); err != nil {
+		return o.sendErr(err)
+	}
+	return o.s.writeFrame(Frame{Type: FrameEnd, ID: o.id}, &o.bytesOut)
+}
+
+var errStreamClosed = errors.New("stream closed")
+
+// Reply waits for the response body.
+func (o *Outgoing) Reply(ctx context.Context) ([]byte, error) {
+	select {
+	case <-o.replyc:
+	case <-ctx.Done():
+		o.abandon(ctx.Err())
+		return nil, ctx.Err()
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.gotReply {
+		return nil, o.err
+	}
+	return o.replyBody, nil
+}
+
+// Recv returns the next response-stream message; io.EOF after a clean end.
+func (o *Outgoing) Recv(ctx context.Context) ([]byte, error) {
+	if _, err := o.Reply(ctx); err != nil {
+		return nil, err
+	}
+	o.mu.Lock()
+	stream := o.replyStream
+	o.mu.Unlock()
+	if !stream {
+		return nil, io.EOF
+	}
+	p, err := o.resp.recv(ctx)
+	if err != nil && !errors.Is(err, io.EOF) && ctx.Err() != nil {
+		o.abandon(err)
+	}
+	return p, err
+}
+
+// Close releases the call, cancelling it at the callee if it is still
+// running.
+func (o *Outgoing) Close() {
+	o.abandon(fmt.Errorf("call %d: %w", o.id, context.Canceled))
+	if o.stopWatch != nil {
+		o.stopWatch()
+	}
+	o.cancel()
+}
+
+// startIncoming opens a call the peer made (reader goroutine).
+func (s *Session) startIncoming(f Frame, size int) error {
+	d := dec{b: f.Payload}
+	m := Method(d.bounded("method", 1<<32-1))
+	timeoutMS := d.bounded("timeout", uint64(24*time.Hour/time.Millisecond))
+	if d.err != nil {
+		return d.err
+	}
+	body := d.b
+	s.mu.Lock()
+	if _, dup := s.in[f.ID]; dup {
+		s.mu.Unlock()
+		return protoErr("CALL %d: id in use", f.ID)
+	}
+	if len(s.in) >= s.cfg.MaxCalls {
+		s.mu.Unlock()
+		return protoErr("more than %d calls in flight", s.cfg.MaxCalls)
+	}
+	if s.err != nil {
+		s.mu.Unlock()
+		return nil
+	}
+	ctx, cancel := context.WithCancelCause(s.ctx)
+	c := &Incoming{s: s, id: f.ID, Method: m, Body: body, ctx: ctx, cancel: cancel}
+	if timeoutMS > 0 {
+		var tcancel context.CancelFunc
+		c.ctx, tcancel = context.WithTimeout(ctx, time.Duration(timeoutMS)*time.Millisecond)
+		c.cancel = func(err error) { cancel(err); tcancel() }
+	}
+	if f.Flags&FlagStream != 0 {
+		c.req = newRecvQueue(s)
+		c.req.id = f.ID
+	}
+	s.in[f.ID] = c
+	s.handlers.Add(1)
+	s.mu.Unlock()
+	c.bytesIn.Add(int64(size))
+	metricCalls.WithLabelValues("in").Inc()
+	go c.run()
+	return nil
+}
+
+// Incoming is a call the peer made, as its handler sees it.
+type Incoming struct {
+	s      *Session
+	id     uint64
+	Method Method
+	// Body is the request body. It stays valid for the handler's lifetime.
+	Body   []byte
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	req *recvQueue // request stream; nil without one
+
+	mu       sync.Mutex
+	replied  bool
+	send     *sendCredit // response stream after ReplyStream
+	canceled bool
+
+	bytesIn, bytesOut atomic.Int64
+}
+
+// Session is the session the call arrived on (its Peer names the caller).
+func (c *Incoming) Session() *Session { return c.s }
+
+func (c *Incoming) run() {
+	defer c.s.handlers.Done()
+	defer func() {
+		c.s.mu.Lock()
+		delete(c.s.in, c.id)
+		c.s.mu.Unlock()
+		c.cancel(context.Canceled)
+	}()
+	var err error
+	h := Handler(nil)
+	if c.s.handler != nil {
+		h = c.s.handler(c.Method)
+	}
+	if h == nil {
+		err = fmt.Errorf("%w %d", ErrUnknownMethod, c.Method)
+	} else {
+		err = c.safeHandle(h)
+	}
+	c.mu.Lock()
+	replied, send, canceled := c.replied, c.send, c.canceled
+	c.mu.Unlock()
+	if canceled {
+		return
+	}
+	switch {
+	case err != nil:
+		c.s.log.Debug("call failed", "method", c.Method, "err", err)
+		if send != nil {
+			send.close(errCallDone)
+		}
+		c.s.writeFrame(Frame{Type: FrameError, ID: c.id, Payload: encodeError(err)}, &c.bytesOut)
+	case send != nil:
+		send.close(errCallDone)
+		c.s.writeFrame(Frame{Type: FrameEnd, ID: c.id}, &c.bytesOut)
+	case !replied:
+		c.s.writeFrame(Frame{Type: FrameReply, ID: c.id}, &c.bytesOut)
+	}
+}
+
+func (c *Incoming) safeHandle(h Handler) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.s.log.Error("handler panic", "method", c.Method, "panic", r)
+			err = fmt.Errorf("handler for method %d panicked", c.Method)
+		}
+	}()
+	return h(c.ctx, c)
+}
+
+// handle takes a frame the caller sent on this call (reader goroutine).
+func (c *Incoming) handle(f Frame) error {
+	switch f.Type {
+	case FrameData:
+		if c.req == nil {
+			return protoErr("call %d: DATA without a request stream", c.id)
+		}
+		return c.req.push(f.Payload)
+	case FrameEnd:
+		if c.req == nil {
+			return protoErr("call %d: END without a request stream", c.id)
+		}
+		c.req.end(nil)
+	case FrameCredit:
+		c.mu.Lock()
+		send := c.send
+		c.mu.Unlock()
+		if send == nil {
+			return protoErr("call %d: CREDIT without a response stream", c.id)
+		}
+		return send.grant(f.Payload)
+	case FrameCancel:
+		c.abort(fmt.Errorf("call %d: %w by the caller", c.id, context.Canceled))
+	default:
+		return protoErr("call %d: unexpected %s", c.id, f.Type)
+	}
+	return nil
+}
+
+// abort stops the handler: the caller cancelled or the session died.
+func (c *Incoming) abort(err error) {
+	c.mu.Lock()
+	c.canceled = true
+	send := c.send
+	c.mu.Unlock()
+	c.cancel(err)
+	if c.req != nil {
+		c.req.end(err)
+	}
+	if send != nil {
+		send.close(err)
+	}
+}
+
+// Recv returns the next request-stream message; io.EOF at its end.
+func (c *Incoming) Recv(ctx context.Context) ([]byte, error) {
+	if c.req == nil {
+		return nil, io.EOF
+	}
+	return c.req.recv(ctx)
+}
+
+// Reply sends the response body; the call ends when the handler returns.
+func (c *Incoming) Reply(body []byte) error { return c.reply(body, false) }
+
+// ReplyStream sends the response body and opens the response stream: Send
+// messages, then return from the handler (nil sends END, an error ERROR).
+func (c *Incoming) ReplyStream(body []byte) error { return c.reply(body, true) }
+
+func (c *Incoming) reply(body []byte, stream bool) error {
+	c.mu.Lock()
+	if c.replied {
+		c.mu.Unlock()
+		return fmt.Errorf("call %d: replied twice", c.id)
+	}
+	c.replied = true
+	if stream {
+		c.send = newSendCredit(int(c.s.peer.Window))
+	}
+	c.mu.Unlock()
+	var flags uint8
+	if stream {
+		flags = FlagStream
+	}
+	return c.s.writeFrame(Frame{Type: FrameReply, Flags: flags, ID: c.id, Payload: body}, &c.bytesOut)
+}
+
+// Send sends one response-stream message, waiting for credit.
+func (c *Incoming) Send(ctx context.Context, p []byte) error {
+	c.mu.Lock()
+	send := c.send
+	c.mu.Unlock()
+	if send == nil {
+		return fmt.Errorf("call %d: no response stream", c.id)
+	}
+	if err := send.take(ctx, c.ctx, len(p)+frameCost); err != nil {
+		return err
+	}
+	return c.s.writeFrame(Frame{Type: FrameData, ID: c.id, Payload: p}, &c.bytesOut)
+}
+
+// recvQueue is the receiving end of one stream. The sender may have at most
+// Window bytes (counted with frameCost per message) outstanding: received
+// and not yet granted back. Consuming messages grants credit in batches.
+type recvQueue struct {
+	s           *Session
+	id          uint64
+	mu          sync.Mutex
+	msgs        [][]byte
+	outstanding int
+	consumed    int
+	ended       bool
+	err         error
+	wake        chan struct{}
+}
+
+func newRecvQueue(s *Session) *recvQueue {
+	return &recvQueue{s: s, wake: make(chan struct{}, 1)}
+}
+
+func (q *recvQueue) signal() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (q *recvQueue) push(p []byte) error {
+	cost := len(p) + frameCost
+	q.mu.Lock()
+	if q.ended {
+		q.mu.Unlock()
+		if q.err != nil {
+			return nil // we stopped reading (cancelled); late frames are dropped
+		}
+		return protoErr("call %d: DATA after END", q.id)
+	}
+	if q.outstanding+cost > q.s.cfg.Window {
+		q.mu.Unlock()
+		return protoErr("call %d: peer exceeded its stream credit (%d + %d > %d)", q.id, q.outstanding, cost, q.s.cfg.Window)
+	}
+	q.outstanding += cost
+	q.msgs = append(q.msgs, p)
+	q.mu.Unlock()
+	n := q.s.stats.buffered.Add(int64(len(p)))
+	for {
+		peak := q.s.stats.bufferedPeak.Load()
+		if n <= peak || q.s.stats.bufferedPeak.CompareAndSwap(peak, n) {
+			break
+		}
+	}
+	q.signal()
+	return nil
+}
+
+func (q *recvQueue) end(err error) {
+	q.mu.Lock()
+	if q.ended {
+		q.mu.Unlock()
+		return
+	}
+	q.ended = true
+	q.err = err
+	if err != nil {
+		// Nobody will consume what is queued.
+		var n int
+		for _, m := range q.msgs {
+			n += len(m)
+		}
+		q.msgs = nil
+		q.s.stats.buffered.Add(-int64(n))
+	}
+	q.mu.Unlock()
+	q.signal()
+}
+
+func (q *recvQueue) recv(ctx context.Context) ([]byte, error) {
+	for {
+		q.mu.Lock()
+		if len(q.msgs) > 0 {
+			p := q.msgs[0]
+			q.msgs[0] = nil
+			q.msgs = q.msgs[1:]
+			q.consumed += len(p) + frameCost
+			var grant int
+			if !q.ended && q.consumed >= q.s.cfg.Window/4 {
+				grant = q.consumed
+				q.consumed = 0
+				q.outstanding -= grant
+			}
+			q.mu.Unlock()
+			q.s.stats.buffered.Add(-int64(len(p)))
+			if grant > 0 {
+				var e enc
+				e.uvarint(uint64(grant))
+				q.s.writeFrame(Frame{Type: FrameCredit, ID: q.id, Payload: e.b}, nil)
+			}
+			return p, nil
+		}
+		if q.ended {
+			err := q.err
+			q.mu.Unlock()
+			if err == nil {
+				return nil, io.EOF
+			}
+			return nil, err
+		}
+		q.mu.Unlock()
+		select {
+		case <-q.wake:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// sendCredit is the sending end's view of one stream's credit.
+type sendCredit struct {
+	mu     sync.Mutex
+	credit int
+	err    error // set once the stream can take no more messages
+	wake   chan struct{}
+}
+
+func newSendCredit(window int) *sendCredit {
+	return &sendCredit{credit: window, wake: make(chan struct{}, 1)}
+}
+
+func (c *sendCredit) grant(p []byte) error {
+	d := dec{b: p}
+	n := d.bounded("credit", maxWindow)
+	if err := d.done(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.credit += int(n)
+	if c.credit > maxWindow {
+		c.mu.Unlock()
+		return protoErr("credit grows past %d", maxWindow)
+	}
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// take waits until cost bytes of credit are available and consumes them.
+func (c *sendCredit) take(ctx, callCtx context.Context, cost int) error {
+	for {
+		c.mu.Lock()
+		if c.err != nil {
+			err := c.err
+			c.mu.Unlock()
+			return err
+		}
+		if c.credit >= cost {
+			c.credit -= cost
+			c.mu.Unlock()
+			return nil
+		}
+		c.mu.Unlock()
+		select {
+		case <-c.wake:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-callCtx.Done():
+			return context.Cause(callCtx)
+		}
+	}
+}
+
+// close stops further sends; it returns the earlier reason if already
+// closed.
+func (c *sendCredit) close(err error) error {
+	c.mu.Lock()
+	prev := c.err
+	if prev == nil {
+		c.err = err
+	}
+	c.mu.Unlock()
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+	return prev
+}
