@@ -15,4 +15,15 @@ var (
 	ErrBadManifest = errors.New("malformed manifest")
 	// ErrChunkTooLarge: a chunk over ChunkSize bytes.
 	ErrChunkTooLarge = errors.New("chunk larger than the chunk size")
+	// ErrEmptyChunk: a chunk of zero bytes (no manifest has one).
+	ErrEmptyChunk = errors.New("empty chunk")
+	// ErrSizeMismatch: a Ref's size disagrees with the stored chunk's size,
+	// or with another Ref of the same hash.
+	ErrSizeMismatch = errors.New("chunk size does not match")
+	// ErrCorrupt: a stored chunk's bytes are missing or short.
+	ErrCorrupt = errors.New("chunk bytes missing or damaged")
+	// ErrReleased: a Put on a Stage after its Release.
+	ErrReleased = errors.New("stage released")
+	// ErrClosed: a call on a closed Store.
+	ErrClosed = errors.New("chunk store closed")
 )

@@ -1,12 +1,12 @@
 package chunkstore
 
-// API CONTRACT (the implementation replaces the bodies; signatures are fixed
-// because vfs is written against them).
-
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"log/slog"
+	"os"
+	"sync"
 )
 
 // Querier is what the store needs of a database handle: *sql.DB, *sql.Conn
@@ -19,7 +19,8 @@ type Querier interface {
 }
 
 // DefaultInlineMax is the largest chunk kept as a row in the database by
-// default; larger chunks live in files under Options.Dir.
+// default; larger chunks live in files under Options.Dir. The figure comes
+// from the benchmarks in bench_test.go (docs/PERFORMANCE.md, "chunkstore").
 const DefaultInlineMax = 64 << 10
 
 // Options configures a Store.
@@ -50,28 +51,139 @@ type GCStats struct {
 	Bytes int64 // bytes freed
 }
 
-func Schema(ctx context.Context, q Querier) error                         { panic("contract") }
-func New(opts Options) (*Store, error)                                    { panic("contract") }
-func (s *Store) Close() error                                             { panic("contract") }
-func (s *Store) NewStage() *Stage                                         { panic("contract") }
-func (st *Stage) Put(ctx context.Context, h Hash, data []byte) error      { panic("contract") }
-func (st *Stage) PutHashed(ctx context.Context, data []byte) (Ref, error) { panic("contract") }
-func (st *Stage) Release()                                                { panic("contract") }
-func (s *Store) AddRefs(ctx context.Context, q Querier, refs []Ref) error { panic("contract") }
-func (s *Store) DropRefs(ctx context.Context, q Querier, refs []Ref) error {
-	panic("contract")
-}
-func (s *Store) Has(ctx context.Context, q Querier, hashes []Hash) ([]Hash, error) {
-	panic("contract")
-}
-func (s *Store) ReadAt(ctx context.Context, q Querier, r Ref, p []byte, off int64) (int, error) {
-	panic("contract")
-}
-func (s *Store) Get(ctx context.Context, q Querier, h Hash) ([]byte, error) { panic("contract") }
-func (s *Store) GC(ctx context.Context, q Querier) (*Sweep, error)          { panic("contract") }
-func (sw *Sweep) Finish() (GCStats, error)                                  { panic("contract") }
-func (s *Store) Stats(ctx context.Context, q Querier) (Stats, error)        { panic("contract") }
+// Store keeps chunk bytes: rows of the caller's database for small chunks,
+// content-addressed files under Options.Dir for the others. It holds no
+// database handle; see the package documentation for the model.
+//
+// One Store owns its Dir: two Stores (or processes) sharing a Dir would
+// collect each other's staged files.
+type Store struct {
+	dir       string
+	inlineMax int
+	noSync    bool
+	log       *slog.Logger
+	fds       *fdCache // nil when dir == ""
 
-type Store struct{}
-type Stage struct{}
-type Sweep struct{}
+	mu     sync.Mutex
+	closed bool
+	// pins holds every chunk a live Stage has, with the bytes of inline
+	// ones: GC never removes a pinned hash.
+	pins map[Hash]*pin
+	// released are file chunks whose last pin dropped since the last
+	// finished sweep: the places where a rolled-back or abandoned stage may
+	// have left an orphan file.
+	released map[Hash]struct{}
+	// needScan asks the next sweep to list the whole Dir (set on open, for
+	// what a crashed process left behind).
+	needScan bool
+	// sweep is the collection whose Finish may still come; at most one, a
+	// newer GC supersedes it.
+	sweep *Sweep
+}
+
+type pin struct {
+	n      int    // stages holding the chunk
+	data   []byte // an inline chunk's bytes; nil for a file chunk
+	onDisk bool   // a file chunk's bytes are durable at its path
+}
+
+// New returns a Store with the given layout. With a Dir it creates the
+// directory if needed.
+func New(opts Options) (*Store, error) {
+	if opts.InlineMax < 0 {
+		return nil, fmt.Errorf("new chunk store: negative InlineMax %d", opts.InlineMax)
+	}
+	s := &Store{
+		dir:       opts.Dir,
+		inlineMax: opts.InlineMax,
+		noSync:    opts.NoSync,
+		log:       opts.Logger,
+		pins:      make(map[Hash]*pin),
+		released:  make(map[Hash]struct{}),
+	}
+	if s.inlineMax == 0 {
+		s.inlineMax = DefaultInlineMax
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.log = s.log.With("component", "chunkstore")
+	if s.dir != "" {
+		if err := os.MkdirAll(s.dir, 0o755); err != nil {
+			return nil, fmt.Errorf("new chunk store: %w", err)
+		}
+		s.fds = newFDCache(defaultFDCacheSize)
+		s.needScan = true
+	}
+	return s, nil
+}
+
+// Close releases the store's open files. Stages still live lose their pins.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	clear(s.pins)
+	s.sweep = nil
+	if s.fds != nil {
+		return s.fds.close()
+	}
+	return nil
+}
+
+func (s *Store) checkOpen() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// inline reports whether a chunk of n bytes is stored as a row.
+func (s *Store) inline(n int) bool { return s.dir == "" || n <= s.inlineMax }
+
+// Schema creates the chunk table idempotently; call it inside the caller's
+// schema migration.
+func Schema(ctx context.Context, q Querier) error {
+	for _, stmt := range []string{
+		// A rowid table with a UNIQUE hash: large blobs in a WITHOUT ROWID
+		// table are the slowest layout (PERF-NOTES.md). data is the chunk's
+		// bytes for an inline chunk, NULL for a file chunk.
+		`CREATE TABLE IF NOT EXISTS chunks(
+			id   INTEGER PRIMARY KEY,
+			hash BLOB NOT NULL UNIQUE,
+			size INTEGER NOT NULL,
+			refs INTEGER NOT NULL,
+			data BLOB
+		)`,
+		// GC finds its rows without a scan; rows with references never
+		// enter the index, so refcount updates stay cheap.
+		`CREATE INDEX IF NOT EXISTS chunks_unreferenced ON chunks(id) WHERE refs <= 0`,
+	} {
+		if _, err := q.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("chunk schema: %w", err)
+		}
+	}
+	return nil
+}
+
+// Stats returns the store's counts.
+func (s *Store) Stats(ctx context.Context, q Querier) (Stats, error) {
+	var st Stats
+	err := q.QueryRowContext(ctx, `SELECT count(*),
+		coalesce(sum(CASE WHEN data IS NULL THEN 0 ELSE size END), 0),
+		coalesce(sum(CASE WHEN data IS NULL THEN size ELSE 0 END), 0),
+		coalesce(sum(refs <= 0), 0)
+		FROM chunks`).Scan(&st.Chunks, &st.InlineBytes, &st.FileBytes, &st.Unreferenced)
+	if err != nil {
+		return Stats{}, fmt.Errorf("chunk stats: %w", err)
+	}
+	s.mu.Lock()
+	st.StagedChunks = int64(len(s.pins))
+	s.mu.Unlock()
+	return st, nil
+}
