@@ -1,0 +1,76 @@
+# shellcheck shell=bash
+# Helpers shared by the benchmark scripts (sourced, not run).
+
+export LC_ALL=C
+
+bench_log() { echo "$(basename "$0"): $*" >&2; }
+
+# Microsecond wall clock without a fork: sets the variable named by $1.
+bench_now() { printf -v "$1" '%s' "${EPOCHREALTIME/./}"; }
+
+# bench_fmt_us US: seconds with 6 decimals.
+bench_fmt_us() { printf '%d.%06d' $(($1 / 1000000)) $(($1 % 1000000)); }
+
+# bench_median: median of the numbers on stdin (mean of the middle two for an even count); "-" for none.
+bench_median() {
+	sort -g | awk '{ v[NR] = $1 } END {
+		if (NR == 0) { print "-"; exit }
+		if (NR % 2) printf "%.6f\n", v[(NR + 1) / 2]; else printf "%.6f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+# bench_ratio A B: A/B with 2 decimals, "-" when either is missing or B is zero.
+bench_ratio() {
+	awk -v a="$1" -v b="$2" 'BEGIN { if (a == "-" || b == "-" || a == "" || b == "" || b + 0 == 0) print "-"; else printf "%.2f\n", a / b }'
+}
+
+# bench_free_port: a TCP port on 127.0.0.1 that nothing listens on (probed with bash's /dev/tcp).
+bench_free_port() {
+	local p i
+	for ((i = 0; i < 200; i++)); do
+		p=$((20000 + RANDOM % 30000))
+		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+			echo "$p"
+			return 0
+		fi
+	done
+	return 1
+}
+
+# bench_machine: one line describing the machine, for the record.
+bench_machine() {
+	local cpu
+	cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
+	printf '%s; %s cores; %s MiB RAM; kernel %s; %s\n' "$cpu" "$(nproc)" \
+		"$(awk '/^MemTotal/ { printf "%d", $2 / 1024 }' /proc/meminfo)" "$(uname -r)" "$(go version 2>/dev/null || echo 'no go')"
+}
+
+# bench_hwm_kb PGID: the largest VmHWM (peak RSS, KiB) of the live processes in process group PGID.
+bench_hwm_kb() {
+	local pgid=$1 max=0 pid hwm
+	for pid in $(pgrep -g "$pgid" 2>/dev/null); do
+		hwm=$(awk '/^VmHWM/ { print $2 }' "/proc/$pid/status" 2>/dev/null || true)
+		if [[ -n $hwm && $hwm -gt $max ]]; then max=$hwm; fi
+	done
+	echo "$max"
+}
+
+# bench_is_mounted DIR: true when DIR is a mount point (reads /proc/self/mountinfo; never touches DIR itself, so a
+# dead FUSE daemon cannot hang it).
+bench_is_mounted() {
+	local d
+	d=$(readlink -f "$1" 2>/dev/null || echo "$1")
+	awk -v d="$d" '$5 == d { found = 1 } END { exit !found }' /proc/self/mountinfo
+}
+
+# bench_unmount DIR: unmount DIR if mounted (plain, then lazy), never blocking forever.
+bench_unmount() {
+	local d=$1
+	bench_is_mounted "$d" || return 0
+	timeout 10 umount "$d" 2>/dev/null || timeout 10 fusermount3 -u "$d" 2>/dev/null || true
+	bench_is_mounted "$d" || return 0
+	timeout 10 umount -l "$d" 2>/dev/null || timeout 10 fusermount3 -uz "$d" 2>/dev/null || true
+	if bench_is_mounted "$d"; then
+		bench_log "could not unmount $d"
+		return 1
+	fi
+}
