@@ -3,6 +3,7 @@ package execrun
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"syscall"
 )
 
@@ -23,13 +24,21 @@ var (
 	// ErrBadCwd: the working directory is outside the mount root, escapes it
 	// through ".." or a symlink, or is not a directory. It is an invalid
 	// argument: errors.Is(err, os.ErrInvalid) holds and its errno is EINVAL.
-	ErrBadCwd = fmt.Errorf("working directory not inside the mount: %w", syscall.EINVAL)
+	ErrBadCwd error = &invalidError{"working directory not inside the mount"}
 	// ErrBadSpec: a malformed request (no command or two, bad env entry,
 	// timeout out of range, bad signal or offset). Also an invalid argument.
-	ErrBadSpec = fmt.Errorf("bad exec request: %w", syscall.EINVAL)
+	ErrBadSpec error = &invalidError{"bad exec request"}
 	// ErrClosed: the runner was shut down and starts nothing new.
 	ErrClosed = errors.New("exec runner shut down")
 )
+
+// invalidError is a sentinel that is also an invalid argument, for both
+// os.ErrInvalid and errno EINVAL (which errors.Is does not equate).
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string        { return e.msg }
+func (e *invalidError) Unwrap() error        { return syscall.EINVAL }
+func (e *invalidError) Is(target error) bool { return target == fs.ErrInvalid }
 
 // TruncatedError reports an attach or read at an offset the log no longer
 // holds. Start is the oldest offset still retained: attaching there resumes

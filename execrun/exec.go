@@ -328,14 +328,20 @@ func (e *Exec) pump(f *os.File, s Stream) {
 	}
 }
 
+// finish publishes the end of the exec. The runner's counters and slot are
+// updated first, so whoever sees the exit (Wait or a subscriber) may start
+// the next exec at once.
 func (e *Exec) finish(st ExitStatus) {
 	e.mu.Lock()
-	st.TimedOut, st.Killed = e.timedOut, e.killed
-	e.exit = &st
+	st.TimedOut, st.Killed = e.timedOut, e.killed // final: the leader is reaped
 	e.size = e.out.end - e.out.start
+	e.mu.Unlock()
+	e.r.retire(e, st)
+	e.mu.Lock()
+	e.exit = &st
 	e.wakeLocked()
 	e.mu.Unlock()
 	close(e.done)
 	e.log.Info("exec finished", "status", st.String(), "duration", st.Duration, "output_bytes", e.out.end)
-	e.r.retire(e)
+	e.r.wg.Done()
 }

@@ -199,16 +199,15 @@ func (r *Runner) Start(ctx context.Context, s Spec) (*Exec, error) {
 
 // retire moves a finished exec into retention, evicting the oldest beyond
 // the bounds.
-func (r *Runner) retire(e *Exec) {
-	defer r.wg.Done()
+func (r *Runner) retire(e *Exec, st ExitStatus) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.stats.Running--
 	r.stats.Finished++
-	if e.exit.Killed {
+	if st.Killed {
 		r.stats.Killed++
 	}
-	if e.exit.TimedOut {
+	if st.TimedOut {
 		r.stats.TimedOut++
 	}
 	r.retained = append(r.retained, e)
