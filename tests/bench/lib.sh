@@ -2,6 +2,7 @@
 # Helpers shared by the benchmark scripts (sourced, not run).
 
 export LC_ALL=C
+shopt -s inherit_errexit # a failure inside $(...) fails the script too
 
 bench_log() { echo "$(basename "$0"): $*" >&2; }
 
