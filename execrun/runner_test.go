@@ -618,3 +618,32 @@ func TestUser(t *testing.T) {
 		t.Errorf("ids = %q, want %q (stderr %q)", got, want, res.stderr)
 	}
 }
+
+// BenchmarkTrue is the runner's share of a push/exec/pull round trip of
+// `true`: start, run, reap, exit event.
+func BenchmarkTrue(b *testing.B) {
+	r, err := execrun.New(execrun.Options{Root: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Shutdown(context.Background())
+	ctx := context.Background()
+	for b.Loop() {
+		e, err := r.Start(ctx, execrun.Spec{Argv: []string{"true"}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := e.Wait(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkTrueOSExec is the floor BenchmarkTrue is compared with.
+func BenchmarkTrueOSExec(b *testing.B) {
+	for b.Loop() {
+		if err := exec.Command("true").Run(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
