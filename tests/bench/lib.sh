@@ -41,8 +41,9 @@ bench_free_port() {
 bench_machine() {
 	local cpu
 	cpu=$(awk -F': ' '/^model name/ { print $2; exit }' /proc/cpuinfo)
-	printf '%s; %s cores; %s MiB RAM; kernel %s; %s\n' "$cpu" "$(nproc)" \
-		"$(awk '/^MemTotal/ { printf "%d", $2 / 1024 }' /proc/meminfo)" "$(uname -r)" "$(go version 2>/dev/null || echo 'no go')"
+	printf '%s; %s cores; %s MiB RAM; kernel %s; %s; load %s\n' "$cpu" "$(nproc)" \
+		"$(awk '/^MemTotal/ { printf "%d", $2 / 1024 }' /proc/meminfo)" "$(uname -r)" \
+		"$(go version 2>/dev/null || echo 'no go')" "$(cut -d' ' -f1-3 /proc/loadavg)"
 }
 
 # bench_hwm_kb PGID: the largest VmHWM (peak RSS, KiB) of the live processes in process group PGID.
