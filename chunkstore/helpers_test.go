@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/binary"
+	"log/slog"
 	"math/rand/v2"
 	"path/filepath"
 	"testing"
@@ -49,6 +50,9 @@ func openMemDB(t testing.TB) *sql.DB {
 
 func newTestStore(t testing.TB, opts Options) *Store {
 	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
 	s, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
