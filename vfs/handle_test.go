@@ -1,0 +1,183 @@
+package vfs
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"runtime"
+	"testing"
+)
+
+func createFile(t testing.TB, s *Store, name string) *Handle {
+	t.Helper()
+	a, err := s.Create(ctx, RootIno, name, NewAttr{Mode: 0o644})
+	must(t, err)
+	h, err := s.OpenHandle(ctx, a.Ino)
+	must(t, err)
+	return h
+}
+
+func TestHandleWritesCommitAsOneRev(t *testing.T) {
+	s := newStore(t)
+	h := createFile(t, s, "f")
+	rev := s.CurrentRev()
+	data := pattern(3*cs+1234, 2)
+	for off := 0; off < len(data); off += 4096 {
+		_, err := h.WriteAt(ctx, data[off:min(off+4096, len(data))], int64(off))
+		must(t, err)
+	}
+	if s.CurrentRev() != rev {
+		t.Fatalf("writes stamped revs before flush: %d -> %d", rev, s.CurrentRev())
+	}
+	// Reads through the handle and getattr see buffered bytes.
+	got := make([]byte, len(data))
+	n, err := h.ReadAt(ctx, got, 0)
+	if n != len(data) || (err != nil && !errors.Is(err, io.EOF)) || !bytes.Equal(got, data) {
+		t.Fatalf("read before flush: n=%d err=%v equal=%v", n, err, bytes.Equal(got, data))
+	}
+	a, _ := s.GetAttr(ctx, h.Ino())
+	if a.Size != int64(len(data)) {
+		t.Errorf("getattr size before flush = %d", a.Size)
+	}
+	must(t, h.Flush(ctx))
+	if s.CurrentRev() != rev+1 {
+		t.Errorf("flush stamped %d revs, want 1", s.CurrentRev()-rev)
+	}
+	must(t, h.Release(ctx))
+	if !bytes.Equal(readFile(t, s, "f"), data) {
+		t.Error("committed content differs")
+	}
+	m, err := s.Manifest(ctx, "f")
+	must(t, err)
+	if len(m) != 4 || m[3].Size != 1234 {
+		t.Errorf("manifest = %d chunks, last %d bytes", len(m), m[len(m)-1].Size)
+	}
+}
+
+func TestHandleSparseWriteReadsZeros(t *testing.T) {
+	s := newStore(t)
+	h := createFile(t, s, "sparse")
+	_, err := h.WriteAt(ctx, []byte("end"), 2*cs+100)
+	must(t, err)
+	must(t, h.Release(ctx))
+	got := readFile(t, s, "sparse")
+	want := make([]byte, 2*cs+103)
+	copy(want[2*cs+100:], "end")
+	if !bytes.Equal(got, want) {
+		t.Error("sparse region does not read as zeros")
+	}
+}
+
+func TestHandleOverwriteInMiddle(t *testing.T) {
+	s := newStore(t)
+	data := pattern(3*cs, 3)
+	writeFile(t, s, "f", data)
+	before, _ := s.Manifest(ctx, "f")
+	ino, _ := s.ResolvePath(ctx, "f")
+	h, err := s.OpenHandle(ctx, ino)
+	must(t, err)
+	_, err = h.WriteAt(ctx, []byte("XYZ"), cs+10)
+	must(t, err)
+	must(t, h.Release(ctx))
+	copy(data[cs+10:], "XYZ")
+	if !bytes.Equal(readFile(t, s, "f"), data) {
+		t.Fatal("content after overwrite differs")
+	}
+	after, _ := s.Manifest(ctx, "f")
+	if before[0] != after[0] || before[2] != after[2] || before[1] == after[1] {
+		t.Errorf("an in-place edit of chunk 1 changed chunks other than 1")
+	}
+}
+
+func TestHandleTruncateShrinkAndGrow(t *testing.T) {
+	s := newStore(t)
+	data := pattern(2*cs+500, 4)
+	writeFile(t, s, "f", data)
+	ino, _ := s.ResolvePath(ctx, "f")
+	h, err := s.OpenHandle(ctx, ino)
+	must(t, err)
+	must(t, h.Truncate(ctx, cs+7))
+	must(t, h.Truncate(ctx, 3*cs))
+	must(t, h.Release(ctx))
+	want := make([]byte, 3*cs)
+	copy(want, data[:cs+7])
+	if got := readFile(t, s, "f"); !bytes.Equal(got, want) {
+		t.Errorf("shrink then grow: bytes past the shrink point are not zero")
+	}
+}
+
+func TestTwoHandlesShareState(t *testing.T) {
+	s := newStore(t)
+	h1 := createFile(t, s, "f")
+	h2, err := s.OpenHandle(ctx, h1.Ino())
+	must(t, err)
+	_, err = h1.WriteAt(ctx, []byte("aaaa"), 0)
+	must(t, err)
+	_, err = h2.WriteAt(ctx, []byte("bb"), 4)
+	must(t, err)
+	must(t, h1.Release(ctx))
+	must(t, h2.Release(ctx))
+	if got := string(readFile(t, s, "f")); got != "aaaabb" {
+		t.Errorf("content = %q, want both handles' writes", got)
+	}
+}
+
+func TestUnlinkedOpenFileStaysUsable(t *testing.T) {
+	s := newStore(t)
+	h := createFile(t, s, "f")
+	_, err := h.WriteAt(ctx, []byte("keep"), 0)
+	must(t, err)
+	must(t, h.Flush(ctx))
+	must(t, s.Unlink(ctx, RootIno, "f"))
+	if _, err := s.Stat(ctx, "f"); !errors.Is(err, ErrNotExist) {
+		t.Fatalf("stat after unlink: %v", err)
+	}
+	_, err = h.WriteAt(ctx, []byte("!"), 4)
+	must(t, err)
+	must(t, h.Flush(ctx))
+	got := make([]byte, 5)
+	if _, err := h.ReadAt(ctx, got, 0); err != nil && !errors.Is(err, io.EOF) {
+		t.Fatal(err)
+	}
+	if string(got) != "keep!" {
+		t.Errorf("read unlinked file = %q", got)
+	}
+	ino := h.Ino()
+	must(t, h.Release(ctx))
+	if _, err := s.GetAttr(ctx, ino); !errors.Is(err, ErrNotExist) {
+		t.Errorf("node of unlinked file survives its last release: %v", err)
+	}
+}
+
+func TestLargeSequentialWriteHoldsFewChunks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 256 MiB")
+	}
+	s := newStore(t)
+	h := createFile(t, s, "big")
+	buf := pattern(1<<20, 5)
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	base := ms.HeapInuse
+	var peak uint64
+	const total = 256 << 20
+	for off := int64(0); off < total; off += int64(len(buf)) {
+		_, err := h.WriteAt(ctx, buf, off)
+		must(t, err)
+		if off%(32<<20) == 0 {
+			runtime.ReadMemStats(&ms)
+			peak = max(peak, ms.HeapInuse)
+		}
+	}
+	must(t, h.Release(ctx))
+	growth := int64(peak) - int64(base)
+	t.Logf("heap growth while writing 256 MiB: %d KiB", growth>>10)
+	if growth > 64<<20 {
+		t.Errorf("heap grew by %d MiB while writing; the write path must hold only a few chunks", growth>>20)
+	}
+	a, _ := s.Stat(ctx, "big")
+	if a.Size != total {
+		t.Errorf("size = %d", a.Size)
+	}
+}
