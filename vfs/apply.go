@@ -35,10 +35,10 @@ type ApplyOptions struct {
 
 // ApplyResult reports what a batch did.
 type ApplyResult struct {
-	Applied  int   // entries that changed the store
-	Skipped  int   // entries that already matched (idempotent)
-	FirstRev int64 // first rev stamped (0 when none)
-	LastRev  int64 // last rev stamped (0 when none)
+	Applied   int   // entries that changed the store
+	Skipped   int   // entries that already matched (idempotent)
+	FirstRev  int64 // first rev stamped (0 when none)
+	LastRev   int64 // last rev stamped (0 when none)
 	RevBefore int64 // the store's rev before the batch
 }
 

@@ -393,4 +393,3 @@ func (s *Store) ChtimesPath(ctx context.Context, path string, mtime time.Time) e
 
 func dirOf(p string) string  { d, _ := splitPath(p); return d }
 func baseOf(p string) string { _, b := splitPath(p); return b }
-

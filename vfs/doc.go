@@ -1,0 +1,65 @@
+// Package vfs is the workspace store used on both sides of a wsync pair: the
+// authoritative server keeps one per workspace, and computerd keeps one
+// behind its FUSE mount. It has no kernel or network code.
+//
+// # Model
+//
+// A store is one SQLite database. Nodes (files, directories, symlinks) are
+// rows keyed by inode number; directory entries (parent, name, child) name
+// them. The root is inode 1. A rename moves a directory entry; a hardlink is
+// a second entry for the same file node. Inode numbers are never reused.
+// A file's content is a manifest: its 512 KiB chunks, by sha256, kept by
+// package chunkstore (small chunks as rows of the same database, full-size
+// chunks as files beside it).
+//
+// # Revisions and the change feed
+//
+// Every committed mutation takes the next value of one rev counter and
+// stamps it on every node it touched, and records each touched path in the
+// changes table: (path, rev of its last touch). A row whose path resolves to
+// a live node is a live entry; one that does not is a tombstone. A directory
+// rename stamps its whole subtree with one rev and records the old paths as
+// tombstones in the same transaction; rm -r records one tombstone per path.
+// Local-only state changes without a rev: atime, ownership, xattrs, and
+// directory times (the seed keeps parent directory metadata out of sync).
+//
+// Changes(after, through, ignore) walks the changes index in (rev, path)
+// order a page at a time, materialising each path's current state, so one
+// entry per path comes out however often it was rewritten, every hardlink
+// name gets its own entry, and a path rewritten while the feed runs moves
+// past through and is delivered by the next feed. Cursors are
+// watermark.Cursor values, resumable in the middle of a rev.
+//
+// # Apply
+//
+// Apply takes a batch of entries in one transaction (a savepoint per entry,
+// a rev per applied entry). It is idempotent: an entry that already matches
+// (content, mode and mtime for files; target for symlinks; mode for
+// directories) is skipped and stamps nothing. Missing parents are created;
+// a different node type at a path, or a non-directory where a parent
+// directory must be, is replaced along with its subtree (last writer wins).
+// Symlinks are never followed. A failing entry rolls back the whole batch
+// and comes back as an *EntryError. Watermarks can be written in the same
+// transaction.
+//
+// # Write handles
+//
+// FUSE writes go through a Handle. All handles of one inode share its open
+// state: chunk images being written, chunks hashed and stored in the
+// background as the writes fill them (so a long sequential write holds a
+// few chunks in memory), and the committed manifest. Reads through a handle
+// see buffered bytes; Flush, fsync and the last Release commit the new
+// manifest as one rev. A file whose last name is unlinked while open stays
+// usable until its last Release.
+//
+// # Connections
+//
+// One writer connection (all writes serialise on it) and a pool of
+// read-only connections in WAL mode, so reads never wait for the writer. An
+// in-memory store (Memory) uses one connection for both.
+//
+// # Extended attributes
+//
+// Only user.* attributes are stored. They are local to each side and never
+// cross the wire.
+package vfs
