@@ -92,6 +92,7 @@
 // Sentinels are in errors.go: ErrBusy, ErrExecLost, ErrLogTruncated,
 // ErrNotFound, ErrBadCwd and ErrBadSpec (both also invalid arguments,
 // os.ErrInvalid and EINVAL), ErrClosed. Stats counts started, running,
-// finished, killed, timed out and busy-refused execs; Stats.Metrics names
-// them as Prometheus series wsync_exec_<what>_total.
+// finished, killed, timed out and busy-refused execs of one Runner; the same
+// counts go to the default Prometheus registry as wsync_exec_<what>_total
+// (and the gauge wsync_exec_running).
 package execrun

@@ -63,17 +63,20 @@ type Exec struct {
 	pid  int // also the process group id
 	log  *slog.Logger
 	done chan struct{}
+	// listed is closed once Start has registered the exec, which must come
+	// before retiring it.
+	listed chan struct{}
 
 	mu           sync.Mutex
-	leaderExited bool        // the group is no longer ours to signal
-	timedOut     bool        // set under mu until exit
-	killed       bool        // set under mu until exit
+	leaderExited bool        // reaped or about to be: the group is no longer ours to signal
+	timedOut     bool        // the timeout terminated the group
+	killed       bool        // Kill or Shutdown signalled the group
 	timer        *time.Timer // timeout
 	grace        *time.Timer // SIGTERM sent, SIGKILL pending
 	out          outputLog
 	wake         chan struct{} // closed on new output or exit
-	exit         *ExitStatus
-	size         int64 // retained log bytes, fixed at exit
+	exit         *ExitStatus   // set once, after the group is gone and output drained
+	size         int64         // retained log bytes, fixed at exit
 }
 
 // ID is the exec's id: "<runtime id>:<sequence>".
@@ -311,6 +314,7 @@ func (e *Exec) run(cmd *exec.Cmd, timeout time.Duration, started chan<- error, o
 	if inW != nil {
 		inW.Close()
 	}
+	<-e.listed
 	e.finish(st)
 }
 

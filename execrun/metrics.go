@@ -1,27 +1,35 @@
 package execrun
 
-// Metric is one Prometheus series of the runner.
-//
-// The exposition itself belongs to the daemon's registry: client_golang's
-// dependencies are not in go.sum yet, so this package names its series and
-// leaves registering them (a Collector whose Collect reads Stats().Metrics())
-// to cmd/computerd.
-type Metric struct {
-	Name    string
-	Help    string
-	Counter bool // a counter; otherwise a gauge
-	Value   float64
-}
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
 
-// Metrics lists the series for s, counters named wsync_exec_<what>_total.
-func (s Stats) Metrics() []Metric {
-	return []Metric{
-		{"wsync_exec_started_total", "Execs started.", true, float64(s.Started)},
-		{"wsync_exec_finished_total", "Execs that ended and were reaped.", true, float64(s.Finished)},
-		{"wsync_exec_killed_total", "Execs that ended after a kill or shutdown signalled them.", true, float64(s.Killed)},
-		{"wsync_exec_timed_out_total", "Execs terminated by their timeout.", true, float64(s.TimedOut)},
-		{"wsync_exec_busy_total", "Exec starts refused by the concurrency limit.", true, float64(s.Busy)},
-		{"wsync_exec_running", "Execs running now.", false, float64(s.Running)},
-		{"wsync_exec_retained", "Finished execs kept for re-attach.", false, float64(s.Retained)},
-	}
-}
+// Metrics live in the default registry, summed over every Runner of the
+// process (there is one in computerd); Stats gives one Runner's figures.
+var (
+	metricStarted = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "wsync_exec_started_total",
+		Help: "Execs started.",
+	})
+	metricFinished = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "wsync_exec_finished_total",
+		Help: "Execs that ended and whose process group is gone.",
+	})
+	metricKilled = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "wsync_exec_killed_total",
+		Help: "Execs that ended after a kill or shutdown signalled them.",
+	})
+	metricTimedOut = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "wsync_exec_timed_out_total",
+		Help: "Execs terminated by their timeout.",
+	})
+	metricBusy = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "wsync_exec_busy_total",
+		Help: "Exec starts refused by the concurrency limit.",
+	})
+	metricRunning = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "wsync_exec_running",
+		Help: "Execs running now.",
+	})
+)

@@ -159,6 +159,7 @@ func (r *Runner) Start(ctx context.Context, s Spec) (*Exec, error) {
 	}
 	if r.stats.Running >= r.opts.MaxRunning {
 		r.stats.Busy++
+		metricBusy.Inc()
 		r.mu.Unlock()
 		return nil, fmt.Errorf("%d execs running: %w", r.opts.MaxRunning, ErrBusy)
 	}
@@ -170,12 +171,13 @@ func (r *Runner) Start(ctx context.Context, s Spec) (*Exec, error) {
 
 	id := r.opts.RuntimeID + ":" + strconv.FormatUint(seq, 10)
 	e := &Exec{
-		r:    r,
-		id:   id,
-		seq:  seq,
-		log:  r.log.With("exec", id),
-		done: make(chan struct{}),
-		out:  outputLog{cap: r.opts.LogCap},
+		r:      r,
+		id:     id,
+		seq:    seq,
+		log:    r.log.With("exec", id),
+		done:   make(chan struct{}),
+		listed: make(chan struct{}),
+		out:    outputLog{cap: r.opts.LogCap},
 	}
 	if err := e.start(c, s.Stdin); err != nil {
 		r.mu.Lock()
@@ -191,6 +193,9 @@ func (r *Runner) Start(ctx context.Context, s Spec) (*Exec, error) {
 	r.stats.Started++
 	closed := r.closed
 	r.mu.Unlock()
+	metricStarted.Inc()
+	metricRunning.Inc()
+	close(e.listed)
 	if closed { // Shutdown began while we forked and did not see e
 		e.terminate(false)
 	}
@@ -200,15 +205,19 @@ func (r *Runner) Start(ctx context.Context, s Spec) (*Exec, error) {
 // retire moves a finished exec into retention, evicting the oldest beyond
 // the bounds.
 func (r *Runner) retire(e *Exec, st ExitStatus) {
+	metricRunning.Dec()
+	metricFinished.Inc()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.stats.Running--
 	r.stats.Finished++
 	if st.Killed {
 		r.stats.Killed++
+		metricKilled.Inc()
 	}
 	if st.TimedOut {
 		r.stats.TimedOut++
+		metricTimedOut.Inc()
 	}
 	r.retained = append(r.retained, e)
 	r.retainedBytes += e.size

@@ -326,15 +326,17 @@ func TestTimeoutKillsGroup(t *testing.T) {
 	t.Parallel()
 	r := newRunner(t, execrun.Options{KillGrace: 200 * time.Millisecond})
 	for _, tc := range []struct {
-		name   string
-		shell  string
-		signal syscall.Signal
+		name    string
+		shell   string
+		timeout time.Duration
+		signal  syscall.Signal
 	}{
-		{"SIGTERM", "sleep 100 & sleep 100", syscall.SIGTERM},
-		// The whole group ignores SIGTERM: SIGKILL after the grace.
-		{"SIGKILL after grace", `trap "" TERM; sleep 100 & sleep 100`, syscall.SIGKILL},
+		{"SIGTERM", "sleep 100 & sleep 100", 300 * time.Millisecond, syscall.SIGTERM},
+		// The whole group ignores SIGTERM: SIGKILL after the grace. The
+		// longer timeout lets sh set its trap first.
+		{"SIGKILL after grace", `trap "" TERM; sleep 100 & sleep 100`, time.Second, syscall.SIGKILL},
 	} {
-		e, err := r.Start(testCtx(t), execrun.Spec{Shell: tc.shell, Timeout: 300 * time.Millisecond})
+		e, err := r.Start(testCtx(t), execrun.Spec{Shell: tc.shell, Timeout: tc.timeout})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -437,7 +439,8 @@ func TestReattachReplay(t *testing.T) {
 func TestLogTruncated(t *testing.T) {
 	t.Parallel()
 	r := newRunner(t, execrun.Options{LogCap: 1000})
-	e, err := r.Start(testCtx(t), execrun.Spec{Shell: "yes abcdefghi | head -c 5000"})
+	gate, open := io.Pipe()
+	e, err := r.Start(testCtx(t), execrun.Spec{Shell: "read go; yes abcdefghi | head -c 5000", Stdin: gate})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -445,6 +448,10 @@ func TestLogTruncated(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := open.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	open.Close()
 	wait(t, e)
 
 	var te *execrun.TruncatedError
