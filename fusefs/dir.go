@@ -1,0 +1,117 @@
+package fusefs
+
+import (
+	"context"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/wsync/wsync/vfs"
+)
+
+// readdirPage is how many entries one vfs.ReadDir call fetches.
+const readdirPage = 256
+
+// dirHandle streams a directory in name order, a page of the store at a
+// time, so listing a huge directory holds one page. The offset of an entry is
+// its position in the listing ("." is 1, ".." is 2); a seek back re-reads
+// from the start, which the stable name order makes exact while the
+// directory is unchanged.
+type dirHandle struct {
+	srv *Server
+	n   *Node
+
+	pos       uint64 // entries returned so far
+	page      []vfs.DirEntry
+	pageStart uint64 // position of page[0]
+	after     string // last name fetched
+	eof       bool
+}
+
+var (
+	_ fs.FileReaddirenter = (*dirHandle)(nil)
+	_ fs.FileSeekdirer    = (*dirHandle)(nil)
+	_ fs.FileFsyncdirer   = (*dirHandle)(nil)
+)
+
+func (n *Node) OpendirHandle(ctx context.Context, flags uint32) (_ fs.FileHandle, _ uint32, errno syscall.Errno) {
+	defer n.srv.metrics.track(opOpendir, time.Now(), &errno)
+	a, err := n.srv.store.GetAttr(context.WithoutCancel(ctx), n.ino)
+	if err != nil {
+		return nil, 0, toErrno(err)
+	}
+	if a.Kind != vfs.KindDir {
+		return nil, 0, syscall.ENOTDIR
+	}
+	return &dirHandle{srv: n.srv, n: n}, 0, 0
+}
+
+func (d *dirHandle) Readdirent(ctx context.Context) (_ *fuse.DirEntry, errno syscall.Errno) {
+	defer d.srv.metrics.track(opReaddir, time.Now(), &errno)
+	de, errno := d.next(context.WithoutCancel(ctx))
+	if de != nil {
+		de.Off = d.pos
+	}
+	return de, errno
+}
+
+func (d *dirHandle) next(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
+	switch d.pos {
+	case 0:
+		d.pos++
+		return &fuse.DirEntry{Name: ".", Ino: uint64(d.n.ino), Mode: syscall.S_IFDIR}, 0
+	case 1:
+		d.pos++
+		parent := d.n.ino
+		if _, p := d.n.Parent(); p != nil {
+			parent = vfs.Ino(p.StableAttr().Ino)
+		}
+		return &fuse.DirEntry{Name: "..", Ino: uint64(parent), Mode: syscall.S_IFDIR}, 0
+	}
+	i := d.pos - d.pageStart
+	if d.page == nil || i >= uint64(len(d.page)) {
+		if d.eof {
+			return nil, 0
+		}
+		page, err := d.srv.store.ReadDir(ctx, d.n.ino, d.after, readdirPage)
+		if err != nil {
+			return nil, toErrno(err)
+		}
+		d.eof = len(page) < readdirPage
+		if len(page) == 0 {
+			d.eof = true
+			return nil, 0
+		}
+		d.page, d.pageStart, d.after = page, d.pos, page[len(page)-1].Name
+		i = 0
+	}
+	e := d.page[i]
+	d.pos++
+	return &fuse.DirEntry{Name: e.Name, Ino: uint64(e.Ino), Mode: kindMode(e.Kind)}, 0
+}
+
+func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
+	if off == d.pos {
+		return 0
+	}
+	if d.page != nil && off >= d.pageStart && off <= d.pageStart+uint64(len(d.page)) && off >= 2 {
+		d.pos = off
+		return 0
+	}
+	d.pos, d.page, d.pageStart, d.after, d.eof = 0, nil, 0, "", false
+	for d.pos < off {
+		de, errno := d.next(context.WithoutCancel(ctx))
+		if errno != 0 {
+			return errno
+		}
+		if de == nil {
+			break
+		}
+	}
+	return 0
+}
+
+// Fsyncdir has nothing to do: every namespace change committed already.
+func (d *dirHandle) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno { return 0 }

@@ -1,0 +1,31 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"syscall"
+
+	"github.com/wsync/wsync/vfs"
+)
+
+// Sentinel errors of this package.
+var (
+	// ErrNoFUSE: /dev/fuse is missing or the process may not mount.
+	ErrNoFUSE = errors.New("fuse is not available")
+	// ErrUnmounted: the mount was already torn down.
+	ErrUnmounted = errors.New("not mounted")
+)
+
+// toErrno is the one place an error becomes an errno for the kernel. Store
+// errors map through vfs.Errno (its sentinels, or a wrapped syscall.Errno);
+// a cancelled request is EINTR, as go-fuse expects of an honoured interrupt;
+// everything else is EIO.
+func toErrno(err error) syscall.Errno {
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return syscall.EINTR
+	}
+	return vfs.Errno(err)
+}

@@ -1,0 +1,404 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/wsync/wsync/vfs"
+)
+
+// Node is one vfs inode in go-fuse's tree. All node kinds share the type:
+// the store decides what an operation means for a kind, and the kernel
+// never sends a file operation to a directory or the reverse.
+type Node struct {
+	fs.Inode
+	srv *Server
+	ino vfs.Ino
+
+	// cacheRev is the rev of the content the kernel's page cache holds for
+	// this node, as far as we know: set at open and after our own commits.
+	// An open that finds the store at the same rev keeps the cache.
+	cacheRev atomic.Int64
+}
+
+var (
+	_ fs.InodeEmbedder      = (*Node)(nil)
+	_ fs.NodeLookuper       = (*Node)(nil)
+	_ fs.NodeGetattrer      = (*Node)(nil)
+	_ fs.NodeSetattrer      = (*Node)(nil)
+	_ fs.NodeOpendirHandler = (*Node)(nil)
+	_ fs.NodeOpener         = (*Node)(nil)
+	_ fs.NodeCreater        = (*Node)(nil)
+	_ fs.NodeMkdirer        = (*Node)(nil)
+	_ fs.NodeRmdirer        = (*Node)(nil)
+	_ fs.NodeUnlinker       = (*Node)(nil)
+	_ fs.NodeRenamer        = (*Node)(nil)
+	_ fs.NodeSymlinker      = (*Node)(nil)
+	_ fs.NodeReadlinker     = (*Node)(nil)
+	_ fs.NodeLinker         = (*Node)(nil)
+	_ fs.NodeGetxattrer     = (*Node)(nil)
+	_ fs.NodeSetxattrer     = (*Node)(nil)
+	_ fs.NodeListxattrer    = (*Node)(nil)
+	_ fs.NodeRemovexattrer  = (*Node)(nil)
+	_ fs.NodeStatfser       = (*Node)(nil)
+)
+
+// Ino is the node's vfs inode number.
+func (n *Node) Ino() vfs.Ino { return n.ino }
+
+// attr is the node's attributes as the kernel should see them: the store's,
+// with an open handle's uncommitted size and mtime over them, and the
+// configured root owner.
+func (s *Server) attr(ctx context.Context, ino vfs.Ino) (vfs.Attr, error) {
+	a, err := s.store.GetAttr(ctx, ino)
+	if err != nil {
+		return a, err
+	}
+	s.overlay(&a)
+	return a, nil
+}
+
+func (s *Server) overlay(a *vfs.Attr) {
+	if a.Kind == vfs.KindFile {
+		if of := s.openFor(a.Ino); of != nil {
+			of.overlay(a)
+		}
+	}
+	if a.Ino == vfs.RootIno {
+		s.mu.Lock()
+		if o := s.rootOwner; o != nil {
+			a.Uid, a.Gid = o.Uid, o.Gid
+		}
+		s.mu.Unlock()
+	}
+}
+
+// child makes (or finds) the Inode for a store node named in a reply and
+// fills the entry.
+func (n *Node) child(ctx context.Context, a vfs.Attr, out *fuse.EntryOut) *fs.Inode {
+	n.srv.overlay(&a)
+	fillAttr(&out.Attr, a)
+	return n.NewInode(ctx, &Node{srv: n.srv, ino: a.Ino}, fs.StableAttr{
+		Mode: kindMode(a.Kind),
+		Ino:  uint64(a.Ino),
+		Gen:  nodeGen,
+	})
+}
+
+// noteOwnChange records that the node's content changed through this
+// mount, so the kernel's cache (which saw the change go by) stays valid.
+func (n *Node) noteOwnChange(ctx context.Context) {
+	if a, err := n.srv.store.GetAttr(ctx, n.ino); err == nil {
+		n.cacheRev.Store(a.Rev)
+	}
+}
+
+func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (_ *fs.Inode, errno syscall.Errno) {
+	defer n.srv.metrics.track(opLookup, time.Now(), &errno)
+	a, err := n.srv.store.Lookup(context.WithoutCancel(ctx), n.ino, name)
+	if err != nil {
+		if errors.Is(err, vfs.ErrNotExist) && n.GetChild(name) != nil {
+			// An upstream apply removed or renamed it; drop go-fuse's
+			// stale edge so its tree stays what the kernel holds.
+			n.RmChild(name)
+		}
+		return nil, toErrno(err)
+	}
+	return n.child(ctx, a, out), 0
+}
+
+func (n *Node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) (errno syscall.Errno) {
+	defer n.srv.metrics.track(opGetattr, time.Now(), &errno)
+	a, err := n.srv.attr(context.WithoutCancel(ctx), n.ino)
+	if err != nil {
+		return toErrno(err)
+	}
+	fillAttr(&out.Attr, a)
+	return 0
+}
+
+func (n *Node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) (errno syscall.Errno) {
+	defer n.srv.metrics.track(opSetattr, time.Now(), &errno)
+	ctx = context.WithoutCancel(ctx)
+	s := n.srv
+	cur, err := s.attr(ctx, n.ino)
+	if err != nil {
+		return toErrno(err)
+	}
+	req := decodeSetattr(in)
+	if err := checkSetattr(callerOf(ctx), cur, req); err != nil {
+		return toErrno(err)
+	}
+	if n.ino == vfs.RootIno && s.opts.Owner != nil {
+		// The root's reported owner is ours; a chown moves it and is kept
+		// in the store too.
+		s.mu.Lock()
+		if req.sa.Uid != nil {
+			s.rootOwner.Uid = *req.sa.Uid
+		}
+		if req.sa.Gid != nil {
+			s.rootOwner.Gid = *req.sa.Gid
+		}
+		s.mu.Unlock()
+	}
+
+	of := s.openFor(n.ino)
+	if req.size != nil {
+		switch {
+		case cur.Kind == vfs.KindDir:
+			return syscall.EISDIR
+		case cur.Kind != vfs.KindFile:
+			return syscall.EINVAL
+		case of != nil:
+			// An open handle owns the content: truncating around it would
+			// be undone by its next commit.
+			if err := of.truncate(ctx, *req.size); err != nil {
+				return toErrno(err)
+			}
+		default:
+			req.sa.Size = req.size
+		}
+	}
+	sa := req.sa
+	if sa.Mode != nil || sa.Uid != nil || sa.Gid != nil || sa.Atime != nil || sa.Mtime != nil || sa.Size != nil {
+		if of != nil && (sa.Atime != nil || sa.Mtime != nil) {
+			// cp -p sets the times through the descriptor before close:
+			// commit the writes first so their commit cannot move mtime
+			// past the times asked for.
+			if _, err := of.flush(ctx); err != nil {
+				return toErrno(err)
+			}
+		}
+		if _, err := s.store.SetAttr(ctx, n.ino, sa); err != nil {
+			return toErrno(err)
+		}
+	}
+	a, err := s.attr(ctx, n.ino)
+	if err != nil {
+		return toErrno(err)
+	}
+	n.cacheRev.Store(a.Rev)
+	fillAttr(&out.Attr, a)
+	return 0
+}
+
+func (n *Node) Open(ctx context.Context, flags uint32) (_ fs.FileHandle, fuseFlags uint32, errno syscall.Errno) {
+	defer n.srv.metrics.track(opOpen, time.Now(), &errno)
+	ctx = context.WithoutCancel(ctx)
+	a, err := n.srv.store.GetAttr(ctx, n.ino)
+	if err != nil {
+		return nil, 0, toErrno(err)
+	}
+	if a.Kind != vfs.KindFile {
+		return nil, 0, syscall.EINVAL
+	}
+	fh, errno := n.open(ctx, flags)
+	if errno != 0 {
+		return nil, 0, errno
+	}
+	if prev := n.cacheRev.Swap(a.Rev); prev == a.Rev && flags&syscall.O_TRUNC == 0 {
+		fuseFlags |= fuse.FOPEN_KEEP_CACHE
+	}
+	return fh, fuseFlags, 0
+}
+
+// open makes a FUSE handle on the node's shared openFile.
+func (n *Node) open(ctx context.Context, flags uint32) (*fileHandle, syscall.Errno) {
+	of, err := n.srv.acquire(ctx, n.ino)
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	if flags&syscall.O_TRUNC != 0 && flags&syscall.O_ACCMODE != syscall.O_RDONLY {
+		if err := of.truncate(ctx, 0); err != nil {
+			_ = n.srv.release(ctx, of)
+			return nil, toErrno(err)
+		}
+	}
+	return &fileHandle{srv: n.srv, node: n, of: of, append: flags&syscall.O_APPEND != 0}, 0
+}
+
+func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (_ *fs.Inode, _ fs.FileHandle, _ uint32, errno syscall.Errno) {
+	defer n.srv.metrics.track(opCreate, time.Now(), &errno)
+	ctx = context.WithoutCancel(ctx)
+	s := n.srv
+	parent, err := s.store.GetAttr(ctx, n.ino)
+	if err != nil {
+		return nil, nil, 0, toErrno(err)
+	}
+	a, err := s.store.Create(ctx, n.ino, name, newNodeAttr(parent, callerOf(ctx), mode, false))
+	if errors.Is(err, vfs.ErrExist) && flags&syscall.O_EXCL == 0 {
+		// Created by someone else since the kernel's lookup: open it.
+		a, err = s.store.Lookup(ctx, n.ino, name)
+		if err == nil && a.Kind == vfs.KindDir {
+			err = vfs.ErrIsDir
+		}
+	}
+	if err != nil {
+		return nil, nil, 0, toErrno(err)
+	}
+	child := n.child(ctx, a, out)
+	cn := child.Operations().(*Node)
+	fh, errno := cn.open(ctx, flags)
+	if errno != 0 {
+		return nil, nil, 0, errno
+	}
+	cn.cacheRev.Store(a.Rev)
+	return child, fh, 0, 0
+}
+
+func (n *Node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (_ *fs.Inode, errno syscall.Errno) {
+	defer n.srv.metrics.track(opMkdir, time.Now(), &errno)
+	ctx = context.WithoutCancel(ctx)
+	parent, err := n.srv.store.GetAttr(ctx, n.ino)
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	a, err := n.srv.store.Mkdir(ctx, n.ino, name, newNodeAttr(parent, callerOf(ctx), mode, true))
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	return n.child(ctx, a, out), 0
+}
+
+func (n *Node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (_ *fs.Inode, errno syscall.Errno) {
+	defer n.srv.metrics.track(opSymlink, time.Now(), &errno)
+	ctx = context.WithoutCancel(ctx)
+	c := callerOf(ctx)
+	a, err := n.srv.store.Symlink(ctx, n.ino, name, target, vfs.NewAttr{Mode: 0o777, Uid: c.Uid, Gid: c.Gid})
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	return n.child(ctx, a, out), 0
+}
+
+func (n *Node) Readlink(ctx context.Context) (_ []byte, errno syscall.Errno) {
+	defer n.srv.metrics.track(opReadlink, time.Now(), &errno)
+	target, err := n.srv.store.Readlink(context.WithoutCancel(ctx), n.ino)
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	return []byte(target), 0
+}
+
+func (n *Node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (_ *fs.Inode, errno syscall.Errno) {
+	defer n.srv.metrics.track(opLink, time.Now(), &errno)
+	t, ok := target.(*Node)
+	if !ok {
+		return nil, syscall.EXDEV
+	}
+	a, err := n.srv.store.Link(context.WithoutCancel(ctx), t.ino, n.ino, name)
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	return n.child(ctx, a, out), 0
+}
+
+func (n *Node) Unlink(ctx context.Context, name string) (errno syscall.Errno) {
+	defer n.srv.metrics.track(opUnlink, time.Now(), &errno)
+	return toErrno(n.srv.store.Unlink(context.WithoutCancel(ctx), n.ino, name))
+}
+
+func (n *Node) Rmdir(ctx context.Context, name string) (errno syscall.Errno) {
+	defer n.srv.metrics.track(opRmdir, time.Now(), &errno)
+	return toErrno(n.srv.store.Rmdir(context.WithoutCancel(ctx), n.ino, name))
+}
+
+// Linux renameat2(2) flags.
+const (
+	renameNoReplace = 0x1
+	renameExchange  = 0x2
+)
+
+func (n *Node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) (errno syscall.Errno) {
+	defer n.srv.metrics.track(opRename, time.Now(), &errno)
+	np, ok := newParent.(*Node)
+	if !ok {
+		return syscall.EXDEV
+	}
+	var rf vfs.RenameFlags
+	switch flags {
+	case 0:
+	case renameNoReplace:
+		rf = vfs.RenameNoReplace
+	default:
+		// RENAME_EXCHANGE and RENAME_WHITEOUT are not supported.
+		return syscall.EINVAL
+	}
+	return toErrno(n.srv.store.Rename(context.WithoutCancel(ctx), n.ino, name, np.ino, newName, rf))
+}
+
+// Extended attributes: only the user namespace is stored. The kernel keeps
+// user.* off symlinks and special files and checks write permission.
+const userXattrPrefix = "user."
+
+func (n *Node) Getxattr(ctx context.Context, attr string, dest []byte) (_ uint32, errno syscall.Errno) {
+	defer n.srv.metrics.track(opGetxattr, time.Now(), &errno)
+	if !strings.HasPrefix(attr, userXattrPrefix) {
+		return 0, syscall.ENODATA
+	}
+	v, err := n.srv.store.GetXattr(context.WithoutCancel(ctx), n.ino, attr)
+	if err != nil {
+		return 0, toErrno(err)
+	}
+	if len(dest) < len(v) {
+		return uint32(len(v)), syscall.ERANGE
+	}
+	return uint32(copy(dest, v)), 0
+}
+
+func (n *Node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) (errno syscall.Errno) {
+	defer n.srv.metrics.track(opSetxattr, time.Now(), &errno)
+	if !strings.HasPrefix(attr, userXattrPrefix) {
+		return syscall.EOPNOTSUPP
+	}
+	return toErrno(n.srv.store.SetXattr(context.WithoutCancel(ctx), n.ino, attr, data, flags))
+}
+
+func (n *Node) Listxattr(ctx context.Context, dest []byte) (_ uint32, errno syscall.Errno) {
+	defer n.srv.metrics.track(opListxattr, time.Now(), &errno)
+	names, err := n.srv.store.ListXattr(context.WithoutCancel(ctx), n.ino)
+	if err != nil {
+		return 0, toErrno(err)
+	}
+	var list []byte
+	for _, name := range names {
+		if strings.HasPrefix(name, userXattrPrefix) {
+			list = append(append(list, name...), 0)
+		}
+	}
+	if len(dest) < len(list) {
+		return uint32(len(list)), syscall.ERANGE
+	}
+	return uint32(copy(dest, list)), 0
+}
+
+func (n *Node) Removexattr(ctx context.Context, attr string) (errno syscall.Errno) {
+	defer n.srv.metrics.track(opRemovexattr, time.Now(), &errno)
+	if !strings.HasPrefix(attr, userXattrPrefix) {
+		return syscall.EOPNOTSUPP
+	}
+	return toErrno(n.srv.store.RemoveXattr(context.WithoutCancel(ctx), n.ino, attr))
+}
+
+func (n *Node) Statfs(ctx context.Context, out *fuse.StatfsOut) (errno syscall.Errno) {
+	defer n.srv.metrics.track(opStatfs, time.Now(), &errno)
+	st, err := n.srv.store.StatFS(context.WithoutCancel(ctx))
+	if err != nil {
+		return toErrno(err)
+	}
+	out.Blocks, out.Bfree, out.Bavail = st.Blocks, st.BlocksFree, st.BlocksAvail
+	out.Files, out.Ffree = st.Files, st.FilesFree
+	out.Bsize, out.Frsize = st.BlockSize, st.BlockSize
+	out.NameLen = st.NameLen
+	if out.NameLen == 0 {
+		out.NameLen = vfs.MaxNameLen
+	}
+	return 0
+}
