@@ -121,6 +121,7 @@ type sessionStats struct {
 	framesIn, framesOut atomic.Int64
 	buffered            atomic.Int64 // bytes queued in receive buffers now
 	bufferedPeak        atomic.Int64
+	blocked             atomic.Int64 // senders waiting for credit now
 }
 
 // Stats are a session's counters.
@@ -131,6 +132,8 @@ type Stats struct {
 	// consumed; BufferedPeak its high-water mark. Flow control bounds both
 	// by Window per stream.
 	Buffered, BufferedPeak int64
+	// BlockedSenders is how many stream senders wait for credit right now.
+	BlockedSenders int64
 }
 
 // NewSession wraps conn. client decides which half of the call-id space
@@ -181,6 +184,7 @@ func (s *Session) Stats() Stats {
 		BytesIn: s.stats.bytesIn.Load(), BytesOut: s.stats.bytesOut.Load(),
 		FramesIn: s.stats.framesIn.Load(), FramesOut: s.stats.framesOut.Load(),
 		Buffered: s.stats.buffered.Load(), BufferedPeak: s.stats.bufferedPeak.Load(),
+		BlockedSenders: s.stats.blocked.Load(),
 	}
 }
 
@@ -402,7 +406,7 @@ func (s *Session) Open(ctx context.Context, m Method, body []byte, stream bool) 
 		resp:   newRecvQueue(s),
 	}
 	if stream {
-		o.send = newSendCredit(int(s.peer.Window))
+		o.send = newSendCredit(int(s.peer.Window), &s.stats.blocked)
 	}
 	s.mu.Lock()
 	if s.err != nil {
@@ -852,7 +856,7 @@ func (c *Incoming) reply(body []byte, stream bool) error {
 	}
 	c.replied = true
 	if stream {
-		c.send = newSendCredit(int(c.s.peer.Window))
+		c.send = newSendCredit(int(c.s.peer.Window), &c.s.stats.blocked)
 	}
 	c.mu.Unlock()
 	var flags uint8
@@ -997,10 +1001,12 @@ type sendCredit struct {
 	credit int
 	err    error // set once the stream can take no more messages
 	wake   chan struct{}
+	// blocked counts the session's senders waiting for credit.
+	blocked *atomic.Int64
 }
 
-func newSendCredit(window int) *sendCredit {
-	return &sendCredit{credit: window, wake: make(chan struct{}, 1)}
+func newSendCredit(window int, blocked *atomic.Int64) *sendCredit {
+	return &sendCredit{credit: window, wake: make(chan struct{}, 1), blocked: blocked}
 }
 
 func (c *sendCredit) grant(p []byte) error {
@@ -1038,11 +1044,15 @@ func (c *sendCredit) take(ctx, callCtx context.Context, cost int) error {
 			return nil
 		}
 		c.mu.Unlock()
+		c.blocked.Add(1)
 		select {
 		case <-c.wake:
+			c.blocked.Add(-1)
 		case <-ctx.Done():
+			c.blocked.Add(-1)
 			return ctx.Err()
 		case <-callCtx.Done():
+			c.blocked.Add(-1)
 			return context.Cause(callCtx)
 		}
 	}

@@ -1,0 +1,76 @@
+package syncwire
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+
+	"github.com/klauspost/compress/zstd"
+	"github.com/wsync/wsync/chunkstore"
+)
+
+// One encoder and one decoder serve the process: EncodeAll and DecodeAll
+// are safe for concurrent use and reuse their internal state.
+var (
+	zstdEncoder = sync.OnceValue(func() *zstd.Encoder {
+		e, err := zstd.NewWriter(nil,
+			zstd.WithEncoderLevel(zstd.SpeedFastest),
+			zstd.WithEncoderConcurrency(runtime.GOMAXPROCS(0)),
+			zstd.WithWindowSize(chunkstore.ChunkSize),
+			zstd.WithZeroFrames(true))
+		if err != nil {
+			panic(err)
+		}
+		return e
+	})
+	zstdDecoder = sync.OnceValue(func() *zstd.Decoder {
+		d, err := zstd.NewReader(nil,
+			zstd.WithDecoderConcurrency(runtime.GOMAXPROCS(0)),
+			zstd.WithDecoderMaxMemory(2*chunkstore.ChunkSize),
+			zstd.WithDecoderMaxWindow(chunkstore.ChunkSize),
+			zstd.WithDecodeAllCapLimit(true))
+		if err != nil {
+			panic(err)
+		}
+		return d
+	})
+	compressBufs = sync.Pool{New: func() any { b := make([]byte, 0, chunkstore.ChunkSize); return &b }}
+)
+
+// minCompressGain is the fraction (1/n) a chunk must shrink by before we
+// send it compressed: below that the receiver's decode costs more than the
+// bytes saved on loopback.
+const minCompressGain = 16
+
+// compress returns data zstd-compressed, or nil when that would not make it
+// meaningfully smaller. A non-nil result goes back with putCompressBuf.
+func compress(data []byte) []byte {
+	if len(data) < 256 {
+		return nil
+	}
+	bp := compressBufs.Get().(*[]byte)
+	z := zstdEncoder().EncodeAll(data, (*bp)[:0])
+	if len(z) >= len(data)-len(data)/minCompressGain {
+		*bp = z[:0]
+		compressBufs.Put(bp)
+		return nil
+	}
+	return z
+}
+
+func putCompressBuf(z []byte) {
+	z = z[:0]
+	compressBufs.Put(&z)
+}
+
+// decompress decodes one compressed chunk of exactly raw bytes.
+func decompress(z []byte, raw int) ([]byte, error) {
+	out, err := zstdDecoder().DecodeAll(z, make([]byte, 0, raw))
+	if err != nil {
+		return nil, fmt.Errorf("%w: zstd: %v", ErrProtocol, err)
+	}
+	if len(out) != raw {
+		return nil, protoErr("zstd chunk of %d bytes, header says %d", len(out), raw)
+	}
+	return out, nil
+}

@@ -1,0 +1,214 @@
+package syncwire
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"iter"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/vfs"
+	"github.com/wsync/wsync/watermark"
+)
+
+// fakeBackend is an in-memory Backend for transport and codec tests: a
+// fixed feed, a chunk map and watermarks. Apply records batches.
+type fakeBackend struct {
+	mu      sync.Mutex
+	id      string
+	rev     int64
+	feed    []vfs.ChangeEntry
+	chunks  map[chunkstore.Hash][]byte
+	marks   map[string]watermark.Set
+	applied [][]vfs.ChangeEntry
+	flushes int
+	cs      *chunkstore.Store
+	// chunkFn, when set, synthesises chunk bytes (large transfers).
+	chunkFn func(h chunkstore.Hash) ([]byte, error)
+	reads   atomic.Int64
+}
+
+func newFake(id string) *fakeBackend {
+	return &fakeBackend{id: id, chunks: map[chunkstore.Hash][]byte{}, marks: map[string]watermark.Set{}}
+}
+
+func (f *fakeBackend) addFile(path string, data []byte) vfs.ChangeEntry {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rev++
+	e := vfs.ChangeEntry{Kind: vfs.EntryFile, Rev: f.rev, Path: path, Mode: 0o644, Mtime: 1e9, Size: int64(len(data))}
+	for off := 0; off < len(data); off += chunkstore.ChunkSize {
+		c := data[off:min(off+chunkstore.ChunkSize, len(data))]
+		h := chunkstore.Sum(c)
+		f.chunks[h] = c
+		e.Chunks = append(e.Chunks, chunkstore.Ref{Hash: h, Size: uint32(len(c))})
+	}
+	f.feed = append(f.feed, e)
+	return e
+}
+
+func (f *fakeBackend) ID() string { return f.id }
+func (f *fakeBackend) CurrentRev() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.rev
+}
+
+func (f *fakeBackend) Changes(ctx context.Context, after, through watermark.Cursor, ig vfs.Ignore) iter.Seq2[vfs.ChangeEntry, error] {
+	return func(yield func(vfs.ChangeEntry, error) bool) {
+		f.mu.Lock()
+		feed := slices.Clone(f.feed)
+		f.mu.Unlock()
+		slices.SortFunc(feed, func(a, b vfs.ChangeEntry) int {
+			return cmp.Or(cmp.Compare(a.Rev, b.Rev), strings.Compare(a.Path, b.Path))
+		})
+		for _, e := range feed {
+			if !after.Admits(e.Rev, e.Path) || e.Rev > through.Rev || ig.Match(e.Path) {
+				continue
+			}
+			if !yield(e, nil) {
+				return
+			}
+		}
+	}
+}
+
+func (f *fakeBackend) Apply(ctx context.Context, entries []vfs.ChangeEntry, opts vfs.ApplyOptions) (vfs.ApplyResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for i, e := range entries {
+		for _, r := range e.Chunks {
+			if _, ok := f.chunks[r.Hash]; !ok {
+				return vfs.ApplyResult{}, &vfs.EntryError{Index: i, Rev: e.Rev, Path: e.Path, Err: chunkstore.ErrUnknownHash}
+			}
+		}
+	}
+	f.applied = append(f.applied, entries)
+	first := f.rev + 1
+	f.rev += int64(len(entries))
+	if opts.Watermarks != nil {
+		f.marks[opts.Peer] = *opts.Watermarks
+	}
+	return vfs.ApplyResult{Applied: len(entries), FirstRev: first, LastRev: f.rev}, nil
+}
+
+func (f *fakeBackend) Has(ctx context.Context, hs []chunkstore.Hash) ([]chunkstore.Hash, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []chunkstore.Hash
+	for _, h := range hs {
+		if _, ok := f.chunks[h]; ok {
+			out = append(out, h)
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeBackend) ReadChunk(ctx context.Context, h chunkstore.Hash) ([]byte, error) {
+	f.reads.Add(1)
+	if f.chunkFn != nil {
+		return f.chunkFn(h)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, ok := f.chunks[h]
+	if !ok {
+		return nil, fmt.Errorf("chunk %s: %w", h, chunkstore.ErrUnknownHash)
+	}
+	return b, nil
+}
+
+func (f *fakeBackend) Chunks() *chunkstore.Store { return f.cs }
+
+func (f *fakeBackend) Watermarks(ctx context.Context, peer string) (watermark.Set, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.marks[peer], nil
+}
+
+func (f *fakeBackend) SetWatermarks(ctx context.Context, peer string, set watermark.Set) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.marks[peer] = set
+	return nil
+}
+
+func (f *fakeBackend) FlushAll(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.flushes++
+	return nil
+}
+
+// testConfig has short timers so failure paths finish fast.
+func testConfig() Config {
+	return Config{PingInterval: 200 * time.Millisecond, PingTimeout: 2 * time.Second, CallTimeout: 20 * time.Second}
+}
+
+func wsClient(t *testing.T, url, token string) *Client {
+	t.Helper()
+	cfg := testConfig()
+	cfg.StoreID = "client-store"
+	c := NewClient(ClientOptions{Config: cfg, URL: url, Token: token})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// pipePair runs a server session for b on one end of a Pipe and returns a
+// client with the other end.
+func pipePair(t *testing.T, srv *Server) (*Client, *PipeConn, *PipeConn) {
+	t.Helper()
+	var cEnd, sEnd *PipeConn
+	cfg := testConfig()
+	cfg.StoreID = "client-store"
+	var wg sync.WaitGroup
+	c := NewClient(ClientOptions{Config: cfg, Dial: func(ctx context.Context) (Conn, error) {
+		a, b := Pipe()
+		cEnd, sEnd = a, b
+		wg.Go(func() { srv.ServeConn(context.Background(), b) })
+		return a, nil
+	}})
+	t.Cleanup(func() {
+		c.Close()
+		srv.Close()
+		wg.Wait()
+	})
+	if _, _, err := c.Session(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return c, cEnd, sEnd
+}
+
+func session(t *testing.T, c *Client) *Session {
+	t.Helper()
+	s, _, err := c.Session(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// waitFor polls cond until it holds or the deadline passes.
+func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// tctx is a test context with a bound.
+func tctx(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
+}

@@ -1,0 +1,448 @@
+package syncwire
+
+import (
+	"fmt"
+
+	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/vfs"
+	"github.com/wsync/wsync/watermark"
+)
+
+// The sync methods. Other packages take numbers from 256 up (see
+// Server.Handle); exec uses 256..511 and convergence 512..767.
+const (
+	MethodWatermarks   Method = 1
+	MethodPush         Method = 2
+	MethodFetchChanges Method = 3
+	MethodHasObjects   Method = 4
+	MethodFetchObjects Method = 5
+	MethodPushObjects  Method = 6
+
+	// FirstExtensionMethod is the lowest number Server.Handle accepts.
+	FirstExtensionMethod Method = 256
+)
+
+// Bounds every decoder enforces.
+const (
+	// MaxHashes bounds the hashes of one HasObjects or FetchObjects request
+	// (they fit one frame); callers split longer lists.
+	MaxHashes = 16384
+	// MaxPushEntries bounds the entries of one Push.
+	MaxPushEntries = 16384
+	// MaxPushBytes bounds the encoded entries of one Push.
+	MaxPushBytes = 64 << 20
+	maxIgnore    = 1024
+	// minEntrySize is the smallest encoded entry (kind, rev, prefix,
+	// suffix length, one path byte, mode, mtime).
+	minEntrySize = 7
+	// minObjectSize is the smallest encoded object (hash, flags, length, one byte).
+	minObjectSize = 35
+	// entryFrameTarget is where an entry or object stream message is cut.
+	entryFrameTarget = 256 << 10
+)
+
+// PeerState is what Watermarks returns: the peer's identity, its current
+// rev and the watermarks it keeps for the caller.
+type PeerState struct {
+	StoreID    string
+	CurrentRev int64
+	Set        watermark.Set
+}
+
+func (p PeerState) appendTo(b []byte) ([]byte, error) {
+	e := enc{b: b}
+	e.str(p.StoreID)
+	e.rev(p.CurrentRev)
+	e.cursor(p.Set.Push)
+	e.cursor(p.Set.Fetch)
+	e.cursor(p.Set.AppliedPush)
+	return e.b, e.err
+}
+
+// DecodePeerState decodes a Watermarks response.
+func DecodePeerState(p []byte) (PeerState, error) {
+	d := dec{b: p}
+	var s PeerState
+	s.StoreID = d.utf8str("store id", maxStoreID)
+	s.CurrentRev = d.rev()
+	s.Set.Push = d.cursor()
+	s.Set.Fetch = d.cursor()
+	s.Set.AppliedPush = d.cursor()
+	return s, d.done()
+}
+
+// PushRequest opens a Push. Its request stream carries the entries.
+type PushRequest struct {
+	// SenderRev is the sender's current rev: > 0 for a sync peer (apply as
+	// upstream), 0 for an external writer (apply as local).
+	SenderRev int64
+	// SenderCursor is how far in the sender's feed this batch reaches; the
+	// receiver records it as its applied-push cursor.
+	SenderCursor watermark.Cursor
+	// Stage names the chunks PushObjects sent for this batch (0: none).
+	Stage uint64
+}
+
+func (r PushRequest) appendTo(b []byte) ([]byte, error) {
+	e := enc{b: b}
+	e.rev(r.SenderRev)
+	e.cursor(r.SenderCursor)
+	e.uvarint(r.Stage)
+	return e.b, e.err
+}
+
+// DecodePushRequest decodes a Push request body.
+func DecodePushRequest(p []byte) (PushRequest, error) {
+	d := dec{b: p}
+	var r PushRequest
+	r.SenderRev = d.rev()
+	r.SenderCursor = d.cursor()
+	r.Stage = d.uvarint()
+	return r, d.done()
+}
+
+// PushResponse is the receiver's answer to a Push.
+type PushResponse struct {
+	// RevBefore and RevAfter bracket the revs the apply stamped on the
+	// receiver: every rev in (RevBefore, RevAfter] came from this batch.
+	// Equal when the batch changed nothing.
+	RevBefore, RevAfter int64
+	Applied, Skipped    int
+	// AppliedPush is the receiver's applied-push cursor after the batch.
+	AppliedPush watermark.Cursor
+}
+
+func (r PushResponse) appendTo(b []byte) ([]byte, error) {
+	e := enc{b: b}
+	e.rev(r.RevBefore)
+	e.rev(r.RevAfter)
+	e.uvarint(uint64(r.Applied))
+	e.uvarint(uint64(r.Skipped))
+	e.cursor(r.AppliedPush)
+	return e.b, e.err
+}
+
+// DecodePushResponse decodes a Push response body.
+func DecodePushResponse(p []byte) (PushResponse, error) {
+	d := dec{b: p}
+	var r PushResponse
+	r.RevBefore = d.rev()
+	r.RevAfter = d.rev()
+	r.Applied = int(d.bounded("applied", MaxPushEntries))
+	r.Skipped = int(d.bounded("skipped", MaxPushEntries))
+	r.AppliedPush = d.cursor()
+	if d.err == nil && r.RevAfter < r.RevBefore {
+		d.fail("rev after %d < rev before %d", r.RevAfter, r.RevBefore)
+	}
+	return r, d.done()
+}
+
+// FetchRequest opens a FetchChanges.
+type FetchRequest struct {
+	After watermark.Cursor
+	// Through bounds the feed; the zero Cursor means the peer's current rev.
+	Through watermark.Cursor
+	// Ignore is the ignore list: nil means the default (vfs.DefaultIgnore),
+	// an empty non-nil list disables ignoring.
+	Ignore []string
+}
+
+func (r FetchRequest) appendTo(b []byte) ([]byte, error) {
+	e := enc{b: b}
+	e.cursor(r.After)
+	if r.Through == (watermark.Cursor{}) {
+		e.byte(0)
+	} else {
+		e.byte(1)
+		e.cursor(r.Through)
+	}
+	if r.Ignore == nil {
+		e.byte(0)
+	} else {
+		e.byte(1)
+		e.uvarint(uint64(len(r.Ignore)))
+		for _, s := range r.Ignore {
+			e.str(s)
+		}
+	}
+	return e.b, e.err
+}
+
+// DecodeFetchRequest decodes a FetchChanges request body.
+func DecodeFetchRequest(p []byte) (FetchRequest, error) {
+	d := dec{b: p}
+	var r FetchRequest
+	r.After = d.cursor()
+	switch d.byte() {
+	case 0:
+	case 1:
+		r.Through = d.cursor()
+	default:
+		d.fail("bad through flag")
+	}
+	switch d.byte() {
+	case 0:
+	case 1:
+		n := d.count("ignore entries", maxIgnore, 1)
+		r.Ignore = make([]string, 0, n)
+		for range n {
+			s := d.str("ignore segment", vfs.MaxNameLen)
+			if d.err == nil && s != "" {
+				if err := vfs.ValidateName(s); err != nil {
+					return FetchRequest{}, fmt.Errorf("ignore segment: %w", err)
+				}
+			}
+			r.Ignore = append(r.Ignore, s)
+		}
+	default:
+		d.fail("bad ignore flag")
+	}
+	return r, d.done()
+}
+
+// FetchResponse heads a FetchChanges response stream.
+type FetchResponse struct {
+	// Current is the cursor the stream runs to: the puller persists it after
+	// a clean drain.
+	Current watermark.Cursor
+	// AppliedPush is the peer's applied-push cursor (the invariant).
+	AppliedPush watermark.Cursor
+}
+
+func (r FetchResponse) appendTo(b []byte) ([]byte, error) {
+	e := enc{b: b}
+	e.cursor(r.Current)
+	e.cursor(r.AppliedPush)
+	return e.b, e.err
+}
+
+// DecodeFetchResponse decodes a FetchChanges response body.
+func DecodeFetchResponse(p []byte) (FetchResponse, error) {
+	d := dec{b: p}
+	var r FetchResponse
+	r.Current = d.cursor()
+	r.AppliedPush = d.cursor()
+	return r, d.done()
+}
+
+// PushObjectsRequest opens a PushObjects; its request stream carries the
+// objects.
+type PushObjectsRequest struct {
+	Stage uint64 // nonzero; later named by PushRequest.Stage
+}
+
+// PushObjectsResponse reports what the receiver staged.
+type PushObjectsResponse struct {
+	Chunks int64
+	Bytes  int64
+}
+
+// AppendEntries appends one entry-stream message: a count, then the
+// entries. Each path is stored as the length of the prefix it shares with
+// the previous entry's path in the same message, then the rest.
+func AppendEntries(b []byte, entries []vfs.ChangeEntry) ([]byte, error) {
+	e := enc{b: b}
+	e.uvarint(uint64(len(entries)))
+	prev := ""
+	for i := range entries {
+		appendEntry(&e, &entries[i], prev)
+		prev = entries[i].Path
+	}
+	return e.b, e.err
+}
+
+func sharedPrefix(a, b string) int {
+	n := min(len(a), len(b))
+	for i := range n {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return n
+}
+
+func appendEntry(e *enc, en *vfs.ChangeEntry, prev string) {
+	e.byte(byte(en.Kind))
+	e.rev(en.Rev)
+	k := sharedPrefix(prev, en.Path)
+	e.uvarint(uint64(k))
+	e.str(en.Path[k:])
+	e.uvarint(uint64(en.Mode))
+	e.varint(en.Mtime)
+	switch en.Kind {
+	case vfs.EntryFile:
+		e.b = chunkstore.AppendManifest(e.b, en.Chunks)
+	case vfs.EntrySymlink:
+		e.str(en.Target)
+	}
+}
+
+// entrySize is an upper bound of an entry's encoding, to cut messages.
+func entrySize(en *vfs.ChangeEntry) int {
+	return 40 + len(en.Path) + len(en.Target) + 43*len(en.Chunks)
+}
+
+// DecodeEntries decodes one entry-stream message. Every entry is checked
+// with ChangeEntry.Validate: a bad path is vfs.ErrInvalid, never a write.
+func DecodeEntries(p []byte) ([]vfs.ChangeEntry, error) {
+	d := dec{b: p}
+	n := d.count("entries", MaxPushEntries, minEntrySize)
+	if d.err != nil {
+		return nil, d.err
+	}
+	out := make([]vfs.ChangeEntry, 0, n)
+	prev := ""
+	for i := range n {
+		var en vfs.ChangeEntry
+		en.Kind = vfs.EntryKind(d.byte())
+		en.Rev = d.rev()
+		k := int(d.bounded("shared prefix", uint64(len(prev))))
+		suffix := d.bytes("path", vfs.MaxPathLen)
+		if d.err == nil && k+len(suffix) > vfs.MaxPathLen {
+			d.fail("path of %d bytes", k+len(suffix))
+		}
+		en.Path = prev[:k] + string(suffix)
+		en.Mode = uint32(d.bounded("mode", 07777))
+		en.Mtime = d.varint()
+		switch en.Kind {
+		case vfs.EntryFile:
+			en.Chunks = d.manifest()
+			en.Size = en.Chunks.Size()
+		case vfs.EntrySymlink:
+			en.Target = d.str("symlink target", vfs.MaxTargetLen)
+		case vfs.EntryDir, vfs.EntryDelete:
+		default:
+			d.fail("entry %d: kind %d", i, en.Kind)
+		}
+		if d.err != nil {
+			return nil, d.err
+		}
+		if err := en.Validate(); err != nil {
+			return nil, fmt.Errorf("entry %d (rev %d): %w", i, en.Rev, err)
+		}
+		out = append(out, en)
+		prev = en.Path
+	}
+	if err := d.done(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// AppendHashes appends a hash list: a count, then 32 bytes each.
+func AppendHashes(b []byte, hs []chunkstore.Hash) []byte {
+	e := enc{b: b}
+	e.uvarint(uint64(len(hs)))
+	for _, h := range hs {
+		e.hash(h)
+	}
+	return e.b
+}
+
+// DecodeHashes decodes a hash list of at most MaxHashes.
+func DecodeHashes(p []byte) ([]chunkstore.Hash, error) {
+	d := dec{b: p}
+	n := d.count("hashes", MaxHashes, len(chunkstore.Hash{}))
+	out := make([]chunkstore.Hash, n)
+	for i := range out {
+		out[i] = d.hash()
+	}
+	return out, d.done()
+}
+
+// appendBitmap encodes which of n requested hashes are present: bit i of
+// byte i/8 (least significant first).
+func appendBitmap(b []byte, have []bool) []byte {
+	bm := make([]byte, (len(have)+7)/8)
+	for i, ok := range have {
+		if ok {
+			bm[i/8] |= 1 << (i % 8)
+		}
+	}
+	return append(b, bm...)
+}
+
+// DecodeBitmap decodes a HasObjects response for a request of n hashes.
+func DecodeBitmap(p []byte, n int) ([]bool, error) {
+	if len(p) != (n+7)/8 {
+		return nil, protoErr("bitmap of %d bytes for %d hashes", len(p), n)
+	}
+	out := make([]bool, n)
+	for i := range out {
+		out[i] = p[i/8]&(1<<(i%8)) != 0
+	}
+	if n%8 != 0 && p[len(p)-1]>>(n%8) != 0 {
+		return nil, protoErr("bitmap has bits past %d", n)
+	}
+	return out, nil
+}
+
+// Object is one chunk on an object stream.
+type Object struct {
+	Hash chunkstore.Hash
+	Data []byte
+}
+
+// Object flags.
+const objZstd = 1 << 0
+
+// objectHeader bounds one object's encoding beyond its data.
+const objectHeader = 32 + 1 + 2*binaryMaxVarint
+
+const binaryMaxVarint = 10
+
+// appendObject appends one object, zstd-compressed when that is smaller.
+// It returns the bytes the data took on the wire.
+func appendObject(b []byte, o Object) ([]byte, int) {
+	e := enc{b: b}
+	e.hash(o.Hash)
+	z := compress(o.Data)
+	if z != nil {
+		e.byte(objZstd)
+		e.uvarint(uint64(len(o.Data)))
+		e.bytes(z)
+		putCompressBuf(z)
+		return e.b, len(z)
+	}
+	e.byte(0)
+	e.bytes(o.Data)
+	return e.b, len(o.Data)
+}
+
+// DecodeObjects decodes one object-stream message, decompressing as it
+// goes. It checks sizes, not hashes: the receiver hashes each object as it
+// stages it.
+func DecodeObjects(p []byte) ([]Object, error) {
+	d := dec{b: p}
+	n := d.count("objects", MaxHashes, minObjectSize)
+	out := make([]Object, 0, n)
+	for range n {
+		var o Object
+		o.Hash = d.hash()
+		switch d.byte() {
+		case 0:
+			o.Data = d.bytes("chunk", chunkstore.ChunkSize)
+		case objZstd:
+			raw := int(d.bounded("chunk length", chunkstore.ChunkSize))
+			z := d.bytes("compressed chunk", MaxPayload)
+			if d.err != nil {
+				return nil, d.err
+			}
+			data, err := decompress(z, raw)
+			if err != nil {
+				return nil, err
+			}
+			o.Data = data
+		default:
+			d.fail("bad object flags")
+		}
+		if d.err == nil && len(o.Data) == 0 {
+			d.fail("empty chunk")
+		}
+		if d.err != nil {
+			return nil, d.err
+		}
+		out = append(out, o)
+	}
+	return out, d.done()
+}

@@ -1,0 +1,535 @@
+package syncwire
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/vfs"
+	"github.com/wsync/wsync/watermark"
+)
+
+const (
+	methodEcho   Method = 300
+	methodStream Method = 301
+	methodFail   Method = 302
+	methodBlock  Method = 303
+)
+
+// testServer registers a few extension methods on a fake backend.
+func testServer(t *testing.T, b Backend, opts ServerOptions) *Server {
+	if opts.Config.PingInterval == 0 {
+		opts.Config = testConfig()
+	}
+	srv := NewServer(b, opts)
+	srv.Handle(methodEcho, func(ctx context.Context, c *Incoming) error { return c.Reply(c.Body) })
+	srv.Handle(methodFail, func(ctx context.Context, c *Incoming) error {
+		return fmt.Errorf("stat %s: %w", c.Body, vfs.ErrNotExist)
+	})
+	srv.Handle(methodBlock, func(ctx context.Context, c *Incoming) error {
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	return srv
+}
+
+func TestCallsAreMultiplexed(t *testing.T) {
+	srv := testServer(t, newFake("s"), ServerOptions{})
+	// A stream method whose consumer never reads: it must not stall other calls.
+	srv.Handle(methodStream, func(ctx context.Context, c *Incoming) error {
+		if err := c.ReplyStream(nil); err != nil {
+			return err
+		}
+		p := make([]byte, 512<<10)
+		for {
+			if err := c.Send(ctx, p); err != nil {
+				return err
+			}
+		}
+	})
+	c, _, _ := pipePair(t, srv)
+	s := session(t, c)
+	ctx := tctx(t, 20*time.Second)
+	stuck, err := s.Open(ctx, methodStream, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stuck.Close()
+	if _, err := stuck.Recv(ctx); err != nil { // the stream is open and flowing
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Go(func() {
+			body := fmt.Appendf(nil, "call %d", i)
+			got, err := s.Call(ctx, methodEcho, body)
+			if err != nil || !bytes.Equal(got, body) {
+				t.Errorf("echo %d = %q, %v", i, got, err)
+			}
+		})
+	}
+	wg.Wait()
+	if st := s.Stats(); st.BufferedPeak > int64(s.cfg.Window) {
+		t.Errorf("buffered peak %d exceeds the window %d", st.BufferedPeak, s.cfg.Window)
+	}
+}
+
+func TestErrorsKeepTheirIdentityAcrossTheWire(t *testing.T) {
+	srv := testServer(t, newFake("s"), ServerOptions{})
+	c, _, _ := pipePair(t, srv)
+	s := session(t, c)
+	ctx := tctx(t, 10*time.Second)
+	_, err := s.Call(ctx, methodFail, []byte("a/b"))
+	var re *RemoteError
+	if !errors.Is(err, vfs.ErrNotExist) || !errors.As(err, &re) || re.Code != CodeNotExist || !strings.Contains(err.Error(), "a/b") {
+		t.Errorf("err = %v, want a remote ENOENT", err)
+	}
+	_, err = s.Call(ctx, 999, nil)
+	if !errors.Is(err, ErrUnknownMethod) {
+		t.Errorf("unknown method: err = %v", err)
+	}
+	// The session survives call errors.
+	if got, err := s.Call(ctx, methodEcho, []byte("x")); err != nil || string(got) != "x" {
+		t.Errorf("echo after errors = %q, %v", got, err)
+	}
+}
+
+func TestErrorTableRoundTrips(t *testing.T) {
+	for _, row := range codes {
+		err := fmt.Errorf("ctx: %w", row.sentinel)
+		code := CodeOf(err)
+		if code != row.code {
+			t.Errorf("CodeOf(%v) = %v, want %v", row.sentinel, code, row.code)
+		}
+		back := &RemoteError{Code: code, Msg: "m"}
+		if !errors.Is(back, row.sentinel) {
+			t.Errorf("%v does not unwrap to %v", back, row.sentinel)
+		}
+	}
+	if !errors.Is(&RemoteError{Code: 999}, ErrUnknown) {
+		t.Error("an unknown code is not ErrUnknown")
+	}
+	if CodeOf(&vfs.EntryError{Err: chunkstore.ErrUnknownHash}) != CodeUnknownHash {
+		t.Error("an EntryError does not carry its cause's code")
+	}
+}
+
+func TestCancelReachesTheHandler(t *testing.T) {
+	srv := testServer(t, newFake("s"), ServerOptions{})
+	var cancelled atomic.Bool
+	started := make(chan struct{})
+	srv.Handle(304, func(ctx context.Context, c *Incoming) error {
+		close(started)
+		<-ctx.Done()
+		cancelled.Store(true)
+		return ctx.Err()
+	})
+	c, _, _ := pipePair(t, srv)
+	s := session(t, c)
+	ctx, cancel := context.WithCancel(tctx(t, 10*time.Second))
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.Call(ctx, 304, nil)
+		errc <- err
+	}()
+	<-started
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Errorf("err = %v, want context.Canceled", err)
+	}
+	waitFor(t, "handler cancellation", 5*time.Second, cancelled.Load)
+}
+
+func TestCallDeadlineTravels(t *testing.T) {
+	srv := testServer(t, newFake("s"), ServerOptions{})
+	c, _, _ := pipePair(t, srv)
+	s := session(t, c)
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	_, err := s.Call(ctx, methodBlock, nil)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("err = %v, want DeadlineExceeded", err)
+	}
+}
+
+func TestWatchdogFailsASilentPeer(t *testing.T) {
+	srv := testServer(t, newFake("s"), ServerOptions{})
+	c, _, sEnd := pipePair(t, srv)
+	s := session(t, c)
+	s.cfg.PingTimeout = 300 * time.Millisecond
+	ctx := tctx(t, 30*time.Second)
+	errc := make(chan error, 1)
+	go func() {
+		_, err := s.Call(ctx, methodBlock, nil)
+		errc <- err
+	}()
+	sEnd.SetSilent(true) // the server hangs: no pongs, no frames
+	select {
+	case err := <-errc:
+		if !errors.Is(err, ErrShutdown) {
+			t.Errorf("in-flight call err = %v, want ErrShutdown", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("in-flight call hung on a silent peer")
+	}
+	// The next call redials.
+	sEnd.SetSilent(false)
+	s2, epoch, err := c.Session(ctx)
+	if err != nil || s2 == s || epoch != 2 {
+		t.Fatalf("redial: %v (same session %v, epoch %d)", err, s2 == s, epoch)
+	}
+	if got, err := s2.Call(ctx, methodEcho, []byte("y")); err != nil || string(got) != "y" {
+		t.Errorf("echo after redial = %q, %v", got, err)
+	}
+}
+
+func TestVersionMismatchFailsBothSides(t *testing.T) {
+	a, b := Pipe()
+	ca := testConfig()
+	ca.MinVersion, ca.MaxVersion = 2, 3
+	sa := NewSession(a, true, ca, nil)
+	sb := NewSession(b, false, testConfig(), nil)
+	ctx := tctx(t, 10*time.Second)
+	errc := make(chan error, 2)
+	go func() { errc <- sa.Handshake(ctx) }()
+	go func() { errc <- sb.Handshake(ctx) }()
+	for range 2 {
+		err := <-errc
+		if !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), "2..3") || !strings.Contains(err.Error(), "1..1") {
+			t.Errorf("err = %v, want ErrVersion naming 1..1 and 2..3", err)
+		}
+	}
+}
+
+func TestVersionMismatchOverWebSocket(t *testing.T) {
+	srv := testServer(t, newFake("s"), ServerOptions{})
+	hs := httptestServer(t, srv)
+	cfg := testConfig()
+	cfg.MinVersion, cfg.MaxVersion = 5, 6
+	c := NewClient(ClientOptions{Config: cfg, URL: hs})
+	defer c.Close()
+	_, _, err := c.Session(tctx(t, 10*time.Second))
+	if !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), "5..6") {
+		t.Errorf("err = %v, want ErrVersion", err)
+	}
+	// The server keeps serving good sessions.
+	good := wsClient(t, hs, "")
+	if got, err := session(t, good).Call(t.Context(), methodEcho, []byte("ok")); err != nil || string(got) != "ok" {
+		t.Errorf("good session after a bad one: %q, %v", got, err)
+	}
+}
+
+func httptestServer(t *testing.T, srv *Server) string {
+	t.Helper()
+	_, url := wsServerWith(t, srv)
+	return url
+}
+
+func TestAuth(t *testing.T) {
+	srv := testServer(t, newFake("s"), ServerOptions{Token: "s3cret"})
+	url := httptestServer(t, srv)
+	ctx := tctx(t, 10*time.Second)
+	for _, tok := range []string{"", "wrong", "s3cretX"} {
+		c := NewClient(ClientOptions{Config: testConfig(), URL: url, Token: tok})
+		_, _, err := c.Session(ctx)
+		c.Close()
+		if !errors.Is(err, ErrAuth) {
+			t.Errorf("token %q: err = %v, want ErrAuth", tok, err)
+		}
+		if CodeOf(err) != CodeAuth {
+			t.Errorf("token %q: code %v", tok, CodeOf(err))
+		}
+	}
+	// The refusal is opaque: a fixed body that names nothing.
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http"+strings.TrimPrefix(url, "ws"), nil)
+	req.Header.Set("Authorization", "Bearer wrong")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized || strings.TrimSpace(string(body)) != "unauthorized" {
+		t.Errorf("refusal = %d %q", resp.StatusCode, body)
+	}
+	c := wsClient(t, url, "s3cret")
+	if got, err := session(t, c).Call(ctx, methodEcho, []byte("in")); err != nil || string(got) != "in" {
+		t.Errorf("authorised call = %q, %v", got, err)
+	}
+}
+
+// rawPeer dials the server, does a valid handshake, and hands back the raw
+// WebSocket to misbehave on.
+func rawPeer(t *testing.T, url string) *websocket.Conn {
+	t.Helper()
+	ctx := tctx(t, 10*time.Second)
+	ws, _, err := websocket.Dial(ctx, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws.SetReadLimit(4 << 20)
+	t.Cleanup(func() { ws.CloseNow() })
+	h := Hello{Protocol: ProtocolName, MinVersion: 1, MaxVersion: 1, RuntimeID: RuntimeID, StoreID: "raw", Window: defaultWindow, MaxCalls: 8}
+	f, _ := AppendFrame(nil, Frame{Type: FrameHello, Payload: AppendHello(nil, h)})
+	if err := ws.Write(ctx, websocket.MessageBinary, f); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := ws.Read(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return ws
+}
+
+// readUntilClosed reads until the server closes and returns the close error.
+func readUntilClosed(t *testing.T, ws *websocket.Conn) error {
+	t.Helper()
+	ctx := tctx(t, 10*time.Second)
+	for {
+		if _, _, err := ws.Read(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+func TestBadFramesCloseTheSessionNotTheServer(t *testing.T) {
+	fb := newFake("s")
+	srv := testServer(t, fb, ServerOptions{})
+	url := httptestServer(t, srv)
+	ctx := tctx(t, 20*time.Second)
+	cases := map[string][]byte{
+		"oversized frame": make([]byte, MaxFrameSize+1),
+		"garbage":         []byte("\xff\x00garbage that is not a frame"),
+		"unknown flags":   {byte(FrameCall), 0x80, 1, 1},
+		"second hello":    {byte(FrameHello), 0, 0},
+		"bad error frame": {byte(FrameError), 0, 0, 0xff},
+		"data overrun":    nil, // built below
+	}
+	for name, msg := range cases {
+		t.Run(name, func(t *testing.T) {
+			ws := rawPeer(t, url)
+			if msg == nil {
+				// Open a Push with a request stream, then send more than the
+				// advertised window without waiting for credit.
+				// methodBlock never reads its request stream.
+				var e enc
+				e.uvarint(uint64(methodBlock))
+				e.uvarint(0)
+				call, _ := AppendFrame(nil, Frame{Type: FrameCall, Flags: FlagStream, ID: 1, Payload: e.b})
+				ws.Write(ctx, websocket.MessageBinary, call)
+				data, _ := AppendFrame(nil, Frame{Type: FrameData, ID: 1, Payload: make([]byte, MaxPayload)})
+				for range defaultWindow/MaxPayload + 2 {
+					if ws.Write(ctx, websocket.MessageBinary, data) != nil {
+						break
+					}
+				}
+			} else if err := ws.Write(ctx, websocket.MessageBinary, msg); err != nil {
+				t.Fatal(err)
+			}
+			err := readUntilClosed(t, ws)
+			st := websocket.CloseStatus(err)
+			if st != websocket.StatusCode(closeCodeBase+int(CodeProtocol)) && st != websocket.StatusMessageTooBig {
+				t.Errorf("close = %v (status %d), want EPROTOCOL", err, st)
+			}
+			if !errors.Is(closeError(err), ErrProtocol) {
+				t.Errorf("closeError(%v) is not ErrProtocol", err)
+			}
+		})
+	}
+	if len(fb.applied) != 0 {
+		t.Errorf("bad peers applied %d batches", len(fb.applied))
+	}
+	good := wsClient(t, url, "")
+	if got, err := session(t, good).Call(ctx, methodEcho, []byte("still up")); err != nil || string(got) != "still up" {
+		t.Errorf("good session after bad peers: %q, %v", got, err)
+	}
+}
+
+func TestOversizedSendIsRefusedLocally(t *testing.T) {
+	srv := testServer(t, newFake("s"), ServerOptions{})
+	c, _, _ := pipePair(t, srv)
+	s := session(t, c)
+	_, err := s.Call(tctx(t, 5*time.Second), methodEcho, make([]byte, MaxFrameSize))
+	if !errors.Is(err, ErrProtocol) {
+		t.Errorf("err = %v, want ErrProtocol", err)
+	}
+}
+
+// TestBackpressureBoundsTheProducer streams 1 GiB to a consumer that reads
+// in bursts and checks, by counters, that neither side ever holds more than
+// one window of it.
+func TestBackpressureBoundsTheProducer(t *testing.T) {
+	const total = 1 << 30
+	const msg = 1 << 20
+	srv := testServer(t, newFake("s"), ServerOptions{})
+	var produced atomic.Int64 // bytes the producer handed to Send
+	var producer atomic.Pointer[Session]
+	srv.Handle(methodStream, func(ctx context.Context, c *Incoming) error {
+		producer.Store(c.Session())
+		if err := c.ReplyStream(nil); err != nil {
+			return err
+		}
+		p := make([]byte, msg)
+		for sent := 0; sent < total; sent += msg {
+			if err := c.Send(ctx, p); err != nil {
+				return err
+			}
+			produced.Add(msg)
+		}
+		return nil
+	})
+	_, url := wsServerWith(t, srv)
+	c := wsClient(t, url, "")
+	s := session(t, c)
+	ctx := tctx(t, 120*time.Second)
+	o, err := s.Open(ctx, methodStream, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	var consumed, maxAhead int64
+	window := int64(s.cfg.Window)
+	for {
+		// A slow consumer: before each read, wait until the producer is
+		// blocked on credit (or done), so every check is at the worst
+		// moment, not a lucky one.
+		waitFor(t, "producer to block", 10*time.Second, func() bool {
+			p := producer.Load()
+			return produced.Load() >= total || p != nil && p.Stats().BlockedSenders > 0
+		})
+		ahead := produced.Load() - consumed
+		maxAhead = max(maxAhead, ahead)
+		p, err := o.Recv(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		consumed += int64(len(p))
+	}
+	if consumed != total {
+		t.Fatalf("consumed %d of %d bytes", consumed, total)
+	}
+	st := s.Stats()
+	t.Logf("1 GiB stream: max produced-but-unconsumed %d KiB, receive buffer peak %d KiB, window %d KiB",
+		maxAhead>>10, st.BufferedPeak>>10, window>>10)
+	if maxAhead > window+msg {
+		t.Errorf("producer ran %d bytes ahead of the consumer; window is %d", maxAhead, window)
+	}
+	if st.BufferedPeak > window {
+		t.Errorf("receive buffer peaked at %d bytes; window is %d", st.BufferedPeak, window)
+	}
+}
+
+func wsServerWith(t *testing.T, srv *Server) (*Server, string) {
+	t.Helper()
+	hs := httptest.NewServer(srv)
+	t.Cleanup(func() {
+		srv.Close()
+		hs.Close()
+	})
+	return srv, "ws" + strings.TrimPrefix(hs.URL, "http") + "/sync"
+}
+
+func TestSyncMethodsAgainstAFake(t *testing.T) {
+	fb := newFake("server-store")
+	e1 := fb.addFile("a.txt", []byte("hello"))
+	fb.addFile("node_modules/x.js", []byte("ignored"))
+	e3 := fb.addFile("big.bin", bytes.Repeat([]byte("z"), chunkstore.ChunkSize+10))
+	fb.marks["client-store"] = watermark.Set{AppliedPush: watermark.At(7)}
+	srv := testServer(t, fb, ServerOptions{})
+	_, url := wsServerWith(t, srv)
+	c := wsClient(t, url, "")
+	s := session(t, c)
+	ctx := tctx(t, 20*time.Second)
+
+	ps, err := s.Watermarks(ctx)
+	if err != nil || ps.StoreID != "server-store" || ps.CurrentRev != 3 || ps.Set.AppliedPush != watermark.At(7) {
+		t.Fatalf("watermarks = %+v, %v", ps, err)
+	}
+	if s.Peer().StoreID != "server-store" {
+		t.Errorf("peer store id %q", s.Peer().StoreID)
+	}
+
+	cs, err := s.FetchChanges(ctx, FetchRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := cs.Next(ctx, 256)
+	cs.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0].Path != "a.txt" || got[1].Path != "big.bin" || cs.Current != watermark.At(3) || cs.AppliedPush != watermark.At(7) {
+		t.Errorf("fetch = %v (head %+v)", got, cs.FetchResponse)
+	}
+	if fb.flushes != 1 {
+		t.Errorf("FlushAll called %d times before the feed, want 1", fb.flushes)
+	}
+
+	unknown := chunkstore.Sum([]byte("nope"))
+	hs := []chunkstore.Hash{unknown, e3.Chunks[1].Hash, e1.Chunks[0].Hash}
+	have, err := s.HasObjects(ctx, hs)
+	if err != nil || len(have) != 2 || have[0] != e3.Chunks[1].Hash || have[1] != e1.Chunks[0].Hash {
+		t.Errorf("has = %v, %v", have, err)
+	}
+
+	var n int
+	var w WireCounter
+	err = s.FetchObjects(WithWireCounter(ctx, &w), []chunkstore.Hash{e3.Chunks[0].Hash, e1.Chunks[0].Hash}, func(o Object) error {
+		if chunkstore.Sum(o.Data) != o.Hash {
+			t.Errorf("object %s: wrong bytes", o.Hash)
+		}
+		n++
+		return nil
+	})
+	if err != nil || n != 2 {
+		t.Errorf("fetch objects: %d, %v", n, err)
+	}
+	// 512 KiB of "z" compresses: far fewer bytes cross the wire.
+	if w.In.Load() > 64<<10 {
+		t.Errorf("compressible chunk took %d wire bytes", w.In.Load())
+	}
+	err = s.FetchObjects(ctx, []chunkstore.Hash{unknown}, func(Object) error { return nil })
+	if !errors.Is(err, chunkstore.ErrUnknownHash) {
+		t.Errorf("unknown object: err = %v", err)
+	}
+}
+
+func TestRawChunksTravelUncompressed(t *testing.T) {
+	fb := newFake("s")
+	rnd := make([]byte, chunkstore.ChunkSize)
+	rand.NewChaCha8([32]byte{1}).Read(rnd)
+	h := chunkstore.Sum(rnd)
+	if z := compress(rnd); z != nil {
+		t.Skip("test data compresses")
+	}
+	fb.chunks[h] = rnd
+	srv := testServer(t, fb, ServerOptions{})
+	c, _, _ := pipePair(t, srv)
+	var w WireCounter
+	err := session(t, c).FetchObjects(WithWireCounter(tctx(t, 10*time.Second), &w), []chunkstore.Hash{h}, func(o Object) error {
+		if !bytes.Equal(o.Data, rnd) {
+			t.Error("bytes differ")
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in := w.In.Load(); in < chunkstore.ChunkSize || in > chunkstore.ChunkSize+256 {
+		t.Errorf("raw chunk took %d wire bytes, want about %d (no base64, no inflation)", in, chunkstore.ChunkSize)
+	}
+}
