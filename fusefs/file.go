@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io"
-	"sync"
 	"syscall"
 	"time"
 
@@ -14,210 +13,76 @@ import (
 	"github.com/wsync/wsync/vfs"
 )
 
-// openFile is the one vfs.Handle of an inode, shared by every FUSE handle
-// open on it. Sharing keeps all descriptors of a file coherent (a read
-// through one sees writes through another, as on a local disk) and makes the
-// commit points simple: a flush through any descriptor commits everything
-// written so far, and the last release commits and closes the vfs handle.
-type openFile struct {
-	ino vfs.Ino
+// The store shares one open state among every handle of an inode (reads
+// through one see writes through another, and a flush through any commits
+// all of them), so each FUSE open gets its own vfs.Handle. The Server keeps
+// the set of them for the flush rule and the dirty-handle gauge.
 
-	// Guarded by Server.mu.
-	refs    int
-	closing chan struct{} // non-nil while the last release commits
-
-	// ready is closed once h (or err) is set by the opener.
-	ready chan struct{}
-	err   error
-
-	// mu serialises calls on h.
-	mu        sync.Mutex
-	h         *vfs.Handle
-	lastWrite time.Time // of the last write not yet committed
-}
-
-// acquire returns ino's openFile with one more reference, opening the vfs
-// handle on first use. An open racing with the last release of the same
-// inode waits for that release to commit, so it sees the committed bytes.
-func (s *Server) acquire(ctx context.Context, ino vfs.Ino) (*openFile, error) {
-	for {
-		s.mu.Lock()
-		of := s.opens[ino]
-		if of == nil {
-			of = &openFile{ino: ino, refs: 1, ready: make(chan struct{})}
-			s.opens[ino] = of
-			s.mu.Unlock()
-			h, err := s.store.OpenHandle(ctx, ino)
-			s.mu.Lock()
-			of.h, of.err = h, err
-			if err != nil {
-				delete(s.opens, ino)
-			}
-			close(of.ready)
-			s.mu.Unlock()
-			if err != nil {
-				return nil, err
-			}
-			return of, nil
-		}
-		if of.closing != nil {
-			ch := of.closing
-			s.mu.Unlock()
-			<-ch
-			continue
-		}
-		of.refs++
-		s.mu.Unlock()
-		<-of.ready
-		if of.err != nil {
-			return nil, of.err
-		}
-		return of, nil
-	}
-}
-
-// release drops one reference; the last one commits and closes the handle.
-func (s *Server) release(ctx context.Context, of *openFile) error {
+func (s *Server) track(fh *fileHandle) {
 	s.mu.Lock()
-	of.refs--
-	last := of.refs == 0
-	if last {
-		of.closing = make(chan struct{})
-	}
+	s.handles[fh] = struct{}{}
 	s.mu.Unlock()
-	if !last {
-		return nil
-	}
-	of.mu.Lock()
-	dirty := of.h.Dirty()
-	err := of.h.Release(ctx)
-	of.mu.Unlock()
-	if dirty && err == nil {
-		s.metrics.commits.Add(1)
-	}
-	s.mu.Lock()
-	delete(s.opens, of.ino)
-	close(of.closing)
-	s.mu.Unlock()
-	return err
 }
 
-// openFor returns ino's openFile if one is open and ready, without taking a
-// reference (callers use it under the node's own request).
-func (s *Server) openFor(ino vfs.Ino) *openFile {
+func (s *Server) untrack(fh *fileHandle) {
+	s.mu.Lock()
+	delete(s.handles, fh)
+	s.mu.Unlock()
+}
+
+func (s *Server) fileHandles() []*fileHandle {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	of := s.opens[ino]
-	if of == nil || of.closing != nil {
-		return nil
-	}
-	select {
-	case <-of.ready:
-		if of.err != nil {
-			return nil
-		}
-		return of
-	default:
-		return nil
-	}
-}
-
-// flush commits of's pending writes; it reports whether it committed.
-func (of *openFile) flush(ctx context.Context) (bool, error) {
-	of.mu.Lock()
-	defer of.mu.Unlock()
-	if !of.h.Dirty() {
-		return false, nil
-	}
-	if err := of.h.Flush(ctx); err != nil {
-		return false, err
-	}
-	of.lastWrite = time.Time{}
-	return true, nil
-}
-
-func (of *openFile) truncate(ctx context.Context, size int64) error {
-	of.mu.Lock()
-	defer of.mu.Unlock()
-	if err := of.h.Truncate(ctx, size); err != nil {
-		return err
-	}
-	of.lastWrite = time.Now()
-	return nil
-}
-
-// overlay puts what the handle knows and the store does not yet (the size
-// and mtime of uncommitted writes) over a store attribute.
-func (of *openFile) overlay(a *vfs.Attr) {
-	of.mu.Lock()
-	defer of.mu.Unlock()
-	if !of.h.Dirty() {
-		return
-	}
-	a.Size = of.h.Size()
-	if !of.lastWrite.IsZero() && of.lastWrite.After(a.Mtime) {
-		a.Mtime = of.lastWrite
-		a.Ctime = of.lastWrite
-	}
-}
-
-// DirtyHandles counts open files with uncommitted writes.
-func (s *Server) DirtyHandles() int {
-	n := 0
-	for _, of := range s.openFiles() {
-		of.mu.Lock()
-		if of.h.Dirty() {
-			n++
-		}
-		of.mu.Unlock()
-	}
-	return n
-}
-
-// OpenHandles counts files open through the mount (one per inode).
-func (s *Server) OpenHandles() int { return len(s.openFiles()) }
-
-func (s *Server) openFiles() []*openFile {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	list := make([]*openFile, 0, len(s.opens))
-	for _, of := range s.opens {
-		select {
-		case <-of.ready:
-			if of.err == nil && of.closing == nil {
-				list = append(list, of)
-			}
-		default:
-		}
+	list := make([]*fileHandle, 0, len(s.handles))
+	for fh := range s.handles {
+		list = append(list, fh)
 	}
 	return list
 }
 
-// Flush commits every dirty open file through the same locks the FUSE
-// requests take, so no write is split by the commit. It is the flush rule's
-// mount-side half: call it (or vfs.Store.FlushAll) before answering a feed.
+// DirtyHandles counts open files with uncommitted writes.
+func (s *Server) DirtyHandles() int {
+	dirty := make(map[vfs.Ino]bool)
+	for _, fh := range s.fileHandles() {
+		if fh.h.Dirty() {
+			dirty[fh.h.Ino()] = true
+		}
+	}
+	return len(dirty)
+}
+
+// OpenHandles counts FUSE handles of files open through the mount.
+func (s *Server) OpenHandles() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.handles)
+}
+
+// Flush commits every dirty file open through the mount: the flush rule's
+// mount-side half, the same as vfs.Store.FlushAll for this store. Call
+// either before answering a feed, so a pull sees what still-running
+// processes wrote.
 func (s *Server) Flush(ctx context.Context) error {
 	var errs []error
-	for _, of := range s.openFiles() {
-		committed, err := of.flush(ctx)
-		if err != nil {
-			errs = append(errs, err)
-		} else if committed {
-			s.metrics.commits.Add(1)
+	for _, fh := range s.fileHandles() {
+		if fh.h.Dirty() {
+			if err := fh.h.Flush(ctx); err != nil {
+				errs = append(errs, err)
+			} else {
+				s.metrics.committed()
+			}
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// releaseAll commits and closes files the kernel left open at unmount (it
+// releaseAll commits and closes handles the kernel left open at unmount (it
 // releases them itself on a clean unmount; an aborted connection does not).
 func (s *Server) releaseAll(ctx context.Context) error {
 	var errs []error
-	for _, of := range s.openFiles() {
-		s.mu.Lock()
-		of.refs = 1
-		s.mu.Unlock()
-		errs = append(errs, s.release(ctx, of))
+	for _, fh := range s.fileHandles() {
+		s.untrack(fh)
+		errs = append(errs, fh.h.Release(ctx))
 	}
 	return errors.Join(errs...)
 }
@@ -226,7 +91,7 @@ func (s *Server) releaseAll(ctx context.Context) error {
 type fileHandle struct {
 	srv    *Server
 	node   *Node
-	of     *openFile
+	h      *vfs.Handle
 	append bool
 }
 
@@ -242,31 +107,24 @@ var (
 func (f *fileHandle) Read(ctx context.Context, dest []byte, off int64) (_ fuse.ReadResult, errno syscall.Errno) {
 	defer f.srv.metrics.track(opRead, time.Now(), &errno)
 	ctx = context.WithoutCancel(ctx)
-	f.of.mu.Lock()
-	n, err := f.of.h.ReadAt(ctx, dest, off)
-	f.of.mu.Unlock()
+	n, err := f.h.ReadAt(ctx, dest, off)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, toErrno(err)
 	}
-	f.srv.metrics.readBytes.Add(uint64(n))
+	f.srv.metrics.read(n)
 	return fuse.ReadResultData(dest[:n]), 0
 }
 
 func (f *fileHandle) Write(ctx context.Context, data []byte, off int64) (_ uint32, errno syscall.Errno) {
 	defer f.srv.metrics.track(opWrite, time.Now(), &errno)
 	ctx = context.WithoutCancel(ctx)
-	f.of.mu.Lock()
 	if f.append {
 		// The kernel's idea of the end may be stale when another handle
-		// grew the file; O_APPEND writes at the end we know.
-		off = f.of.h.Size()
+		// grew the file; O_APPEND writes at the end the store knows.
+		off = f.h.Size()
 	}
-	n, err := f.of.h.WriteAt(ctx, data, off)
-	if n > 0 {
-		f.of.lastWrite = time.Now()
-	}
-	f.of.mu.Unlock()
-	f.srv.metrics.writtenBytes.Add(uint64(n))
+	n, err := f.h.WriteAt(ctx, data, off)
+	f.srv.metrics.wrote(n)
 	if err != nil {
 		return uint32(n), toErrno(err)
 	}
@@ -287,30 +145,30 @@ func (f *fileHandle) Fsync(ctx context.Context, flags uint32) (errno syscall.Err
 }
 
 func (f *fileHandle) commit(ctx context.Context) syscall.Errno {
-	committed, err := f.of.flush(ctx)
-	if err != nil {
+	if !f.h.Dirty() {
+		return 0
+	}
+	if err := f.h.Flush(ctx); err != nil {
 		return toErrno(err)
 	}
-	if committed {
-		f.srv.metrics.commits.Add(1)
-		f.node.noteOwnChange(ctx)
-	}
+	f.srv.metrics.committed()
+	f.node.noteOwnChange(ctx)
 	return 0
 }
 
 func (f *fileHandle) Release(ctx context.Context) (errno syscall.Errno) {
 	defer f.srv.metrics.track(opRelease, time.Now(), &errno)
 	ctx = context.WithoutCancel(ctx)
-	f.of.mu.Lock()
-	dirty := f.of.h.Dirty()
-	f.of.mu.Unlock()
-	if err := f.srv.release(ctx, f.of); err != nil {
+	dirty := f.h.Dirty()
+	f.srv.untrack(f)
+	if err := f.h.Release(ctx); err != nil {
 		// The kernel ignores RELEASE's answer; a lost commit must at
 		// least be visible.
-		f.srv.log.Error("release", "ino", f.of.ino, "err", err)
+		f.srv.log.Error("release", "ino", f.h.Ino(), "err", err)
 		return toErrno(err)
 	}
 	if dirty {
+		f.srv.metrics.committed()
 		f.node.noteOwnChange(ctx)
 	}
 	return 0
@@ -327,16 +185,11 @@ func (f *fileHandle) Allocate(ctx context.Context, off, size uint64, mode uint32
 	switch mode {
 	case 0:
 		end := int64(off + size)
-		f.of.mu.Lock()
-		defer f.of.mu.Unlock()
-		if end <= f.of.h.Size() {
+		if end <= f.h.Size() {
 			return 0
 		}
-		if err := f.of.h.Truncate(ctx, end); err != nil {
-			return toErrno(err)
-		}
-		f.of.lastWrite = time.Now()
-		return 0
+		// Truncate commits the extension with any pending writes.
+		return toErrno(f.h.Truncate(ctx, end))
 	case keepSize:
 		return 0
 	}

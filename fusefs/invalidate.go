@@ -39,7 +39,7 @@ type invalidator struct {
 	n    notifier
 	root *fs.Inode
 	max  int
-	m    *Metrics
+	m    *metrics
 	log  *slog.Logger
 
 	mu      sync.Mutex
@@ -55,7 +55,7 @@ type invalidator struct {
 	wake         chan struct{}
 }
 
-func newInvalidator(n notifier, root *fs.Inode, max int, m *Metrics, log *slog.Logger) *invalidator {
+func newInvalidator(n notifier, root *fs.Inode, max int, m *metrics, log *slog.Logger) *invalidator {
 	return &invalidator{
 		n:        n,
 		root:     root,
@@ -139,11 +139,11 @@ func (v *invalidator) deliverPending() {
 	// afresh, and the inode invalidations then drop attributes and pages of
 	// nodes it keeps through other names or open files.
 	for k := range entries {
-		v.note(v.n.EntryNotify(uint64(k.parent), k.name), "entry")
+		v.note(v.n.EntryNotify(uint64(k.parent), k.name), false)
 	}
 	for ino := range inodes {
 		// Offset 0, length 0: attributes and every cached page.
-		v.note(v.n.InodeNotify(uint64(ino), 0, 0), "inode")
+		v.note(v.n.InodeNotify(uint64(ino), 0, 0), true)
 	}
 
 	v.mu.Lock()
@@ -158,19 +158,19 @@ func (v *invalidator) deliverPending() {
 // sweepAll invalidates every entry and inode of go-fuse's tree, which holds
 // at least what the kernel holds.
 func (v *invalidator) sweepAll() {
-	v.m.invalidationSweeps.Add(1)
+	v.m.sweep()
 	stack := []*fs.Inode{v.root}
 	for len(stack) > 0 {
 		dir := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
 		parent := dir.StableAttr().Ino
-		v.note(v.n.InodeNotify(parent, 0, 0), "inode")
+		v.note(v.n.InodeNotify(parent, 0, 0), true)
 		for name, child := range dir.Children() {
-			v.note(v.n.EntryNotify(parent, name), "entry")
+			v.note(v.n.EntryNotify(parent, name), false)
 			if child.IsDir() {
 				stack = append(stack, child)
 			} else {
-				v.note(v.n.InodeNotify(child.StableAttr().Ino, 0, 0), "inode")
+				v.note(v.n.InodeNotify(child.StableAttr().Ino, 0, 0), true)
 			}
 		}
 	}
@@ -178,15 +178,10 @@ func (v *invalidator) sweepAll() {
 
 // note counts one notification. ENOENT means the kernel does not hold the
 // node or entry, which is the common case and nothing to report.
-func (v *invalidator) note(st fuse.Status, kind string) {
-	switch {
-	case st.Ok():
-		v.m.countInvalidation(kind, true)
-	case st == fuse.ENOENT:
-		v.m.countInvalidation(kind, false)
-	default:
-		v.m.countInvalidation(kind, false)
-		v.log.Debug("invalidation refused", "kind", kind, "status", st)
+func (v *invalidator) note(st fuse.Status, inode bool) {
+	v.m.invalidation(inode, st.Ok())
+	if !st.Ok() && st != fuse.ENOENT {
+		v.log.Debug("invalidation refused", "inode", inode, "status", st)
 	}
 }
 

@@ -1,16 +1,16 @@
 package fusefs
 
 import (
-	"fmt"
-	"io"
-	"math"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
-// op names one kind of FUSE request, as counted by Metrics.
+// op names one kind of FUSE request, as counted by the metrics.
 type op uint8
 
 const (
@@ -54,210 +54,188 @@ var opNames = [numOps]string{
 
 func (o op) String() string { return opNames[o] }
 
-// latencyBuckets are the histogram's upper bounds, in seconds: FUSE ops
-// range from a cached lookup (~10us) to a flush that commits a large file.
-var latencyBuckets = [...]float64{
-	10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6,
-	1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 1,
+// Prometheus metrics live in the default registry, summed over every mount
+// of the process (computerd has one); Server.Stats gives one mount's figures.
+var (
+	promOps = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsync_fuse_ops_total",
+		Help: "FUSE requests served, by op.",
+	}, []string{"op"})
+	promOpErrors = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsync_fuse_op_errors_total",
+		Help: "FUSE requests answered with an errno, by op.",
+	}, []string{"op"})
+	promOpSeconds = promauto.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "wsync_fuse_op_duration_seconds",
+		Help: "Time a FUSE request spends in the file system, by op.",
+		// From a lookup (~10us) to a flush committing a large file.
+		Buckets: []float64{10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6,
+			1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 1},
+	}, []string{"op"})
+	promReadBytes = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "wsync_fuse_read_bytes_total",
+		Help: "Bytes read through the mount.",
+	})
+	promWrittenBytes = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "wsync_fuse_written_bytes_total",
+		Help: "Bytes written through the mount.",
+	})
+	promCommits = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "wsync_fuse_commits_total",
+		Help: "Flushes, fsyncs and releases that committed a dirty file.",
+	})
+	promInvalidations = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsync_fuse_invalidations_total",
+		Help: "Kernel cache invalidations sent after upstream applies, by kind (entry, inode) and whether the kernel held the item.",
+	}, []string{"kind", "held"})
+	promSweeps = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "wsync_fuse_invalidation_sweeps_total",
+		Help: "Invalidation queue overflows answered by invalidating every cached entry.",
+	})
+	_ = promauto.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "wsync_fuse_open_handles",
+		Help: "File handles open through the mounts.",
+	}, func() float64 { return float64(sumServers((*Server).OpenHandles)) })
+	_ = promauto.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "wsync_fuse_dirty_handles",
+		Help: "Open files with writes not yet committed.",
+	}, func() float64 { return float64(sumServers((*Server).DirtyHandles)) })
+)
+
+// Per-op children, resolved once so a request does no label lookup.
+var (
+	opCounters  [numOps]prometheus.Counter
+	opErrors    [numOps]prometheus.Counter
+	opDurations [numOps]prometheus.Observer
+	invalCount  [2][2]prometheus.Counter // [kind entry|inode][held false|true]
+)
+
+func init() {
+	for o := range numOps {
+		opCounters[o] = promOps.WithLabelValues(o.String())
+		opErrors[o] = promOpErrors.WithLabelValues(o.String())
+		opDurations[o] = promOpSeconds.WithLabelValues(o.String())
+	}
+	for k, kind := range []string{"entry", "inode"} {
+		for h, held := range []string{"false", "true"} {
+			invalCount[k][h] = promInvalidations.WithLabelValues(kind, held)
+		}
+	}
 }
 
-type opStats struct {
-	count   atomic.Uint64
-	errors  atomic.Uint64
-	sumNs   atomic.Uint64
-	buckets [len(latencyBuckets)]atomic.Uint64 // non-cumulative
+// live is the set of mounted Servers, for the handle gauges.
+var live sync.Map // *Server -> struct{}
+
+func sumServers(f func(*Server) int) int {
+	n := 0
+	live.Range(func(k, _ any) bool {
+		n += f(k.(*Server))
+		return true
+	})
+	return n
 }
 
-// Metrics counts what the mount does. It is exported for computerd's /stats
-// (Snapshot) and /metrics (WritePrometheus). The names follow
-// wsync_fuse_<what>_total.
-//
-// The module's go.sum does not carry prometheus/client_golang's
-// dependencies yet, so the text exposition format is written here; a
-// prometheus.Collector over Snapshot is a few lines once it does.
-type Metrics struct {
-	ops          [numOps]opStats
+// metrics is one mount's figures; every update also feeds the process-wide
+// Prometheus metrics.
+type metrics struct {
+	ops          [numOps]atomic.Uint64
+	errors       [numOps]atomic.Uint64
+	nanos        [numOps]atomic.Uint64
 	readBytes    atomic.Uint64
 	writtenBytes atomic.Uint64
-	commits      atomic.Uint64 // handle flushes that committed
-	invalOK      [2]atomic.Uint64 // by kind: entry, inode
-	invalMissed  [2]atomic.Uint64
-	// invalidationSweeps counts overflows of the invalidation queue.
-	invalidationSweeps atomic.Uint64
-
-	mu    sync.Mutex
-	dirty func() int
-	open  func() int
-}
-
-// NewMetrics returns zeroed metrics.
-func NewMetrics() *Metrics { return &Metrics{} }
-
-func (m *Metrics) setDirtySource(dirty func() int) {
-	m.mu.Lock()
-	m.dirty = dirty
-	m.mu.Unlock()
-}
-
-func (m *Metrics) setOpenSource(open func() int) {
-	m.mu.Lock()
-	m.open = open
-	m.mu.Unlock()
+	commits      atomic.Uint64
+	invalHeld    atomic.Uint64
+	invalMissed  atomic.Uint64
+	sweeps       atomic.Uint64
 }
 
 // track records one op; use as `defer s.metrics.track(opX, time.Now(), &errno)`.
-func (m *Metrics) track(o op, start time.Time, errno *syscall.Errno) {
+func (m *metrics) track(o op, start time.Time, errno *syscall.Errno) {
 	d := time.Since(start)
-	st := &m.ops[o]
-	st.count.Add(1)
+	m.ops[o].Add(1)
+	m.nanos[o].Add(uint64(d))
+	opCounters[o].Inc()
+	opDurations[o].Observe(d.Seconds())
 	if *errno != 0 {
-		st.errors.Add(1)
+		m.errors[o].Add(1)
+		opErrors[o].Inc()
 	}
-	st.sumNs.Add(uint64(d.Nanoseconds()))
-	sec := d.Seconds()
-	for i, b := range latencyBuckets {
-		if sec <= b {
-			st.buckets[i].Add(1)
-			return
-		}
-	}
-	// Above the last bound: only +Inf (count) holds it.
 }
 
-func (m *Metrics) countInvalidation(kind string, ok bool) {
-	i := 0
-	if kind == "inode" {
-		i = 1
+func (m *metrics) read(n int) {
+	m.readBytes.Add(uint64(n))
+	promReadBytes.Add(float64(n))
+}
+
+func (m *metrics) wrote(n int) {
+	m.writtenBytes.Add(uint64(n))
+	promWrittenBytes.Add(float64(n))
+}
+
+func (m *metrics) committed() {
+	m.commits.Add(1)
+	promCommits.Inc()
+}
+
+func (m *metrics) sweep() {
+	m.sweeps.Add(1)
+	promSweeps.Inc()
+}
+
+// invalidation counts one notification: inode or entry, and whether the
+// kernel held what it named.
+func (m *metrics) invalidation(inode, held bool) {
+	k, h := 0, 0
+	if inode {
+		k = 1
 	}
-	if ok {
-		m.invalOK[i].Add(1)
+	if held {
+		h = 1
+		m.invalHeld.Add(1)
 	} else {
-		m.invalMissed[i].Add(1)
+		m.invalMissed.Add(1)
 	}
+	invalCount[k][h].Inc()
 }
 
-// OpStats is one op's figures in a Snapshot.
+// OpStats is one op's figures in Stats.
 type OpStats struct {
-	Count  uint64
-	Errors uint64
-	// Total is the summed latency.
-	Total time.Duration
+	Count  uint64        `json:"count"`
+	Errors uint64        `json:"errors"`
+	Total  time.Duration `json:"total_ns"` // summed latency
 }
 
-// Stats is a point-in-time copy of Metrics, for /stats.
+// Stats is a point-in-time copy of one mount's figures, for /stats.
 type Stats struct {
-	Ops                   map[string]OpStats
-	ReadBytes             uint64
-	WrittenBytes          uint64
-	Commits               uint64
-	OpenHandles           int
-	DirtyHandles          int
-	Invalidations         uint64 // delivered to the kernel
-	InvalidationsUnknown  uint64 // named nodes or entries the kernel did not hold
-	InvalidationSweeps    uint64
+	Ops                  map[string]OpStats `json:"ops"`
+	ReadBytes            uint64             `json:"read_bytes"`
+	WrittenBytes         uint64             `json:"written_bytes"`
+	Commits              uint64             `json:"commits"`
+	OpenHandles          int                `json:"open_handles"`
+	DirtyHandles         int                `json:"dirty_handles"`
+	Invalidations        uint64             `json:"invalidations"`         // delivered to the kernel
+	InvalidationsUnknown uint64             `json:"invalidations_unknown"` // named items the kernel did not hold
+	InvalidationSweeps   uint64             `json:"invalidation_sweeps"`
 }
 
-// Snapshot copies the current figures.
-func (m *Metrics) Snapshot() Stats {
-	s := Stats{
+// Stats copies the mount's current figures.
+func (s *Server) Stats() Stats {
+	m := s.metrics
+	st := Stats{
 		Ops:                  make(map[string]OpStats, numOps),
 		ReadBytes:            m.readBytes.Load(),
 		WrittenBytes:         m.writtenBytes.Load(),
 		Commits:              m.commits.Load(),
-		Invalidations:        m.invalOK[0].Load() + m.invalOK[1].Load(),
-		InvalidationsUnknown: m.invalMissed[0].Load() + m.invalMissed[1].Load(),
-		InvalidationSweeps:   m.invalidationSweeps.Load(),
+		OpenHandles:          s.OpenHandles(),
+		DirtyHandles:         s.DirtyHandles(),
+		Invalidations:        m.invalHeld.Load(),
+		InvalidationsUnknown: m.invalMissed.Load(),
+		InvalidationSweeps:   m.sweeps.Load(),
 	}
 	for o := range numOps {
-		st := &m.ops[o]
-		if c := st.count.Load(); c > 0 {
-			s.Ops[o.String()] = OpStats{Count: c, Errors: st.errors.Load(), Total: time.Duration(st.sumNs.Load())}
+		if c := m.ops[o].Load(); c > 0 {
+			st.Ops[o.String()] = OpStats{Count: c, Errors: m.errors[o].Load(), Total: time.Duration(m.nanos[o].Load())}
 		}
 	}
-	m.mu.Lock()
-	dirty, open := m.dirty, m.open
-	m.mu.Unlock()
-	if dirty != nil {
-		s.DirtyHandles = dirty()
-	}
-	if open != nil {
-		s.OpenHandles = open()
-	}
-	return s
-}
-
-// WritePrometheus writes the metrics in Prometheus' text exposition format
-// (version 0.0.4), to be appended to computerd's /metrics.
-func (m *Metrics) WritePrometheus(w io.Writer) error {
-	p := &promWriter{w: w}
-	snap := m.Snapshot()
-
-	p.header("wsync_fuse_ops_total", "counter", "FUSE requests served, by op.")
-	for o := range numOps {
-		p.sample("wsync_fuse_ops_total", `op="`+o.String()+`"`, float64(m.ops[o].count.Load()))
-	}
-	p.header("wsync_fuse_op_errors_total", "counter", "FUSE requests answered with an errno, by op.")
-	for o := range numOps {
-		p.sample("wsync_fuse_op_errors_total", `op="`+o.String()+`"`, float64(m.ops[o].errors.Load()))
-	}
-	p.header("wsync_fuse_op_duration_seconds", "histogram", "FUSE request latency inside the file system, by op.")
-	for o := range numOps {
-		st := &m.ops[o]
-		count := st.count.Load()
-		if count == 0 {
-			continue
-		}
-		var cum uint64
-		for i, b := range latencyBuckets {
-			cum += st.buckets[i].Load()
-			p.sample("wsync_fuse_op_duration_seconds_bucket", fmt.Sprintf(`op="%s",le="%g"`, o, b), float64(cum))
-		}
-		p.sample("wsync_fuse_op_duration_seconds_bucket", fmt.Sprintf(`op="%s",le="+Inf"`, o), float64(count))
-		p.sample("wsync_fuse_op_duration_seconds_sum", `op="`+o.String()+`"`, float64(st.sumNs.Load())/1e9)
-		p.sample("wsync_fuse_op_duration_seconds_count", `op="`+o.String()+`"`, float64(count))
-	}
-	p.header("wsync_fuse_read_bytes_total", "counter", "Bytes read through the mount.")
-	p.sample("wsync_fuse_read_bytes_total", "", float64(snap.ReadBytes))
-	p.header("wsync_fuse_written_bytes_total", "counter", "Bytes written through the mount.")
-	p.sample("wsync_fuse_written_bytes_total", "", float64(snap.WrittenBytes))
-	p.header("wsync_fuse_commits_total", "counter", "Flushes, fsyncs and releases that committed a dirty handle.")
-	p.sample("wsync_fuse_commits_total", "", float64(snap.Commits))
-	p.header("wsync_fuse_open_handles", "gauge", "Files open through the mount (one per inode).")
-	p.sample("wsync_fuse_open_handles", "", float64(snap.OpenHandles))
-	p.header("wsync_fuse_dirty_handles", "gauge", "Open files with writes not yet committed.")
-	p.sample("wsync_fuse_dirty_handles", "", float64(snap.DirtyHandles))
-	p.header("wsync_fuse_invalidations_total", "counter", "Kernel cache invalidations sent after upstream applies, by kind and whether the kernel held the item.")
-	for i, kind := range []string{"entry", "inode"} {
-		p.sample("wsync_fuse_invalidations_total", `kind="`+kind+`",held="true"`, float64(m.invalOK[i].Load()))
-		p.sample("wsync_fuse_invalidations_total", `kind="`+kind+`",held="false"`, float64(m.invalMissed[i].Load()))
-	}
-	p.header("wsync_fuse_invalidation_sweeps_total", "counter", "Invalidation queue overflows answered by a sweep of every cached entry.")
-	p.sample("wsync_fuse_invalidation_sweeps_total", "", float64(snap.InvalidationSweeps))
-	return p.err
-}
-
-type promWriter struct {
-	w   io.Writer
-	err error
-}
-
-func (p *promWriter) header(name, typ, help string) {
-	p.printf("# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
-}
-
-func (p *promWriter) sample(name, labels string, v float64) {
-	if labels != "" {
-		name += "{" + labels + "}"
-	}
-	if v == math.Trunc(v) && math.Abs(v) < 1e15 {
-		p.printf("%s %d\n", name, int64(v))
-		return
-	}
-	p.printf("%s %g\n", name, v)
-}
-
-func (p *promWriter) printf(format string, args ...any) {
-	if p.err == nil {
-		_, p.err = fmt.Fprintf(p.w, format, args...)
-	}
+	return st
 }

@@ -73,8 +73,6 @@ type Options struct {
 	Debug bool
 	// Logger receives diagnostics; nil discards them.
 	Logger *slog.Logger
-	// Metrics collects op counts and latencies; nil makes a fresh one.
-	Metrics *Metrics
 }
 
 func (o Options) timeout(d, def time.Duration) *time.Duration {
@@ -93,13 +91,13 @@ type Server struct {
 	opts    Options
 	dir     string
 	log     *slog.Logger
-	metrics *Metrics
+	metrics *metrics
 	root    *Node
 	fuse    *fuse.Server
 	inval   *invalidator
 
 	mu    sync.Mutex
-	opens map[vfs.Ino]*openFile
+	handles map[*fileHandle]struct{}
 	// rootOwner overrides the root's uid/gid when Options.Owner is set.
 	rootOwner *Owner
 
@@ -127,10 +125,6 @@ func Mount(ctx context.Context, dir string, store *vfs.Store, opts Options) (*Se
 		logger = slog.New(slog.DiscardHandler)
 	}
 	logger = logger.With("component", "fusefs", "mount", dir)
-	metrics := opts.Metrics
-	if metrics == nil {
-		metrics = NewMetrics()
-	}
 	if opts.FsName == "" {
 		opts.FsName = DefaultFsName
 	}
@@ -155,14 +149,13 @@ func Mount(ctx context.Context, dir string, store *vfs.Store, opts Options) (*Se
 		opts:    opts,
 		dir:     dir,
 		log:     logger,
-		metrics: metrics,
-		opens:   make(map[vfs.Ino]*openFile),
+		metrics: &metrics{},
+		handles: make(map[*fileHandle]struct{}),
 	}
 	if opts.Owner != nil {
 		o := *opts.Owner
 		s.rootOwner = &o
 	}
-	metrics.setDirtySource(s.DirtyHandles)
 	s.root = &Node{srv: s, ino: vfs.RootIno}
 
 	debugLog := log.New(io.Discard, "", 0)
@@ -222,7 +215,7 @@ func Mount(ctx context.Context, dir string, store *vfs.Store, opts Options) (*Se
 		s.dev = st.Dev
 	}
 
-	s.inval = newInvalidator(srv, s.root.EmbeddedInode(), opts.InvalidationQueue, metrics, logger)
+	s.inval = newInvalidator(srv, s.root.EmbeddedInode(), opts.InvalidationQueue, s.metrics, logger)
 	ictx, cancel := context.WithCancel(context.Background())
 	s.stopInval = cancel
 	s.invalDone = make(chan struct{})
@@ -231,6 +224,7 @@ func Mount(ctx context.Context, dir string, store *vfs.Store, opts Options) (*Se
 		s.inval.run(ictx)
 	}()
 	store.Observe(s.inval.enqueue)
+	live.Store(s, struct{}{})
 	logger.Info("mounted", "fsname", opts.FsName)
 	return s, nil
 }
@@ -244,9 +238,6 @@ func (s *Server) Dir() string { return s.dir }
 
 // Store is the store being served.
 func (s *Server) Store() *vfs.Store { return s.store }
-
-// Metrics returns the mount's metrics.
-func (s *Server) Metrics() *Metrics { return s.metrics }
 
 // WaitInvalidated blocks until every invalidation observed before the call
 // has been delivered to the kernel. A sync driver calls it after an upstream
@@ -311,6 +302,7 @@ func (s *Server) shutdown() error {
 		s.mu.Lock()
 		s.unmounted = true
 		s.mu.Unlock()
+		live.Delete(s)
 		s.stopInval()
 		<-s.invalDone
 		err = s.releaseAll(context.Background())

@@ -53,8 +53,8 @@ var (
 // Ino is the node's vfs inode number.
 func (n *Node) Ino() vfs.Ino { return n.ino }
 
-// attr is the node's attributes as the kernel should see them: the store's,
-// with an open handle's uncommitted size and mtime over them, and the
+// attr is the node's attributes as the kernel should see them: the store's
+// (which include an open file's uncommitted size and mtime), with the
 // configured root owner.
 func (s *Server) attr(ctx context.Context, ino vfs.Ino) (vfs.Attr, error) {
 	a, err := s.store.GetAttr(ctx, ino)
@@ -66,18 +66,14 @@ func (s *Server) attr(ctx context.Context, ino vfs.Ino) (vfs.Attr, error) {
 }
 
 func (s *Server) overlay(a *vfs.Attr) {
-	if a.Kind == vfs.KindFile {
-		if of := s.openFor(a.Ino); of != nil {
-			of.overlay(a)
-		}
+	if a.Ino != vfs.RootIno {
+		return
 	}
-	if a.Ino == vfs.RootIno {
-		s.mu.Lock()
-		if o := s.rootOwner; o != nil {
-			a.Uid, a.Gid = o.Uid, o.Gid
-		}
-		s.mu.Unlock()
+	s.mu.Lock()
+	if o := s.rootOwner; o != nil {
+		a.Uid, a.Gid = o.Uid, o.Gid
 	}
+	s.mu.Unlock()
 }
 
 // child makes (or finds) the Inode for a store node named in a reply and
@@ -149,33 +145,21 @@ func (n *Node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		s.mu.Unlock()
 	}
 
-	of := s.openFor(n.ino)
 	if req.size != nil {
-		switch {
-		case cur.Kind == vfs.KindDir:
+		switch cur.Kind {
+		case vfs.KindDir:
 			return syscall.EISDIR
-		case cur.Kind != vfs.KindFile:
+		case vfs.KindSymlink:
 			return syscall.EINVAL
-		case of != nil:
-			// An open handle owns the content: truncating around it would
-			// be undone by its next commit.
-			if err := of.truncate(ctx, *req.size); err != nil {
-				return toErrno(err)
-			}
-		default:
-			req.sa.Size = req.size
 		}
+		// The store truncates through the file's open state when it is
+		// open, so buffered writes and the truncation commit together.
+		req.sa.Size = req.size
 	}
 	sa := req.sa
 	if sa.Mode != nil || sa.Uid != nil || sa.Gid != nil || sa.Atime != nil || sa.Mtime != nil || sa.Size != nil {
-		if of != nil && (sa.Atime != nil || sa.Mtime != nil) {
-			// cp -p sets the times through the descriptor before close:
-			// commit the writes first so their commit cannot move mtime
-			// past the times asked for.
-			if _, err := of.flush(ctx); err != nil {
-				return toErrno(err)
-			}
-		}
+		// An mtime set on a dirty open file (cp -p sets times through the
+		// descriptor before close) is kept by the store for its commit.
 		if _, err := s.store.SetAttr(ctx, n.ino, sa); err != nil {
 			return toErrno(err)
 		}
@@ -209,19 +193,22 @@ func (n *Node) Open(ctx context.Context, flags uint32) (_ fs.FileHandle, fuseFla
 	return fh, fuseFlags, 0
 }
 
-// open makes a FUSE handle on the node's shared openFile.
+// open makes a FUSE handle on the node. (The kernel truncates with a
+// SETATTR before OPEN; O_TRUNC arrives here only with CREATE of a name that
+// appeared since the kernel's lookup.)
 func (n *Node) open(ctx context.Context, flags uint32) (*fileHandle, syscall.Errno) {
-	of, err := n.srv.acquire(ctx, n.ino)
+	h, err := n.srv.store.OpenHandle(ctx, n.ino)
 	if err != nil {
 		return nil, toErrno(err)
 	}
 	if flags&syscall.O_TRUNC != 0 && flags&syscall.O_ACCMODE != syscall.O_RDONLY {
-		if err := of.truncate(ctx, 0); err != nil {
-			_ = n.srv.release(ctx, of)
-			return nil, toErrno(err)
+		if err := h.Truncate(ctx, 0); err != nil {
+			return nil, toErrno(errors.Join(err, h.Release(ctx)))
 		}
 	}
-	return &fileHandle{srv: n.srv, node: n, of: of, append: flags&syscall.O_APPEND != 0}, 0
+	fh := &fileHandle{srv: n.srv, node: n, h: h, append: flags&syscall.O_APPEND != 0}
+	n.srv.track(fh)
+	return fh, 0
 }
 
 func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (_ *fs.Inode, _ fs.FileHandle, _ uint32, errno syscall.Errno) {
