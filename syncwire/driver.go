@@ -1,0 +1,550 @@
+package syncwire
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"iter"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/vfs"
+	"github.com/wsync/wsync/watermark"
+)
+
+// Driver batch bounds (SPEC section 4).
+const (
+	// BatchEntries bounds a push batch and a pull batch.
+	BatchEntries = 256
+	// BatchMissingBytes bounds the missing chunk bytes of a push batch
+	// (a batch always takes at least one entry, however large its file).
+	BatchMissingBytes = 4 << 20
+)
+
+// DriverOptions configures a Driver.
+type DriverOptions struct {
+	// Ignore is the pull's ignore list: nil means vfs.DefaultIgnore, an
+	// empty non-nil list disables ignoring.
+	Ignore []string
+	// BatchEntries and BatchMissingBytes override the batch bounds (tests).
+	BatchEntries      int
+	BatchMissingBytes int64
+	Logger            *slog.Logger
+
+	// noReconcile skips reconcile-on-connect (tests of the invariant path).
+	noReconcile bool
+}
+
+// Driver syncs a local store with one peer: PushOnce sends local changes,
+// PullOnce fetches the peer's, Tick does both (pull first). Calls are
+// serialised through a FIFO; a failed call does not poison it.
+type Driver struct {
+	local  Backend
+	peer   string
+	client *Client
+	opts   DriverOptions
+	log    *slog.Logger
+
+	q          fifo
+	reconciled uint64 // session epoch last reconciled (under q)
+	stageSeq   atomic.Uint64
+}
+
+// NewDriver returns a driver for local and the peer behind c. peer names
+// the local watermarks kept for that peer.
+func NewDriver(local Backend, peer string, c *Client, opts DriverOptions) *Driver {
+	if opts.BatchEntries <= 0 {
+		opts.BatchEntries = BatchEntries
+	}
+	if opts.BatchMissingBytes <= 0 {
+		opts.BatchMissingBytes = BatchMissingBytes
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Driver{local: local, peer: peer, client: c, opts: opts, log: opts.Logger.With("peer", peer)}
+}
+
+// Result counts what one push or pull did.
+type Result struct {
+	Entries int // entries sent (push) or received (pull)
+	Applied int // entries that changed the receiving store
+	Skipped int // entries that already matched
+	Batches int
+	// Chunks and ChunkBytes are the chunks that crossed the wire and their
+	// raw size.
+	Chunks     int
+	ChunkBytes int64
+	// DedupBytes are chunk bytes the entries referenced that did not cross
+	// the wire because the receiver had them (or they repeated in a batch).
+	DedupBytes int64
+	// WireBytes are the frame bytes of every call, both directions.
+	WireBytes int64
+	// Resets counts watermarks reset to re-baseline the peer.
+	Resets int
+}
+
+// TickResult is a Tick's pull and push.
+type TickResult struct{ Pull, Push Result }
+
+// PushOnce sends every local change after the push cursor to the peer.
+func (d *Driver) PushOnce(ctx context.Context) (Result, error) {
+	var res Result
+	err := d.q.run(ctx, func() error { return d.withSession(ctx, &res, d.push) })
+	return res, d.observe("push", err)
+}
+
+// PullOnce fetches and applies every peer change after the fetch cursor.
+func (d *Driver) PullOnce(ctx context.Context) (Result, error) {
+	var res Result
+	err := d.q.run(ctx, func() error { return d.withSession(ctx, &res, d.pull) })
+	return res, d.observe("pull", err)
+}
+
+// Tick pulls then pushes, in one FIFO turn: the pull absorbs the peer's
+// writes before the push can overwrite them with stale local state.
+func (d *Driver) Tick(ctx context.Context) (TickResult, error) {
+	var tr TickResult
+	err := d.q.run(ctx, func() error {
+		if err := d.withSession(ctx, &tr.Pull, d.pull); err != nil {
+			return fmt.Errorf("pull: %w", d.observe("pull", err))
+		}
+		if err := d.withSession(ctx, &tr.Push, d.push); err != nil {
+			return fmt.Errorf("push: %w", d.observe("push", err))
+		}
+		return nil
+	})
+	return tr, err
+}
+
+func (d *Driver) observe(op string, err error) error {
+	if err != nil {
+		metricSyncErrors.WithLabelValues(op, CodeOf(err).String()).Inc()
+	}
+	return err
+}
+
+// withSession gets a session (redialling if the last one died), reconciles
+// watermarks on a new one, runs op and totals its wire bytes.
+func (d *Driver) withSession(ctx context.Context, res *Result, op func(context.Context, *Session, *Result) error) error {
+	var wc WireCounter
+	ctx = WithWireCounter(ctx, &wc)
+	defer func() { res.WireBytes += wc.In.Load() + wc.Out.Load() }()
+	s, epoch, err := d.client.Session(ctx)
+	if err != nil {
+		return err
+	}
+	if epoch != d.reconciled && !d.opts.noReconcile {
+		if err := d.reconcile(ctx, s, res); err != nil {
+			return fmt.Errorf("reconcile: %w", err)
+		}
+	}
+	d.reconciled = epoch
+	return op(ctx, s, res)
+}
+
+// reconcile re-baselines watermarks against a peer met on a new session:
+// a peer whose current rev is below our fetch cursor lost its feed (fetch
+// it again from the start); a peer that has less of our feed than our push
+// cursor says lost state (push again from what it has).
+func (d *Driver) reconcile(ctx context.Context, s *Session, res *Result) error {
+	ps, err := s.Watermarks(ctx)
+	if err != nil {
+		return err
+	}
+	ws, err := d.local.Watermarks(ctx, d.peer)
+	if err != nil {
+		return err
+	}
+	changed := false
+	if ps.CurrentRev < ws.Fetch.Rev {
+		d.log.Info("peer feed is behind our fetch cursor; refetching", "peer_rev", ps.CurrentRev, "fetch", ws.Fetch)
+		ws.Fetch = watermark.Cursor{}
+		changed = true
+	}
+	peerHas := ps.Set.AppliedPush
+	if peerHas.Less(ps.Set.Fetch) {
+		peerHas = ps.Set.Fetch
+	}
+	if peerHas.Less(ws.Push) {
+		d.log.Info("peer has less of our feed than our push cursor; re-pushing", "peer_has", peerHas, "push", ws.Push)
+		ws.Push = peerHas
+		changed = true
+	}
+	if !changed {
+		return nil
+	}
+	res.Resets++
+	metricResets.WithLabelValues("reconcile").Inc()
+	return d.local.SetWatermarks(ctx, d.peer, ws)
+}
+
+// push runs the push loop: batches of at most BatchEntries entries and
+// BatchMissingBytes missing chunk bytes; for each, probe, send the missing
+// chunks, then the entries, which the peer applies atomically.
+func (d *Driver) push(ctx context.Context, s *Session, res *Result) error {
+	err := d.pushOnce(ctx, s, res)
+	var ie *watermark.InvariantError
+	if !errors.As(err, &ie) {
+		return err
+	}
+	// The peer applied less than we sent: start again from what it says
+	// it has, once.
+	d.log.Warn("push invariant violated; re-baselining", "err", err)
+	if err := d.resetPush(ctx, ie.PeerApplied, res); err != nil {
+		return err
+	}
+	return d.pushOnce(ctx, s, res)
+}
+
+func (d *Driver) resetPush(ctx context.Context, to watermark.Cursor, res *Result) error {
+	ws, err := d.local.Watermarks(ctx, d.peer)
+	if err != nil {
+		return err
+	}
+	ws.Push = to
+	res.Resets++
+	metricResets.WithLabelValues("invariant").Inc()
+	return d.local.SetWatermarks(ctx, d.peer, ws)
+}
+
+func (d *Driver) pushOnce(ctx context.Context, s *Session, res *Result) error {
+	ws, err := d.local.Watermarks(ctx, d.peer)
+	if err != nil {
+		return err
+	}
+	through := watermark.At(d.local.CurrentRev())
+	if ws.Push.Covers(through) {
+		return nil
+	}
+	next, stop := iter.Pull2(d.local.Changes(ctx, ws.Push, through, vfs.Ignore{}))
+	defer stop()
+	var pending []vfs.ChangeEntry
+	exhausted := false
+	for {
+		// Fill up to BatchEntries, then cut by missing bytes.
+		for !exhausted && len(pending) < d.opts.BatchEntries {
+			en, err, ok := next()
+			if !ok {
+				exhausted = true
+				break
+			}
+			if err != nil {
+				return fmt.Errorf("changes: %w", err)
+			}
+			pending = append(pending, en)
+		}
+		batch, missing, refBytes, err := d.cutPushBatch(ctx, s, pending)
+		if err != nil {
+			return err
+		}
+		pending = pending[len(batch):]
+		if len(pending) == 0 && !exhausted {
+			// Peek: is this the last batch?
+			en, err, ok := next()
+			switch {
+			case !ok:
+				exhausted = true
+			case err != nil:
+				return fmt.Errorf("changes: %w", err)
+			default:
+				pending = append(pending, en)
+			}
+		}
+		last := exhausted && len(pending) == 0
+		cursor := through
+		if !last {
+			e := batch[len(batch)-1]
+			cursor = watermark.Within(e.Rev, e.Path)
+		}
+		var stageID uint64
+		var st ObjectStats
+		if len(missing) > 0 {
+			stageID = d.stageSeq.Add(1)
+			if st, err = s.PushObjects(ctx, stageID, missing, d.local.ReadChunk); err != nil {
+				return err
+			}
+		}
+		resp, err := s.Push(ctx, PushRequest{SenderRev: through.Rev, SenderCursor: cursor, Stage: stageID}, batch)
+		if err != nil {
+			return err
+		}
+		res.Batches++
+		res.Entries += len(batch)
+		res.Applied += resp.Applied
+		res.Skipped += resp.Skipped
+		res.Chunks += st.Chunks
+		res.ChunkBytes += st.RawBytes
+		res.DedupBytes += refBytes - st.RawBytes
+		metricEntries.WithLabelValues("pushed").Add(float64(len(batch)))
+		metricChunks.WithLabelValues("sent").Add(float64(st.Chunks))
+		metricChunkBytes.WithLabelValues("sent").Add(float64(st.RawBytes))
+		metricDedupBytes.Add(float64(refBytes - st.RawBytes))
+
+		// The peer echoes what it applied: our cursor moves to that, never
+		// past what we sent. Through was fixed before the feed opened, so a
+		// local write made meanwhile has a later rev and stays unpushed.
+		if err := watermark.CheckInvariant(d.peer, watermark.Set{Push: cursor}, resp.AppliedPush); err != nil {
+			return err
+		}
+		ws.Push = cursor
+		// Bounce suppression: the revs the peer's apply stamped are our
+		// own entries; when we had fetched everything of the peer's before
+		// them, skip them in our fetch cursor.
+		if resp.RevAfter > resp.RevBefore && ws.Fetch.Covers(watermark.At(resp.RevBefore)) {
+			ws.Fetch = watermark.At(resp.RevAfter)
+		}
+		if err := d.local.SetWatermarks(ctx, d.peer, ws); err != nil {
+			return err
+		}
+		if last {
+			return nil
+		}
+	}
+}
+
+// cutPushBatch probes the peer for the chunks of pending's entries and
+// returns the longest prefix (at least one entry) whose missing chunks stay
+// within BatchMissingBytes, those missing hashes in first-use order, and
+// the chunk bytes the prefix references.
+func (d *Driver) cutPushBatch(ctx context.Context, s *Session, pending []vfs.ChangeEntry) ([]vfs.ChangeEntry, []chunkstore.Hash, int64, error) {
+	if len(pending) == 0 {
+		return nil, nil, 0, nil
+	}
+	seen := map[chunkstore.Hash]bool{}
+	var probe []chunkstore.Hash
+	for _, e := range pending {
+		for _, r := range e.Chunks {
+			if !seen[r.Hash] {
+				seen[r.Hash] = true
+				probe = append(probe, r.Hash)
+			}
+		}
+	}
+	have := map[chunkstore.Hash]bool{}
+	if len(probe) > 0 {
+		hs, err := s.HasObjects(ctx, probe)
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		for _, h := range hs {
+			have[h] = true
+		}
+	}
+	var missing []chunkstore.Hash
+	var missingBytes, refBytes int64
+	counted := map[chunkstore.Hash]bool{}
+	n := 0
+	for i, e := range pending {
+		var add int64
+		var adds []chunkstore.Hash
+		for _, r := range e.Chunks {
+			if !have[r.Hash] && !counted[r.Hash] {
+				counted[r.Hash] = true
+				add += int64(r.Size)
+				adds = append(adds, r.Hash)
+			}
+		}
+		if i > 0 && missingBytes+add > d.opts.BatchMissingBytes {
+			for _, h := range adds {
+				delete(counted, h)
+			}
+			break
+		}
+		missingBytes += add
+		missing = append(missing, adds...)
+		refBytes += e.Chunks.Size()
+		n++
+	}
+	return pending[:n], missing, refBytes, nil
+}
+
+// pull runs the pull loop, with the invariant and reconcile checks on the
+// feed's head: on violation the affected watermark is reset and the pull
+// retried once.
+func (d *Driver) pull(ctx context.Context, s *Session, res *Result) error {
+	err := d.pullOnce(ctx, s, res, false)
+	if !errors.Is(err, errRetryPull) {
+		return err
+	}
+	return d.pullOnce(ctx, s, res, true)
+}
+
+var errRetryPull = errors.New("retry pull")
+
+func (d *Driver) pullOnce(ctx context.Context, s *Session, res *Result, retried bool) error {
+	ws, err := d.local.Watermarks(ctx, d.peer)
+	if err != nil {
+		return err
+	}
+	cs, err := s.FetchChanges(ctx, FetchRequest{After: ws.Fetch, Ignore: d.opts.Ignore})
+	if err != nil {
+		return err
+	}
+	defer cs.Close()
+
+	invErr := watermark.CheckInvariant(d.peer, ws, cs.AppliedPush)
+	behind := cs.Current.Rev < ws.Fetch.Rev
+	if invErr != nil || behind {
+		if retried {
+			if invErr != nil {
+				return invErr
+			}
+			return fmt.Errorf("%w: peer feed at %v is behind our fetch cursor %v after a reset", watermark.ErrInvariant, cs.Current, ws.Fetch)
+		}
+		d.log.Warn("peer lost state; re-baselining", "invariant", invErr, "peer_current", cs.Current, "fetch", ws.Fetch)
+		if invErr != nil {
+			ws.Push = cs.AppliedPush
+			metricResets.WithLabelValues("invariant").Inc()
+		}
+		if behind {
+			ws.Fetch = watermark.Cursor{}
+			metricResets.WithLabelValues("reconcile").Inc()
+		}
+		res.Resets++
+		if err := d.local.SetWatermarks(ctx, d.peer, ws); err != nil {
+			return err
+		}
+		return errRetryPull
+	}
+
+	pushBefore := ws.Push
+	for {
+		batch, err := cs.Next(ctx, d.opts.BatchEntries)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if err := d.applyPulled(ctx, s, batch, &ws, res); err != nil {
+			return err
+		}
+	}
+	// Clean drain: everything through the feed's current cursor is here,
+	// including entries the feed filtered out (ignored paths).
+	if ws.Fetch != cs.Current {
+		ws.Fetch = cs.Current
+		if err := d.local.SetWatermarks(ctx, d.peer, ws); err != nil {
+			return err
+		}
+	}
+	if ws.Push != pushBefore {
+		// Bounce suppression moved our push cursor over revs the peer never
+		// received from us (they hold its own entries). Tell it, with an
+		// empty push, so its echoed applied-push cursor keeps covering ours.
+		return d.syncApplied(ctx, s, ws.Push)
+	}
+	return nil
+}
+
+// syncApplied records cursor as the peer's applied-push cursor.
+func (d *Driver) syncApplied(ctx context.Context, s *Session, cursor watermark.Cursor) error {
+	resp, err := s.Push(ctx, PushRequest{SenderRev: max(d.local.CurrentRev(), 1), SenderCursor: cursor}, nil)
+	if err != nil {
+		return err
+	}
+	return watermark.CheckInvariant(d.peer, watermark.Set{Push: cursor}, resp.AppliedPush)
+}
+
+// applyPulled fetches the chunks one pulled batch needs and does not have,
+// and applies the batch with the fetch cursor in the same transaction.
+func (d *Driver) applyPulled(ctx context.Context, s *Session, batch []vfs.ChangeEntry, ws *watermark.Set, res *Result) error {
+	seen := map[chunkstore.Hash]bool{}
+	var need []chunkstore.Hash
+	var refBytes int64
+	for _, e := range batch {
+		refBytes += e.Chunks.Size()
+		for _, r := range e.Chunks {
+			if !seen[r.Hash] {
+				seen[r.Hash] = true
+				need = append(need, r.Hash)
+			}
+		}
+	}
+	var missing []chunkstore.Hash
+	if len(need) > 0 {
+		have, err := d.local.Has(ctx, need)
+		if err != nil {
+			return err
+		}
+		got := make(map[chunkstore.Hash]bool, len(have))
+		for _, h := range have {
+			got[h] = true
+		}
+		for _, h := range need {
+			if !got[h] {
+				missing = append(missing, h)
+			}
+		}
+	}
+	var stage *chunkstore.Stage
+	var fetched int64
+	if len(missing) > 0 {
+		stage = d.local.Chunks().NewStage()
+		defer stage.Release()
+		// Stage.Put hashes the bytes before staging them: a chunk that does
+		// not match its hash fails the pull with ErrHashMismatch.
+		err := s.FetchObjects(ctx, missing, func(o Object) error {
+			fetched += int64(len(o.Data))
+			return stage.Put(ctx, o.Hash, o.Data)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	last := batch[len(batch)-1]
+	ws.Fetch = watermark.Within(last.Rev, last.Path)
+	ar, err := d.local.Apply(ctx, batch, vfs.ApplyOptions{Source: vfs.Upstream, Stage: stage, Peer: d.peer, Watermarks: ws})
+	if err != nil {
+		return fmt.Errorf("apply pulled batch: %w", err)
+	}
+	res.Batches++
+	res.Entries += len(batch)
+	res.Applied += ar.Applied
+	res.Skipped += ar.Skipped
+	res.Chunks += len(missing)
+	res.ChunkBytes += fetched
+	res.DedupBytes += refBytes - fetched
+	metricEntries.WithLabelValues("pulled").Add(float64(len(batch)))
+	metricChunks.WithLabelValues("fetched").Add(float64(len(missing)))
+	metricChunkBytes.WithLabelValues("fetched").Add(float64(fetched))
+	metricDedupBytes.Add(float64(refBytes - fetched))
+	// Bounce suppression: the revs this apply stamped are the peer's own
+	// entries; when every earlier local rev was already pushed, skip them
+	// in our push cursor so they do not travel back.
+	if ar.FirstRev > 0 && ws.Push.Covers(watermark.At(ar.FirstRev-1)) {
+		ws.Push = watermark.At(ar.LastRev)
+		return d.local.SetWatermarks(ctx, d.peer, *ws)
+	}
+	return nil
+}
+
+// fifo runs functions one at a time in arrival order. A waiter that gives
+// up keeps its place until its predecessor finishes, so order holds; an
+// error in one function does not affect the next.
+type fifo struct {
+	mu   sync.Mutex
+	tail chan struct{}
+}
+
+func (q *fifo) run(ctx context.Context, fn func() error) error {
+	q.mu.Lock()
+	prev := q.tail
+	mine := make(chan struct{})
+	q.tail = mine
+	q.mu.Unlock()
+	if prev != nil {
+		select {
+		case <-prev:
+		case <-ctx.Done():
+			go func() { <-prev; close(mine) }()
+			return ctx.Err()
+		}
+	}
+	defer close(mine)
+	return fn()
+}
