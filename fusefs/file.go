@@ -92,6 +92,7 @@ type fileHandle struct {
 	srv    *Server
 	node   *Node
 	h      *vfs.Handle
+	attr   vfs.Attr // as of the open
 	append bool
 }
 

@@ -113,6 +113,14 @@ func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (_ *
 func (n *Node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) (errno syscall.Errno) {
 	defer n.srv.metrics.track(opGetattr, time.Now(), &errno)
 	a, err := n.srv.attr(context.WithoutCancel(ctx), n.ino)
+	if fh, ok := f.(*fileHandle); ok && errors.Is(err, vfs.ErrNotExist) {
+		// The store can lose a node to an unlink racing with the open of
+		// its last name (see the package doc); the descriptor still
+		// answers fstat(2) as a deleted file's does.
+		a, err = fh.attr, nil
+		a.Nlink = 0
+		a.Size = fh.h.Size()
+	}
 	if err != nil {
 		return toErrno(err)
 	}
@@ -175,40 +183,41 @@ func (n *Node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 
 func (n *Node) Open(ctx context.Context, flags uint32) (_ fs.FileHandle, fuseFlags uint32, errno syscall.Errno) {
 	defer n.srv.metrics.track(opOpen, time.Now(), &errno)
-	ctx = context.WithoutCancel(ctx)
-	a, err := n.srv.store.GetAttr(ctx, n.ino)
-	if err != nil {
-		return nil, 0, toErrno(err)
-	}
-	if a.Kind != vfs.KindFile {
-		return nil, 0, syscall.EINVAL
-	}
-	fh, errno := n.open(ctx, flags)
+	fh, a, errno := n.open(context.WithoutCancel(ctx), flags)
 	if errno != 0 {
 		return nil, 0, errno
 	}
-	if prev := n.cacheRev.Swap(a.Rev); prev == a.Rev && flags&syscall.O_TRUNC == 0 {
+	if prev := n.cacheRev.Swap(a.Rev); prev == a.Rev {
 		fuseFlags |= fuse.FOPEN_KEEP_CACHE
 	}
 	return fh, fuseFlags, 0
 }
 
-// open makes a FUSE handle on the node. (The kernel truncates with a
-// SETATTR before OPEN; O_TRUNC arrives here only with CREATE of a name that
-// appeared since the kernel's lookup.)
-func (n *Node) open(ctx context.Context, flags uint32) (*fileHandle, syscall.Errno) {
+// open makes a FUSE handle on the node and returns the node's attributes
+// as of after the open. (The kernel truncates with a SETATTR before OPEN;
+// O_TRUNC arrives here only with a CREATE of a name that appeared since the
+// kernel's lookup.)
+func (n *Node) open(ctx context.Context, flags uint32) (*fileHandle, vfs.Attr, syscall.Errno) {
 	h, err := n.srv.store.OpenHandle(ctx, n.ino)
 	if err != nil {
-		return nil, toErrno(err)
+		return nil, vfs.Attr{}, toErrno(err)
 	}
 	if flags&syscall.O_TRUNC != 0 && flags&syscall.O_ACCMODE != syscall.O_RDONLY {
-		if err := h.Truncate(ctx, 0); err != nil {
-			return nil, toErrno(errors.Join(err, h.Release(ctx)))
-		}
+		err = h.Truncate(ctx, 0)
 	}
-	fh := &fileHandle{srv: n.srv, node: n, h: h, append: flags&syscall.O_APPEND != 0}
+	var a vfs.Attr
+	if err == nil {
+		// Read the node after the handle exists: an unlink that raced with
+		// the open may have removed the node before the store registered
+		// the handle, and a handle on a removed node must not be returned.
+		a, err = n.srv.store.GetAttr(ctx, n.ino)
+	}
+	if err != nil {
+		return nil, vfs.Attr{}, toErrno(errors.Join(err, h.Release(ctx)))
+	}
+	fh := &fileHandle{srv: n.srv, node: n, h: h, attr: a, append: flags&syscall.O_APPEND != 0}
 	n.srv.track(fh)
-	return fh, 0
+	return fh, a, 0
 }
 
 func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (_ *fs.Inode, _ fs.FileHandle, _ uint32, errno syscall.Errno) {
@@ -232,7 +241,7 @@ func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	}
 	child := n.child(ctx, a, out)
 	cn := child.Operations().(*Node)
-	fh, errno := cn.open(ctx, flags)
+	fh, a, errno := cn.open(ctx, flags)
 	if errno != 0 {
 		return nil, nil, 0, errno
 	}

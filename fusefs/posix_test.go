@@ -1,0 +1,41 @@
+package fusefs
+
+import (
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/posixtest"
+)
+
+// posixSkips are the go-fuse conformance tests that cannot pass here, and why.
+var posixSkips = map[string]string{
+	// POSIX record locks belong to a process, and the suite takes both
+	// locks from the test process, so the second succeeds on a local disk
+	// too (checked on tmpfs). Locks stay in the kernel here, as on a local
+	// disk; TestLocksBetweenProcesses checks them across two processes.
+	"FcntlFlockLocksFile": "same-process POSIX locks do not conflict (tmpfs behaves the same); see TestLocksBetweenProcesses",
+}
+
+// TestPosix runs go-fuse's conformance suite against a fresh mount per test,
+// with long cache timeouts so the kernel caches aggressively.
+func TestPosix(t *testing.T) {
+	RequireFUSE(t)
+	names := make([]string, 0, len(posixtest.All))
+	for name := range posixtest.All {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		t.Run(name, func(t *testing.T) {
+			if why, ok := posixSkips[name]; ok {
+				t.Skip(why)
+			}
+			m := NewTestMount(t, TestMountOptions{Options: Options{
+				EntryTimeout: time.Hour,
+				AttrTimeout:  time.Hour,
+			}})
+			posixtest.All[name](t, m.Dir)
+		})
+	}
+}
