@@ -112,7 +112,7 @@ func (t *wtx) applyEntry(e *ChangeEntry) (bool, error) {
 	if err != nil || parent == 0 {
 		return false, err
 	}
-	cur, err := lookupNode(t.ctx, t.tx, parent, name)
+	cur, err := lookupChild(t.ctx, t.tx, parent, name)
 	exists := err == nil
 	if err != nil && !errors.Is(err, ErrNotExist) {
 		return false, err
@@ -209,6 +209,17 @@ func (t *wtx) ensureDir(path string, lookupOnly bool) (Ino, error) {
 	if path == "" {
 		return cur, nil
 	}
+	if ino, ok := t.dirs[path]; ok {
+		return ino, nil
+	}
+	defer func() {
+		if cur != 0 {
+			if t.dirs == nil {
+				t.dirs = make(map[string]Ino)
+			}
+			t.dirs[path] = cur
+		}
+	}()
 	walked := ""
 	for rest := path; rest != ""; {
 		name := rest
@@ -218,23 +229,27 @@ func (t *wtx) ensureDir(path string, lookupOnly bool) (Ino, error) {
 			rest = ""
 		}
 		walked = joinPath(walked, name)
-		n, err := lookupNode(t.ctx, t.tx, cur, name)
+		n, err := lookupChild(t.ctx, t.tx, cur, name)
 		switch {
 		case err == nil && n.kind == KindDir:
 			cur = n.ino
 			continue
 		case err != nil && !errors.Is(err, ErrNotExist):
+			cur = 0
 			return 0, err
 		case lookupOnly:
+			cur = 0
 			return 0, nil
 		case err == nil:
 			if err := t.removeAt(cur, name, walked, n); err != nil {
+				cur = 0
 				return 0, err
 			}
 		}
 		mode := uint32(0o755)
 		d, err := t.insertNode(cur, walked, name, newNode{kind: KindDir, attr: NewAttr{Mode: mode, Uid: t.s.opts.Owner.Uid, Gid: t.s.opts.Owner.Gid}})
 		if err != nil {
+			cur = 0
 			return 0, err
 		}
 		t.inval = append(t.inval, Invalidation{Ino: d.ino, Parent: cur, Name: name})

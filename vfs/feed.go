@@ -56,13 +56,17 @@ func (s *Store) feedPage(ctx context.Context, after watermark.Cursor, through in
 	if err != nil {
 		return pg, false, fmt.Errorf("changes: %w", err)
 	}
-	defer tx.Rollback()
+	q := newTxQuerier(tx, s.rc)
+	defer func() {
+		tx.Rollback()
+		q.done(ctx)
+	}()
 	var rows *sql.Rows
 	if after.Partial {
-		rows, err = tx.QueryContext(ctx, `SELECT path, rev FROM changes
+		rows, err = q.QueryContext(ctx, `SELECT path, rev FROM changes
 			WHERE (rev, path) > (?, ?) AND rev <= ? ORDER BY rev, path LIMIT ?`, after.Rev, after.Path, through, feedPage)
 	} else {
-		rows, err = tx.QueryContext(ctx, `SELECT path, rev FROM changes
+		rows, err = q.QueryContext(ctx, `SELECT path, rev FROM changes
 			WHERE rev > ? AND rev <= ? ORDER BY rev, path LIMIT ?`, after.Rev, through, feedPage)
 	}
 	if err != nil {
@@ -85,7 +89,7 @@ func (s *Store) feedPage(ctx context.Context, after watermark.Cursor, through in
 	if err := rows.Err(); err != nil {
 		return pg, false, fmt.Errorf("changes: %w", err)
 	}
-	res := newResolver(ctx, tx)
+	res := newResolver(ctx, q)
 	for _, r := range rs {
 		pg.last = watermark.Within(r.rev, r.path)
 		if ig.Match(r.path) {

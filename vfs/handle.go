@@ -71,7 +71,7 @@ func (s *Store) OpenHandle(ctx context.Context, ino Ino) (*Handle, error) {
 	if s.closed.Load() {
 		return nil, ErrClosed
 	}
-	n, err := getNode(ctx, s.r, ino)
+	n, err := getNode(ctx, s.rq, ino)
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +157,7 @@ func (f *openFile) load(ctx context.Context) error {
 	if f.loaded && !(f.stale && !f.dirty) {
 		return nil
 	}
-	n, err := getNode(ctx, f.s.r, f.ino)
+	n, err := getNode(ctx, f.s.rq, f.ino)
 	if err != nil {
 		return err
 	}
@@ -255,7 +255,7 @@ func (f *openFile) readChunk(ctx context.Context, i int64, p []byte, off int64, 
 		clear(p)
 		return nil
 	}
-	k, err := f.s.chunks.ReadAt(ctx, f.s.r, ref, p, off)
+	k, err := f.s.chunks.ReadAt(ctx, f.s.rq, ref, p, off)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("read chunk %d of inode %d: %w", i, f.ino, err)
 	}
@@ -692,7 +692,7 @@ func (s *Store) ReadAt(ctx context.Context, ino Ino, p []byte, off int64) (int, 
 		f.mu.Unlock()
 		return n, err
 	}
-	n, err := getNode(ctx, s.r, ino)
+	n, err := getNode(ctx, s.rq, ino)
 	if err != nil {
 		return 0, err
 	}

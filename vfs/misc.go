@@ -16,7 +16,7 @@ import (
 func (s *Store) Watermarks(ctx context.Context, peer string) (watermark.Set, error) {
 	var set watermark.Set
 	var push, fetch, applied []byte
-	err := s.r.QueryRowContext(ctx, `SELECT push, fetch, applied_push FROM watermarks WHERE peer = ?`, peer).Scan(&push, &fetch, &applied)
+	err := s.rq.QueryRowContext(ctx, `SELECT push, fetch, applied_push FROM watermarks WHERE peer = ?`, peer).Scan(&push, &fetch, &applied)
 	if errors.Is(err, sql.ErrNoRows) {
 		return set, nil
 	}
@@ -59,12 +59,12 @@ func (t *wtx) setWatermarks(peer string, set watermark.Set) error {
 
 // Has returns the subset of hashes whose bytes are present, in input order.
 func (s *Store) Has(ctx context.Context, hashes []chunkstore.Hash) ([]chunkstore.Hash, error) {
-	return s.chunks.Has(ctx, s.r, hashes)
+	return s.chunks.Has(ctx, s.rq, hashes)
 }
 
 // ReadChunk returns one chunk's bytes.
 func (s *Store) ReadChunk(ctx context.Context, h chunkstore.Hash) ([]byte, error) {
-	return s.chunks.Get(ctx, s.r, h)
+	return s.chunks.Get(ctx, s.rq, h)
 }
 
 // GC collects chunks that no manifest references and chunk files that no
@@ -100,9 +100,9 @@ func (s *Store) GetXattr(ctx context.Context, ino Ino, name string) ([]byte, err
 		return nil, ErrNoData
 	}
 	var v []byte
-	err := s.r.QueryRowContext(ctx, `SELECT value FROM xattrs WHERE ino = ? AND name = ?`, ino, name).Scan(&v)
+	err := s.rq.QueryRowContext(ctx, `SELECT value FROM xattrs WHERE ino = ? AND name = ?`, ino, name).Scan(&v)
 	if errors.Is(err, sql.ErrNoRows) {
-		if _, err := getNode(ctx, s.r, ino); err != nil {
+		if _, err := getNode(ctx, s.rq, ino); err != nil {
 			return nil, err
 		}
 		return nil, ErrNoData
@@ -154,7 +154,7 @@ func (s *Store) SetXattr(ctx context.Context, ino Ino, name string, value []byte
 
 // ListXattr lists a node's extended attribute names.
 func (s *Store) ListXattr(ctx context.Context, ino Ino) ([]string, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT name FROM xattrs WHERE ino = ? ORDER BY name`, ino)
+	rows, err := s.rq.QueryContext(ctx, `SELECT name FROM xattrs WHERE ino = ? ORDER BY name`, ino)
 	if err != nil {
 		return nil, err
 	}
@@ -192,7 +192,7 @@ func (s *Store) RemoveXattr(ctx context.Context, ino Ino, name string) error {
 func (s *Store) StatFS(ctx context.Context) (StatFS, error) {
 	st := StatFS{BlockSize: 4096, NameLen: MaxNameLen}
 	var nodes, used int64
-	if err := s.r.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(size), 0) FROM nodes`).Scan(&nodes, &used); err != nil {
+	if err := s.rq.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(size), 0) FROM nodes`).Scan(&nodes, &used); err != nil {
 		return st, fmt.Errorf("statfs: %w", err)
 	}
 	var fs syscall.Statfs_t

@@ -108,12 +108,25 @@ func (t *wtx) removeDirent(parent Ino, name string) error {
 	return t.dirChanged(parent)
 }
 
-// dirChanged sets a directory's mtime and ctime to now. Directory times are
-// local: they never stamp a rev (the seed keeps parent directory metadata
-// out of content sync).
+// dirChanged marks a directory whose mtime and ctime become now at commit
+// (once per directory however many entries the transaction changed in it).
+// Directory times are local: they never stamp a rev (the seed keeps parent
+// directory metadata out of content sync).
 func (t *wtx) dirChanged(dir Ino) error {
-	_, err := t.exec(`UPDATE nodes SET mtime = ?, ctime = ? WHERE ino = ?`, t.now, t.now, dir)
-	return err
+	if t.dirty == nil {
+		t.dirty = make(map[Ino]struct{})
+	}
+	t.dirty[dir] = struct{}{}
+	return nil
+}
+
+func (t *wtx) touchDirs() error {
+	for dir := range t.dirty {
+		if _, err := t.exec(`UPDATE nodes SET mtime = ?, ctime = ? WHERE ino = ?`, t.now, t.now, dir); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // deleteNode removes a node row, its xattrs and its chunk references.
@@ -198,6 +211,7 @@ func (t *wtx) subtree(dir Ino) ([]subEntry, error) {
 // removeAt removes the node n named (parent, name) at path, with its whole
 // subtree if it is a directory, recording one tombstone per removed path.
 func (t *wtx) removeAt(parent Ino, name, path string, n node) error {
+	t.dirs = nil
 	if n.kind != KindDir {
 		return t.dropName(parent, name, path, n)
 	}

@@ -116,6 +116,16 @@ func getNode(ctx context.Context, q chunkstore.Querier, ino Ino) (node, error) {
 	return n, err
 }
 
+// lookupChild resolves one name in a directory known to exist.
+func lookupChild(ctx context.Context, q chunkstore.Querier, parent Ino, name string) (node, error) {
+	n, err := scanNode(q.QueryRowContext(ctx, `SELECT `+nodeCols+` FROM dirents d JOIN nodes n ON n.ino = d.child
+		WHERE d.parent = ? AND d.name = ?`, parent, name))
+	if errors.Is(err, sql.ErrNoRows) {
+		return n, ErrNotExist
+	}
+	return n, err
+}
+
 // lookupNode resolves one name in a directory. A missing name in a parent
 // that is not a directory is ErrNotDir.
 func lookupNode(ctx context.Context, q chunkstore.Querier, parent Ino, name string) (node, error) {

@@ -30,7 +30,7 @@ func (s *Store) Lookup(ctx context.Context, parent Ino, name string) (Attr, erro
 	if err := ValidateName(name); err != nil {
 		return Attr{}, err
 	}
-	n, err := lookupNode(ctx, s.r, parent, name)
+	n, err := lookupNode(ctx, s.rq, parent, name)
 	if err != nil {
 		return Attr{}, err
 	}
@@ -40,7 +40,7 @@ func (s *Store) Lookup(ctx context.Context, parent Ino, name string) (Attr, erro
 // GetAttr returns a node's attributes, including writes buffered in open
 // handles.
 func (s *Store) GetAttr(ctx context.Context, ino Ino) (Attr, error) {
-	n, err := getNode(ctx, s.r, ino)
+	n, err := getNode(ctx, s.rq, ino)
 	if err != nil {
 		return Attr{}, err
 	}
@@ -53,7 +53,7 @@ func (s *Store) ReadDir(ctx context.Context, dir Ino, after string, limit int) (
 	if limit <= 0 {
 		limit = 1024
 	}
-	rows, err := s.r.QueryContext(ctx, `SELECT d.name, d.child, n.kind, n.mode FROM dirents d JOIN nodes n ON n.ino = d.child
+	rows, err := s.rq.QueryContext(ctx, `SELECT d.name, d.child, n.kind, n.mode FROM dirents d JOIN nodes n ON n.ino = d.child
 		WHERE d.parent = ? AND d.name > ? ORDER BY d.name LIMIT ?`, dir, after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("readdir %d: %w", dir, err)
@@ -71,7 +71,7 @@ func (s *Store) ReadDir(ctx context.Context, dir Ino, after string, limit int) (
 		return nil, err
 	}
 	if len(out) == 0 {
-		n, err := getNode(ctx, s.r, dir)
+		n, err := getNode(ctx, s.rq, dir)
 		if err != nil {
 			return nil, err
 		}
@@ -92,7 +92,7 @@ func (s *Store) create(ctx context.Context, parent Ino, name string, nn newNode)
 		if _, err := t.parentDir(parent); err != nil {
 			return err
 		}
-		if _, err := lookupNode(ctx, t.tx, parent, name); err == nil {
+		if _, err := lookupChild(ctx, t.tx, parent, name); err == nil {
 			return ErrExist
 		} else if !errors.Is(err, ErrNotExist) {
 			return err
@@ -128,7 +128,7 @@ func (s *Store) Symlink(ctx context.Context, parent Ino, name, target string, a 
 
 // Readlink returns a symlink's target.
 func (s *Store) Readlink(ctx context.Context, ino Ino) (string, error) {
-	n, err := getNode(ctx, s.r, ino)
+	n, err := getNode(ctx, s.rq, ino)
 	if err != nil {
 		return "", err
 	}
@@ -251,6 +251,7 @@ func (s *Store) Rename(ctx context.Context, parent Ino, name string, newParent I
 
 func (t *wtx) rename(parent Ino, name string, newParent Ino, newName string, flags RenameFlags) error {
 	ctx := t.ctx
+	t.dirs = nil
 	src, err := lookupNode(ctx, t.tx, parent, name)
 	if err != nil {
 		return err

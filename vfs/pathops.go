@@ -33,7 +33,7 @@ func (s *Store) ResolvePath(ctx context.Context, path string) (Ino, error) {
 	if err := checkPath(path, true); err != nil {
 		return 0, pathErr("resolve", path, err)
 	}
-	n, err := resolve(ctx, s.r, path)
+	n, err := resolve(ctx, s.rq, path)
 	if err != nil {
 		return 0, pathErr("resolve", path, err)
 	}
@@ -45,7 +45,7 @@ func (s *Store) Stat(ctx context.Context, path string) (Attr, error) {
 	if err := checkPath(path, true); err != nil {
 		return Attr{}, pathErr("stat", path, err)
 	}
-	n, err := resolve(ctx, s.r, path)
+	n, err := resolve(ctx, s.rq, path)
 	if err != nil {
 		return Attr{}, pathErr("stat", path, err)
 	}
@@ -78,7 +78,7 @@ func (s *Store) Manifest(ctx context.Context, path string) (chunkstore.Manifest,
 	if err := checkPath(path, false); err != nil {
 		return nil, pathErr("manifest", path, err)
 	}
-	n, err := resolve(ctx, s.r, path)
+	n, err := resolve(ctx, s.rq, path)
 	if err != nil {
 		return nil, pathErr("manifest", path, err)
 	}
@@ -93,7 +93,7 @@ func (s *Store) OpenReader(ctx context.Context, path string) (io.ReaderAt, int64
 	if err := checkPath(path, false); err != nil {
 		return nil, 0, pathErr("open", path, err)
 	}
-	n, err := resolve(ctx, s.r, path)
+	n, err := resolve(ctx, s.rq, path)
 	if err != nil {
 		return nil, 0, pathErr("open", path, err)
 	}
@@ -136,7 +136,7 @@ func (s *Store) ReadLinkPath(ctx context.Context, path string) (string, error) {
 	if err := checkPath(path, false); err != nil {
 		return "", pathErr("readlink", path, err)
 	}
-	n, err := resolve(ctx, s.r, path)
+	n, err := resolve(ctx, s.rq, path)
 	if err != nil {
 		return "", pathErr("readlink", path, err)
 	}

@@ -41,6 +41,9 @@ type Store struct {
 	log    *slog.Logger
 	w      *sql.DB // the one writer connection
 	r      *sql.DB // readers (== w for :memory:)
+	wc     *stmtCache
+	rc     *stmtCache
+	rq     dbQuerier // reads outside transactions
 	chunks *chunkstore.Store
 	id     string
 	memory bool
@@ -130,7 +133,9 @@ func (s *Store) openDB() error {
 			chunkDir = s.path + ".chunks"
 		}
 	}
-	cs, err := chunkstore.New(chunkstore.Options{Dir: chunkDir, InlineMax: s.opts.InlineMax, NoSync: s.opts.NoSync, Logger: s.log})
+	s.wc, s.rc = newStmtCache(s.w), newStmtCache(s.r)
+	s.rq = dbQuerier{s.rc}
+	cs, err := chunkstore.New(chunkstore.Options{Dir: chunkDir, InlineMax: s.opts.InlineMax, NoSync: s.opts.NoSync, Logger: s.opts.Logger})
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
@@ -228,6 +233,8 @@ func (s *Store) Close() error {
 		_, err := s.w.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`)
 		errs = append(errs, err)
 	}
+	s.wc.close()
+	s.rc.close()
 	errs = append(errs, s.w.Close(), s.chunks.Close())
 	return errors.Join(errs...)
 }
@@ -278,13 +285,15 @@ type Invalidation struct {
 type wtx struct {
 	ctx   context.Context
 	s     *Store
-	tx    *sql.Tx
+	sqltx *sql.Tx
+	tx    *txQuerier
 	last  int64 // highest rev assigned in this transaction
 	cur   int64 // rev of the current mutation, 0 before its first stamp
 	inval []Invalidation
 	now   int64
-	after []func() // run after commit
-	stmts map[string]*sql.Stmt
+	after []func()         // run after commit
+	dirty map[Ino]struct{} // directories whose times change at commit
+	dirs  map[string]Ino   // directory paths resolved by this transaction
 }
 
 // update runs fn in one write transaction and commits it.
@@ -304,6 +313,7 @@ func (s *Store) update(ctx context.Context, fn func(*wtx) error) error {
 	} else {
 		t.rollback()
 	}
+	t.tx.done(ctx)
 	s.wmu.Unlock()
 	if err != nil {
 		return err
@@ -322,24 +332,21 @@ func (s *Store) begin(ctx context.Context) (*wtx, error) {
 		return nil, fmt.Errorf("begin: %w", err)
 	}
 	last := s.rev.Load()
-	return &wtx{ctx: ctx, s: s, tx: tx, last: last, now: time.Now().UnixNano()}, nil
-}
-
-func (t *wtx) closeStmts() {
-	for _, st := range t.stmts {
-		st.Close()
-	}
+	return &wtx{ctx: ctx, s: s, sqltx: tx, tx: newTxQuerier(tx, s.wc), last: last, now: time.Now().UnixNano()}, nil
 }
 
 func (t *wtx) commit() error {
+	if err := t.touchDirs(); err != nil {
+		t.rollback()
+		return fmt.Errorf("commit: %w", err)
+	}
 	if t.last != t.s.rev.Load() {
 		if _, err := t.tx.ExecContext(t.ctx, `UPDATE meta SET value = ? WHERE key = 'rev'`, t.last); err != nil {
 			t.rollback()
 			return fmt.Errorf("commit: %w", err)
 		}
 	}
-	t.closeStmts()
-	if err := t.tx.Commit(); err != nil {
+	if err := t.sqltx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
 	t.s.rev.Store(t.last)
@@ -347,8 +354,7 @@ func (t *wtx) commit() error {
 }
 
 func (t *wtx) rollback() {
-	t.closeStmts()
-	t.tx.Rollback()
+	t.sqltx.Rollback()
 }
 
 // stamp returns the rev of the current mutation, assigning the next rev on
@@ -364,26 +370,6 @@ func (t *wtx) stamp() int64 {
 // nextMutation ends the current mutation: the next stamp takes a new rev.
 func (t *wtx) nextMutation() { t.cur = 0 }
 
-// stmt returns a statement prepared once per transaction.
-func (t *wtx) stmt(query string) (*sql.Stmt, error) {
-	if st, ok := t.stmts[query]; ok {
-		return st, nil
-	}
-	st, err := t.tx.PrepareContext(t.ctx, query)
-	if err != nil {
-		return nil, err
-	}
-	if t.stmts == nil {
-		t.stmts = make(map[string]*sql.Stmt)
-	}
-	t.stmts[query] = st
-	return st, nil
-}
-
 func (t *wtx) exec(query string, args ...any) (sql.Result, error) {
-	st, err := t.stmt(query)
-	if err != nil {
-		return nil, err
-	}
-	return st.ExecContext(t.ctx, args...)
+	return t.tx.ExecContext(t.ctx, query, args...)
 }

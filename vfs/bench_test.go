@@ -1,0 +1,202 @@
+package vfs
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"testing"
+
+	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/watermark"
+)
+
+// Benchmarks run on the medium named by WSYNC_BENCH_DIR (for example
+// /dev/shm for tmpfs), else in the test's temp dir. Stores sync as in
+// production (NoSync off) unless WSYNC_BENCH_NOSYNC=1.
+
+func benchDir(b *testing.B) string {
+	if d := os.Getenv("WSYNC_BENCH_DIR"); d != "" {
+		dir, err := os.MkdirTemp(d, "vfsbench")
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { os.RemoveAll(dir) })
+		return dir
+	}
+	return b.TempDir()
+}
+
+func benchStore(b *testing.B) *Store {
+	s, err := Open(ctx, filepath.Join(benchDir(b), "s.db"), Options{NoSync: os.Getenv("WSYNC_BENCH_NOSYNC") == "1"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	return s
+}
+
+func BenchmarkCreateSmallFile(b *testing.B) {
+	s := benchStore(b)
+	data := pattern(100, 1)
+	b.ResetTimer()
+	for i := range b.N {
+		a, err := s.Create(ctx, RootIno, fmt.Sprint("f", i), NewAttr{Mode: 0o644})
+		if err != nil {
+			b.Fatal(err)
+		}
+		h, err := s.OpenHandle(ctx, a.Ino)
+		if err != nil {
+			b.Fatal(err)
+		}
+		h.WriteAt(ctx, data, 0)
+		if err := h.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+const write64 = 64 << 20
+
+func BenchmarkWrite64MiBHandle(b *testing.B) {
+	s := benchStore(b)
+	data := pattern(write64, 3)
+	b.SetBytes(write64)
+	b.ResetTimer()
+	for i := range b.N {
+		// Fresh bytes each time so dedup does not flatter the figure.
+		data[0], data[cs], data[2*cs] = byte(i), byte(i), byte(i)
+		for k := 0; k < write64; k += cs {
+			data[k] = byte(i + 1)
+		}
+		a, err := s.Create(ctx, RootIno, fmt.Sprint("big", i), NewAttr{Mode: 0o644})
+		if err != nil {
+			b.Fatal(err)
+		}
+		h, _ := s.OpenHandle(ctx, a.Ino)
+		for off := 0; off < write64; off += 128 << 10 {
+			if _, err := h.WriteAt(ctx, data[off:off+128<<10], int64(off)); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := h.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// The floor for the handle write: hashing alone, and a plain file write of
+// the same bytes on the same medium.
+func BenchmarkSha256Only64MiB(b *testing.B) {
+	data := pattern(write64, 3)
+	b.SetBytes(write64)
+	for range b.N {
+		for off := 0; off < write64; off += cs {
+			sha256.Sum256(data[off : off+cs])
+		}
+	}
+}
+
+func BenchmarkPlainFileWrite64MiB(b *testing.B) {
+	dir := benchDir(b)
+	data := pattern(write64, 3)
+	b.SetBytes(write64)
+	for i := range b.N {
+		f, err := os.Create(filepath.Join(dir, fmt.Sprint("plain", i)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for off := 0; off < write64; off += 128 << 10 {
+			f.Write(data[off : off+128<<10])
+		}
+		f.Close()
+	}
+}
+
+func fillStore(b *testing.B, s *Store, n, size int) {
+	must(b, s.MkdirPath(ctx, "d", 0o755, false))
+	for i := range n {
+		if _, err := s.WriteFile(ctx, fmt.Sprintf("d/f%05d", i), pattern(size, byte(i)), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkFeed10000(b *testing.B) {
+	s := benchStore(b)
+	fillStore(b, s, 10000, 100)
+	b.ResetTimer()
+	for range b.N {
+		n := 0
+		for _, err := range s.Changes(ctx, watermark.Cursor{}, watermark.At(s.CurrentRev()), Ignore{}) {
+			if err != nil {
+				b.Fatal(err)
+			}
+			n++
+		}
+		if n != 10001 {
+			b.Fatalf("feed = %d", n)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/10001, "us/entry")
+}
+
+func BenchmarkApply10000x10KB(b *testing.B) {
+	for range b.N {
+		b.StopTimer()
+		s := benchStore(b)
+		st := s.Chunks().NewStage()
+		var es []ChangeEntry
+		for i := range 10000 {
+			data := pattern(10<<10, byte(i))
+			data[0], data[1] = byte(i), byte(i>>8)
+			ref := chunkstore.Ref{Hash: chunkstore.Sum(data), Size: uint32(len(data))}
+			es = append(es, ChangeEntry{Kind: EntryFile, Rev: int64(i + 1), Path: fmt.Sprintf("d/f%05d", i), Mode: 0o644, Size: int64(len(data)), Chunks: chunkstore.Manifest{ref}})
+			b.StartTimer()
+			if err := st.Put(ctx, ref.Hash, data); err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+		}
+		b.StartTimer()
+		for k := 0; k < len(es); k += 256 {
+			if _, err := s.Apply(ctx, es[k:min(k+256, len(es))], ApplyOptions{Source: Upstream, Stage: st}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		st.Release()
+	}
+	b.ReportMetric(float64(b.Elapsed().Microseconds())/float64(b.N)/10000, "us/entry")
+}
+
+// BenchmarkWrite1GiBPeakHeap reports the peak heap while writing 1 GiB of
+// distinct chunks through one handle.
+func BenchmarkWrite1GiBPeakHeap(b *testing.B) {
+	s := benchStore(b)
+	buf := pattern(1<<20, 8)
+	for i := range b.N {
+		a, _ := s.Create(ctx, RootIno, fmt.Sprint("g", i), NewAttr{Mode: 0o644})
+		h, _ := s.OpenHandle(ctx, a.Ino)
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		base, peak := ms.HeapInuse, uint64(0)
+		for off := int64(0); off < 1<<30; off += 1 << 20 {
+			buf[0], buf[cs] = byte(off>>20), byte(off>>28)
+			if _, err := h.WriteAt(ctx, buf, off); err != nil {
+				b.Fatal(err)
+			}
+			if off%(64<<20) == 0 {
+				runtime.ReadMemStats(&ms)
+				peak = max(peak, ms.HeapInuse)
+			}
+		}
+		if err := h.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(peak-base)/(1<<20), "peak-heap-MiB")
+	}
+	b.SetBytes(1 << 30)
+}
