@@ -516,7 +516,7 @@ func (d *Driver) applyPulled(ctx context.Context, s *Session, batch []vfs.Change
 	// Bounce suppression: the revs this apply stamped are the peer's own
 	// entries; when every earlier local rev was already pushed, skip them
 	// in our push cursor so they do not travel back.
-	if ar.FirstRev > 0 && ws.Push.Covers(watermark.At(ar.FirstRev-1)) {
+	if ar.LastRev > 0 && ws.Push.Covers(watermark.At(ar.RevBefore)) {
 		ws.Push = watermark.At(ar.LastRev)
 		return d.local.SetWatermarks(ctx, d.peer, *ws)
 	}
@@ -527,8 +527,9 @@ func (d *Driver) applyPulled(ctx context.Context, s *Session, batch []vfs.Change
 // up keeps its place until its predecessor finishes, so order holds; an
 // error in one function does not affect the next.
 type fifo struct {
-	mu   sync.Mutex
-	tail chan struct{}
+	mu    sync.Mutex
+	tail  chan struct{}
+	depth atomic.Int64 // calls queued or running
 }
 
 func (q *fifo) run(ctx context.Context, fn func() error) error {
@@ -536,15 +537,17 @@ func (q *fifo) run(ctx context.Context, fn func() error) error {
 	prev := q.tail
 	mine := make(chan struct{})
 	q.tail = mine
+	q.depth.Add(1)
 	q.mu.Unlock()
 	if prev != nil {
 		select {
 		case <-prev:
 		case <-ctx.Done():
-			go func() { <-prev; close(mine) }()
+			go func() { <-prev; q.depth.Add(-1); close(mine) }()
 			return ctx.Err()
 		}
 	}
 	defer close(mine)
+	defer q.depth.Add(-1)
 	return fn()
 }

@@ -95,7 +95,7 @@ func (f *fakeBackend) Apply(ctx context.Context, entries []vfs.ChangeEntry, opts
 	if opts.Watermarks != nil {
 		f.marks[opts.Peer] = *opts.Watermarks
 	}
-	return vfs.ApplyResult{Applied: len(entries), FirstRev: first, LastRev: f.rev}, nil
+	return vfs.ApplyResult{Applied: len(entries), FirstRev: first, LastRev: f.rev, RevBefore: first - 1}, nil
 }
 
 func (f *fakeBackend) Has(ctx context.Context, hs []chunkstore.Hash) ([]chunkstore.Hash, error) {

@@ -310,8 +310,8 @@ func (ss *serverSession) push(ctx context.Context, c *Incoming) error {
 		return err
 	}
 	resp := PushResponse{Applied: res.Applied, Skipped: res.Skipped, AppliedPush: ws.AppliedPush}
-	if res.FirstRev > 0 {
-		resp.RevBefore, resp.RevAfter = res.FirstRev-1, res.LastRev
+	if res.LastRev > 0 {
+		resp.RevBefore, resp.RevAfter = res.RevBefore, res.LastRev
 	} else {
 		resp.RevBefore = b.CurrentRev()
 		resp.RevAfter = resp.RevBefore
