@@ -41,7 +41,7 @@ func (s *Store) ReadAt(ctx context.Context, q Querier, r Ref, p []byte, off int6
 	var rowSize int64
 	var dataLen *int64
 	var data []byte
-	err := q.QueryRowContext(ctx, "SELECT size, length(data), substr(data, ?, ?) FROM chunks WHERE hash = ?",
+	err := s.queryRow(ctx, q, "SELECT size, length(data), substr(data, ?, ?) FROM chunks WHERE hash = ?",
 		off+1, len(p), r.Hash[:]).Scan(&rowSize, &dataLen, &data)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
@@ -126,7 +126,7 @@ func (s *Store) Get(ctx context.Context, q Querier, h Hash) ([]byte, error) {
 
 	var size int64
 	var data []byte
-	err := q.QueryRowContext(ctx, "SELECT size, data FROM chunks WHERE hash = ?", h[:]).Scan(&size, &data)
+	err := s.queryRow(ctx, q, "SELECT size, data FROM chunks WHERE hash = ?", h[:]).Scan(&size, &data)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		if !stagedFile {

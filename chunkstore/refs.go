@@ -267,13 +267,18 @@ func (s *Store) Has(ctx context.Context, q Querier, hashes []Hash) ([]Hash, erro
 			case s.dir != "":
 				files = append(files, Ref{Hash: h, Size: uint32(size)})
 			}
+			if dataLen != nil && !present[h] || dataLen == nil && s.dir == "" {
+				s.log.Warn("stored chunk has lost its bytes; reporting it absent", "hash", h)
+			}
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return nil, fmt.Errorf("has chunks: %w", err)
 		}
 		for _, r := range files {
-			present[r.Hash] = s.statChunk(r.Hash, int64(r.Size))
+			if present[r.Hash] = s.statChunk(r.Hash, int64(r.Size)); !present[r.Hash] {
+				s.log.Warn("chunk file missing or short; reporting the chunk absent", "hash", r.Hash)
+			}
 		}
 	}
 

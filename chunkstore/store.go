@@ -19,16 +19,26 @@ type Querier interface {
 }
 
 // DefaultInlineMax is the largest chunk kept as a row in the database by
-// default; larger chunks live in files under Options.Dir. The figure comes
-// from the benchmarks in bench_test.go (docs/PERFORMANCE.md, "chunkstore").
+// default; larger chunks live in files under Options.Dir. The figures
+// behind it are BenchmarkStoreChunks and BenchmarkReadAt (bench_test.go,
+// docs/PERFORMANCE.md "chunkstore"): when chunk files are fsynced, a file
+// costs an fsync of itself and of its directory, and rows are cheaper to
+// write up to 256 KiB; past 64 KiB a row costs too much to read.
 const DefaultInlineMax = 64 << 10
+
+// DefaultInlineMaxNoSync is the default threshold with Options.NoSync
+// (tmpfs): without fsyncs a file is cheaper than a row to write from about
+// 8 KiB, and much cheaper to read at every size.
+const DefaultInlineMaxNoSync = 8 << 10
 
 // Options configures a Store.
 type Options struct {
 	// Dir holds chunk files. Empty keeps every chunk as a database row (the
 	// layout of a :memory: store).
 	Dir string
-	// InlineMax is the largest chunk stored as a row; 0 means DefaultInlineMax.
+	// InlineMax is the largest chunk stored as a row; 0 means
+	// DefaultInlineMax, or DefaultInlineMaxNoSync with NoSync. Changing it
+	// between opens is safe: chunks are found where they were stored.
 	InlineMax int
 	// NoSync skips fsync of chunk files (tests, tmpfs).
 	NoSync bool
@@ -63,6 +73,7 @@ type Store struct {
 	noSync    bool
 	log       *slog.Logger
 	fds       *fdCache // nil when dir == ""
+	stmts     stmtCache
 
 	mu     sync.Mutex
 	closed bool
@@ -101,7 +112,11 @@ func New(opts Options) (*Store, error) {
 		pins:      make(map[Hash]*pin),
 		released:  make(map[Hash]struct{}),
 	}
-	if s.inlineMax == 0 {
+	switch {
+	case s.inlineMax != 0:
+	case s.noSync:
+		s.inlineMax = DefaultInlineMaxNoSync
+	default:
 		s.inlineMax = DefaultInlineMax
 	}
 	if s.log == nil {
@@ -128,6 +143,7 @@ func (s *Store) Close() error {
 	s.closed = true
 	clear(s.pins)
 	s.sweep = nil
+	s.stmts.close()
 	if s.fds != nil {
 		return s.fds.close()
 	}
@@ -186,4 +202,57 @@ func (s *Store) Stats(ctx context.Context, q Querier) (Stats, error) {
 	st.StagedChunks = int64(len(s.pins))
 	s.mu.Unlock()
 	return st, nil
+}
+
+// stmtCache keeps the read path's statements prepared on the reader
+// *sql.DB callers pass: preparing is about half the cost of reading a small
+// row (bench_test.go, BenchmarkReadAt).
+type stmtCache struct {
+	mu sync.Mutex
+	m  map[stmtKey]*sql.Stmt
+}
+
+type stmtKey struct {
+	db    *sql.DB
+	query string
+}
+
+// queryRow runs a single-row query, prepared once per *sql.DB; other
+// Queriers (transactions, conns) run it directly.
+func (s *Store) queryRow(ctx context.Context, q Querier, query string, args ...any) *sql.Row {
+	db, ok := q.(*sql.DB)
+	if !ok {
+		return q.QueryRowContext(ctx, query, args...)
+	}
+	c := &s.stmts
+	c.mu.Lock()
+	stmt := c.m[stmtKey{db, query}]
+	c.mu.Unlock()
+	if stmt == nil {
+		var err error
+		if stmt, err = db.PrepareContext(ctx, query); err != nil {
+			return q.QueryRowContext(ctx, query, args...) // reports the error
+		}
+		c.mu.Lock()
+		if c.m == nil {
+			c.m = make(map[stmtKey]*sql.Stmt)
+		}
+		if old := c.m[stmtKey{db, query}]; old != nil {
+			stmt.Close()
+			stmt = old
+		} else {
+			c.m[stmtKey{db, query}] = stmt
+		}
+		c.mu.Unlock()
+	}
+	return stmt.QueryRowContext(ctx, args...)
+}
+
+func (c *stmtCache) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k, stmt := range c.m {
+		stmt.Close()
+		delete(c.m, k)
+	}
 }

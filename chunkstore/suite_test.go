@@ -59,7 +59,7 @@ func RunConformance(t *testing.T, newStore func(t *testing.T) (*Store, *sql.DB))
 var suiteSizes = []int{1, 700, 5000, 100 << 10, ChunkSize}
 
 // put stages data and returns its ref.
-func put(t *testing.T, st *Stage, data []byte) Ref {
+func put(t testing.TB, st *Stage, data []byte) Ref {
 	t.Helper()
 	r, err := st.PutHashed(context.Background(), data)
 	if err != nil {
@@ -70,7 +70,7 @@ func put(t *testing.T, st *Stage, data []byte) Ref {
 
 // commitFile stages chunks of the given sizes, references them in one
 // transaction, releases the stage, and returns the manifest.
-func commitFile(t *testing.T, s *Store, db *sql.DB, seed uint64, sizes ...int) Manifest {
+func commitFile(t testing.TB, s *Store, db *sql.DB, seed uint64, sizes ...int) Manifest {
 	t.Helper()
 	st := s.NewStage()
 	defer st.Release()
@@ -82,13 +82,13 @@ func commitFile(t *testing.T, s *Store, db *sql.DB, seed uint64, sizes ...int) M
 	return m
 }
 
-func dropRefs(t *testing.T, s *Store, db *sql.DB, refs []Ref) {
+func dropRefs(t testing.TB, s *Store, db *sql.DB, refs []Ref) {
 	t.Helper()
 	inTx(t, db, func(tx *sql.Tx) error { return s.DropRefs(context.Background(), tx, refs) })
 }
 
 // collect runs GC in a transaction, commits, and finishes the sweep.
-func collect(t *testing.T, s *Store, db *sql.DB) GCStats {
+func collect(t testing.TB, s *Store, db *sql.DB) GCStats {
 	t.Helper()
 	var sw *Sweep
 	inTx(t, db, func(tx *sql.Tx) (err error) {
@@ -102,7 +102,7 @@ func collect(t *testing.T, s *Store, db *sql.DB) GCStats {
 	return st
 }
 
-func stats(t *testing.T, s *Store, db *sql.DB) Stats {
+func stats(t testing.TB, s *Store, db *sql.DB) Stats {
 	t.Helper()
 	st, err := s.Stats(context.Background(), db)
 	if err != nil {
@@ -111,7 +111,7 @@ func stats(t *testing.T, s *Store, db *sql.DB) Stats {
 	return st
 }
 
-func has(t *testing.T, s *Store, q Querier, hashes ...Hash) []Hash {
+func has(t testing.TB, s *Store, q Querier, hashes ...Hash) []Hash {
 	t.Helper()
 	got, err := s.Has(context.Background(), q, hashes)
 	if err != nil {
@@ -129,7 +129,7 @@ func hashes(m []Ref) []Hash {
 }
 
 // checkContent reads every chunk of m back whole and in pieces.
-func checkContent(t *testing.T, s *Store, q Querier, m Manifest, seed uint64) {
+func checkContent(t testing.TB, s *Store, q Querier, m Manifest, seed uint64) {
 	t.Helper()
 	for i, r := range m {
 		want := chunkBytes(seed+uint64(i), int(r.Size))
@@ -196,7 +196,7 @@ func countFileChunks(s *Store, sizes ...int) int64 {
 }
 
 // countChunkFiles counts the chunk files (not temp files) in s's Dir.
-func countChunkFiles(t *testing.T, s *Store) int {
+func countChunkFiles(t testing.TB, s *Store) int {
 	t.Helper()
 	files, err := s.scanDir()
 	if err != nil {

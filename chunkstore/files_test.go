@@ -1,0 +1,208 @@
+package chunkstore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// Tests of the split layout's files; the behaviour every layout shares is
+// in the conformance suite.
+
+func TestSplitLayoutKeepsLargeChunksInFilesAndSmallInRows(t *testing.T) {
+	s, db := splitStore(t, 0, true)
+	m := commitFile(t, s, db, 1, ChunkSize, s.inlineMax+1, s.inlineMax, 10)
+	for i, r := range m {
+		var isFile bool
+		if err := db.QueryRow("SELECT data IS NULL FROM chunks WHERE hash = ?", r.Hash[:]).Scan(&isFile); err != nil {
+			t.Fatal(err)
+		}
+		_, statErr := os.Stat(s.filePath(r.Hash))
+		if got, want := isFile, i < 2; got != want {
+			t.Errorf("chunk %d (%d bytes): row without data = %v, want %v", i, r.Size, got, want)
+		}
+		if got, want := statErr == nil, i < 2; got != want {
+			t.Errorf("chunk %d (%d bytes): file exists = %v, want %v", i, r.Size, got, want)
+		}
+	}
+}
+
+func TestDefaultInlineMaxFollowsNoSync(t *testing.T) {
+	for _, c := range []struct {
+		opts Options
+		want int
+	}{
+		{Options{Dir: t.TempDir()}, DefaultInlineMax},
+		{Options{Dir: t.TempDir(), NoSync: true}, DefaultInlineMaxNoSync},
+		{Options{Dir: t.TempDir(), NoSync: true, InlineMax: 100}, 100},
+	} {
+		if got := newTestStore(t, c.opts).inlineMax; got != c.want {
+			t.Errorf("New(%+v): InlineMax %d, want %d", c.opts, got, c.want)
+		}
+	}
+	if _, err := New(Options{InlineMax: -1}); err == nil {
+		t.Errorf("New with a negative InlineMax succeeded")
+	}
+}
+
+func TestPutOfAnExistingFileChunkDoesNotRewriteIt(t *testing.T) {
+	s, db := splitStore(t, 0, true)
+	m := commitFile(t, s, db, 2, ChunkSize)
+	before, err := os.Stat(s.filePath(m[0].Hash))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := s.NewStage()
+	defer st.Release()
+	put(t, st, chunkBytes(2, ChunkSize))
+	put(t, st, chunkBytes(2, ChunkSize))
+	after, err := os.Stat(s.filePath(m[0].Hash))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(before, after) || !after.ModTime().Equal(before.ModTime()) {
+		t.Fatalf("the chunk file was rewritten by a Put of the same bytes")
+	}
+	if got := st.Len(); got != 1 {
+		t.Fatalf("stage holds %d chunks after two Puts of one, want 1", got)
+	}
+}
+
+func TestFinishKeepsAFileStagedAfterGC(t *testing.T) {
+	s, db := splitStore(t, 0, true)
+	m := commitFile(t, s, db, 3, ChunkSize)
+	dropRefs(t, s, db, m)
+	var sw *Sweep
+	inTx(t, db, func(tx *sql.Tx) (err error) {
+		sw, err = s.GC(context.Background(), tx)
+		return err
+	})
+	// The row is gone; before Finish a push stages the same bytes.
+	st := s.NewStage()
+	defer st.Release()
+	put(t, st, chunkBytes(3, ChunkSize))
+	gc, err := sw.Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := gc, (GCStats{Rows: 1}); got != want {
+		t.Fatalf("Finish = %+v, want %+v (the pinned file kept)", got, want)
+	}
+	inTx(t, db, func(tx *sql.Tx) error { return s.AddRefs(context.Background(), tx, m) })
+	checkContent(t, s, db, m, 3)
+}
+
+func TestNewerGCSupersedesAnUnfinishedSweep(t *testing.T) {
+	s, db := splitStore(t, 0, true)
+	m := commitFile(t, s, db, 4, ChunkSize, ChunkSize)
+	dropRefs(t, s, db, m)
+	var first *Sweep
+	inTx(t, db, func(tx *sql.Tx) (err error) {
+		first, err = s.GC(context.Background(), tx)
+		return err
+	})
+	// The caller crashed its goroutine before Finish; a later GC runs.
+	second := collect(t, s, db)
+	if got, want := second, (GCStats{Files: 2, Bytes: 2 * ChunkSize}); got != want {
+		t.Fatalf("the newer GC = %+v, want %+v (the first sweep's files)", got, want)
+	}
+	if got, err := first.Finish(); err != nil || got != (GCStats{}) {
+		t.Fatalf("the superseded Finish = %+v, %v; want nothing", got, err)
+	}
+	if got := countChunkFiles(t, s); got != 0 {
+		t.Fatalf("chunk files = %d, want 0", got)
+	}
+}
+
+func TestFinishTwiceIsANoOp(t *testing.T) {
+	s, db := splitStore(t, 0, true)
+	m := commitFile(t, s, db, 5, ChunkSize)
+	dropRefs(t, s, db, m)
+	var sw *Sweep
+	inTx(t, db, func(tx *sql.Tx) (err error) {
+		sw, err = s.GC(context.Background(), tx)
+		return err
+	})
+	if got, err := sw.Finish(); err != nil || got.Files != 1 {
+		t.Fatalf("Finish = %+v, %v; want one file", got, err)
+	}
+	if got, err := sw.Finish(); err != nil || got != (GCStats{}) {
+		t.Fatalf("second Finish = %+v, %v; want nothing", got, err)
+	}
+}
+
+func TestReadAfterGCDoesNotServeAnUnlinkedCachedFile(t *testing.T) {
+	s, db := splitStore(t, 0, true)
+	m := commitFile(t, s, db, 6, ChunkSize)
+	checkContent(t, s, db, m, 6) // opens and caches the file
+	dropRefs(t, s, db, m)
+	collect(t, s, db)
+	_, err := s.ReadAt(context.Background(), db, m[0], make([]byte, 10), 0)
+	if !errors.Is(err, ErrUnknownHash) {
+		t.Fatalf("ReadAt of a collected chunk: %v, want ErrUnknownHash", err)
+	}
+}
+
+func TestChangingInlineMaxKeepsOldChunksReadable(t *testing.T) {
+	dir := t.TempDir()
+	db := openFileDB(t, filepath.Join(dir, "state.db"))
+	chunks := filepath.Join(dir, "chunks")
+	sizes := []int{ChunkSize, 100 << 10, 20 << 10, 2000}
+
+	s := newTestStore(t, Options{Dir: chunks, InlineMax: 1024, NoSync: true})
+	a := commitFile(t, s, db, 7, sizes...)
+	s.Close()
+
+	s = newTestStore(t, Options{Dir: chunks, InlineMax: 200 << 10, NoSync: true})
+	checkContent(t, s, db, a, 7)
+	if got := has(t, s, db, hashes(a)...); len(got) != len(a) {
+		t.Fatalf("Has under the new threshold = %d chunks, want %d", len(got), len(a))
+	}
+	b := commitFile(t, s, db, 17, sizes...)
+	s.Close()
+
+	s = newTestStore(t, Options{Dir: chunks, InlineMax: 1024, NoSync: true})
+	checkContent(t, s, db, a, 7)
+	checkContent(t, s, db, b, 17)
+	dropRefs(t, s, db, append(append(Manifest{}, a...), b...))
+	collect(t, s, db)
+	if got := countChunkFiles(t, s); got != 0 {
+		t.Fatalf("chunk files after dropping everything = %d, want 0", got)
+	}
+}
+
+func TestClosedStoreRefusesWork(t *testing.T) {
+	s, db := splitStore(t, 0, true)
+	st := s.NewStage()
+	r := put(t, st, chunkBytes(8, 100))
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st.Release() // after Close: no panic
+	if _, err := s.NewStage().PutHashed(context.Background(), []byte("x")); !errors.Is(err, ErrClosed) {
+		t.Fatalf("PutHashed after Close: %v, want ErrClosed", err)
+	}
+	if err := s.AddRefs(context.Background(), db, []Ref{r}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("AddRefs after Close: %v, want ErrClosed", err)
+	}
+	if _, err := s.GC(context.Background(), db); !errors.Is(err, ErrClosed) {
+		t.Fatalf("GC after Close: %v, want ErrClosed", err)
+	}
+}
+
+func TestFDCacheEvictsBeyondItsSize(t *testing.T) {
+	s, db := splitStore(t, 0, true)
+	s.fds = newFDCache(2)
+	m := commitFile(t, s, db, 9, ChunkSize, ChunkSize, ChunkSize, ChunkSize)
+	checkContent(t, s, db, m, 9)
+	checkContent(t, s, db, m, 9)
+	s.fds.mu.Lock()
+	open := len(s.fds.m)
+	s.fds.mu.Unlock()
+	if open != 2 {
+		t.Fatalf("cached files = %d, want 2", open)
+	}
+}
