@@ -1,0 +1,47 @@
+// Package workspace is the orchestration of the authoritative server: the
+// part of wsync that plays the seed's Durable Object. It owns the
+// workspaces of one server, their stores, the order of their syncs, and the
+// exec bracket; the wire and the container live behind the Remote
+// interface, the HTTP API in package workspace/api.
+//
+// # Workspaces
+//
+// A Manager works over a data dir. Each workspace has a name
+// ([a-z0-9][a-z0-9_-]{0,62}), a directory <data>/<name>/ holding its vfs
+// store (store.db, opened on first use) and a registration in
+// <data>/workspaces.json (written temp + fsync + rename): the computerd
+// endpoint it syncs with, the path of the file holding that endpoint's
+// token (never the token itself) and its ignore list. The workspace named
+// "default" is bound to the server's own computerd on every start.
+//
+// # The FIFO
+//
+// Push, pull, tick, verify and the two sync phases of an exec go through one
+// FIFO per workspace, in arrival order (seed "Concurrent mutators"). A call
+// that fails releases its turn like any other, so nothing queued behind it
+// is poisoned. The command of an exec does not hold the FIFO while it runs:
+// overlapping execs and explicit syncs interleave between phases. Pure
+// reads, and the files API's writes, do not queue: the store serialises its
+// own writers, and a write made through the API reaches the container on
+// the next push, tick or exec.
+//
+// # The exec bracket
+//
+// Exec is the seed's Lifecycle steps 1-6: push (a failed push fails the
+// exec and nothing is spawned), the command (output handed to the caller as
+// the container produces it), then a pull. The pull runs even when the
+// caller has gone away, so what the command wrote comes back. When it
+// fails, the command's result stands, the report says "pending" with the
+// error, and the workspace remembers a pending pull fenced to the runtime
+// that ran the command: the next push, tick or exec retries it first, and
+// an explicit pull is the retry. If the container's runtime changed in
+// between, the pending pull is abandoned (reported in Status) rather than
+// credited to a runtime that never ran the command.
+//
+// # Ignored paths
+//
+// The ignore list (default ["node_modules"], a workspace's own list
+// replaces it, an empty list ignores nothing) is given to every pull and
+// applied by the files API: ignored paths are invisible (readdir omits
+// them, stat and read give ENOENT) and cannot be written.
+package workspace

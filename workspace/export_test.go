@@ -1,0 +1,5 @@
+package workspace
+
+import "runtime"
+
+func yieldOnce() { runtime.Gosched() }

@@ -1,0 +1,291 @@
+package workspace
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/wsync/wsync/vfs"
+)
+
+// The files API works on the server store directly: reads and writes do
+// not wait for the FIFO (the store serialises its own writers) and do not
+// sync. A write reaches the container on the next push, tick or exec.
+//
+// Paths are workspace paths ("/src/a.go"; "src/a.go" and "/" work too).
+// Ignored paths are invisible: stat, read and list act as if they did not
+// exist, and writes to them are refused the same way.
+
+// FileInfo is one node as `ls --json` and `stat --json` print it (SPEC
+// section 5). Target is set for symlinks, SHA256 for files (when asked).
+type FileInfo struct {
+	Path   string    `json:"path"`
+	Type   string    `json:"type"` // "file", "dir" or "symlink"
+	Mode   uint32    `json:"mode"` // permission bits
+	Size   int64     `json:"size"`
+	Mtime  time.Time `json:"mtime"`
+	Target string    `json:"target"`
+	SHA256 string    `json:"sha256"`
+}
+
+// MaxList bounds one List: a listing past it fails with vfs.ErrRange
+// rather than grow without bound.
+const MaxList = 1 << 20
+
+// clean turns a workspace path into store form and refuses ignored paths.
+func (w *Workspace) clean(op, p string) (string, error) {
+	sp, err := vfs.CleanAPIPath(p)
+	if err != nil {
+		return "", &vfs.PathError{Op: op, Path: p, Err: err}
+	}
+	if sp != "" && w.ignore.Match(sp) {
+		return "", &vfs.PathError{Op: op, Path: "/" + sp, Err: ErrIgnored}
+	}
+	return sp, nil
+}
+
+// Stat returns the node at path; with hash, a file's SHA256 is computed by
+// reading it.
+func (w *Workspace) Stat(ctx context.Context, path string, hash bool) (FileInfo, error) {
+	sp, err := w.clean("stat", path)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	s, err := w.Store(ctx)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	return w.info(ctx, s, sp, hash)
+}
+
+func (w *Workspace) info(ctx context.Context, s *vfs.Store, sp string, hash bool) (FileInfo, error) {
+	a, err := s.Stat(ctx, sp)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	fi := FileInfo{Path: "/" + sp, Type: a.Kind.String(), Mode: a.Mode & 0o7777, Size: a.Size, Mtime: a.Mtime.UTC()}
+	switch a.Kind {
+	case vfs.KindSymlink:
+		if fi.Target, err = s.ReadLinkPath(ctx, sp); err != nil {
+			return FileInfo{}, err
+		}
+	case vfs.KindFile:
+		if hash {
+			if fi.SHA256, err = fileSHA256(ctx, s, sp); err != nil {
+				return FileInfo{}, err
+			}
+		}
+	}
+	return fi, nil
+}
+
+// fileSHA256 hashes a file's bytes as they stream out of the store.
+func fileSHA256(ctx context.Context, s *vfs.Store, sp string) (string, error) {
+	r, size, err := s.OpenReader(ctx, sp)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	buf := make([]byte, 512<<10)
+	if _, err := io.CopyBuffer(h, io.NewSectionReader(r, 0, size), buf); err != nil {
+		return "", &vfs.PathError{Op: "hash", Path: "/" + sp, Err: err}
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// List lists the directory at path (its entries, in name order; with
+// recursive, the whole subtree depth first, each directory before its
+// children). A file lists as itself, as ls does. Ignored names are left out.
+func (w *Workspace) List(ctx context.Context, path string, recursive, hash bool) ([]FileInfo, error) {
+	sp, err := w.clean("list", path)
+	if err != nil {
+		return nil, err
+	}
+	s, err := w.Store(ctx)
+	if err != nil {
+		return nil, err
+	}
+	top, err := w.info(ctx, s, sp, hash)
+	if err != nil {
+		return nil, err
+	}
+	if top.Type != vfs.KindDir.String() {
+		return []FileInfo{top}, nil
+	}
+	var out []FileInfo
+	var walk func(dir string) error
+	walk = func(dir string) error {
+		ents, err := s.List(ctx, dir)
+		if err != nil {
+			return err
+		}
+		for _, e := range ents {
+			if w.ignore.MatchName(e.Name) {
+				continue
+			}
+			child := e.Name
+			if dir != "" {
+				child = dir + "/" + e.Name
+			}
+			fi, err := w.info(ctx, s, child, hash)
+			if errors.Is(err, vfs.ErrNotExist) {
+				continue // removed since the listing: not an error for ls
+			}
+			if err != nil {
+				return err
+			}
+			if len(out) >= MaxList {
+				return &vfs.PathError{Op: "list", Path: top.Path, Err: fmt.Errorf("%w: more than %d entries", vfs.ErrRange, MaxList)}
+			}
+			out = append(out, fi)
+			if recursive && e.Kind == vfs.KindDir {
+				if err := walk(child); err != nil && !errors.Is(err, vfs.ErrNotExist) {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	if err := walk(sp); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Open returns a reader over the file at path as it is now.
+func (w *Workspace) Open(ctx context.Context, path string) (io.ReaderAt, FileInfo, error) {
+	sp, err := w.clean("open", path)
+	if err != nil {
+		return nil, FileInfo{}, err
+	}
+	s, err := w.Store(ctx)
+	if err != nil {
+		return nil, FileInfo{}, err
+	}
+	fi, err := w.info(ctx, s, sp, false)
+	if err != nil {
+		return nil, FileInfo{}, err
+	}
+	r, size, err := s.OpenReader(ctx, sp)
+	if err != nil {
+		return nil, FileInfo{}, err
+	}
+	fi.Size = size
+	return r, fi, nil
+}
+
+// WriteFile replaces (or creates) the file at path with r's bytes in one
+// transaction: readers see the old content or the new. A nil mode keeps an
+// existing file's mode and gives a new one 0644.
+func (w *Workspace) WriteFile(ctx context.Context, path string, r io.Reader, mode *uint32) (FileInfo, error) {
+	sp, err := w.clean("write", path)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	if sp == "" {
+		return FileInfo{}, &vfs.PathError{Op: "write", Path: "/", Err: vfs.ErrIsDir}
+	}
+	s, err := w.Store(ctx)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	m := uint32(0o644)
+	if mode != nil {
+		m = *mode & 0o7777
+	} else if a, err := s.Stat(ctx, sp); err == nil && a.Kind == vfs.KindFile {
+		m = a.Mode & 0o7777
+	}
+	if _, err := s.WriteFileFrom(ctx, sp, r, m); err != nil {
+		return FileInfo{}, err
+	}
+	return w.info(ctx, s, sp, false)
+}
+
+// Mkdir makes a directory (with parents, mkdir -p).
+func (w *Workspace) Mkdir(ctx context.Context, path string, mode uint32, parents bool) error {
+	sp, err := w.clean("mkdir", path)
+	if err != nil {
+		return err
+	}
+	s, err := w.Store(ctx)
+	if err != nil {
+		return err
+	}
+	if mode == 0 {
+		mode = 0o755
+	}
+	return s.MkdirPath(ctx, sp, mode&0o7777, parents)
+}
+
+// Remove removes the node at path; a non-empty directory needs recursive.
+func (w *Workspace) Remove(ctx context.Context, path string, recursive bool) error {
+	sp, err := w.clean("remove", path)
+	if err != nil {
+		return err
+	}
+	if sp == "" {
+		return &vfs.PathError{Op: "remove", Path: "/", Err: vfs.ErrInvalid}
+	}
+	s, err := w.Store(ctx)
+	if err != nil {
+		return err
+	}
+	return s.RemovePath(ctx, sp, recursive)
+}
+
+// Rename moves src to dst with rename(2)'s rules.
+func (w *Workspace) Rename(ctx context.Context, src, dst string) error {
+	ss, err := w.clean("rename", src)
+	if err != nil {
+		return err
+	}
+	ds, err := w.clean("rename", dst)
+	if err != nil {
+		return err
+	}
+	if ss == "" || ds == "" {
+		return &vfs.PathError{Op: "rename", Path: "/", Err: vfs.ErrInvalid}
+	}
+	s, err := w.Store(ctx)
+	if err != nil {
+		return err
+	}
+	return s.RenamePath(ctx, ss, ds)
+}
+
+// Symlink makes a symlink at path pointing to target. The target is data:
+// it is stored as given and never followed on the server.
+func (w *Workspace) Symlink(ctx context.Context, target, path string) error {
+	sp, err := w.clean("symlink", path)
+	if err != nil {
+		return err
+	}
+	if sp == "" {
+		return &vfs.PathError{Op: "symlink", Path: "/", Err: vfs.ErrExist}
+	}
+	if target == "" || len(target) > vfs.MaxTargetLen {
+		return &vfs.PathError{Op: "symlink", Path: "/" + sp, Err: fmt.Errorf("%w: target of %d bytes", vfs.ErrInvalid, len(target))}
+	}
+	s, err := w.Store(ctx)
+	if err != nil {
+		return err
+	}
+	return s.SymlinkPath(ctx, target, sp)
+}
+
+// Chmod sets the permission bits of the node at path.
+func (w *Workspace) Chmod(ctx context.Context, path string, mode uint32) error {
+	sp, err := w.clean("chmod", path)
+	if err != nil {
+		return err
+	}
+	s, err := w.Store(ctx)
+	if err != nil {
+		return err
+	}
+	return s.ChmodPath(ctx, sp, mode&0o7777)
+}

@@ -1,0 +1,43 @@
+package workspace
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+var (
+	metricSyncs = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsync_workspace_syncs_total",
+		Help: "Sync calls by operation (push, pull, tick, verify) and result (ok, error, canceled).",
+	}, []string{"op", "result"})
+	metricSyncSeconds = promauto.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "wsync_workspace_sync_duration_seconds",
+		Help:    "Duration of push and pull calls.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
+	}, []string{"op"})
+	metricEntries = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsync_workspace_sync_entries_total",
+		Help: "Change entries applied by the receiver, by operation.",
+	}, []string{"op"})
+	metricBytes = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsync_workspace_sync_bytes_total",
+		Help: "Chunk bytes moved over the wire, by operation.",
+	}, []string{"op"})
+	metricExecs = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsync_workspace_execs_total",
+		Help: "Exec brackets by result (ok, push_failed, error).",
+	}, []string{"result"})
+	metricExecSeconds = promauto.NewHistogram(prometheus.HistogramOpts{
+		Name:    "wsync_workspace_exec_duration_seconds",
+		Help:    "Duration of whole exec brackets: push, command, pull.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+	})
+	metricPending = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "wsync_workspace_pending_pulls",
+		Help: "Workspaces whose post-command pull failed and waits for a retry.",
+	})
+	metricDiverged = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "wsync_workspace_verify_diverged_total",
+		Help: "Verify calls whose verdict was diverged.",
+	})
+)

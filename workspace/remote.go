@@ -1,0 +1,186 @@
+package workspace
+
+import (
+	"context"
+	"time"
+
+	"github.com/wsync/wsync/watermark"
+)
+
+// Remote is the sync and exec side of one workspace: the session with its
+// computerd. The Manager never calls it concurrently for one workspace's
+// sync phases (Push, Pull, Verify and the phases around Exec are serialised
+// by the workspace FIFO), but Exec and Status may overlap with them and with
+// each other, so an implementation must be safe for concurrent use.
+//
+// The implementation that talks the sync wire lives with the wire driver;
+// this package declares only what it consumes. Errors may implement
+// Errnoer to surface a wire code ("EAUTH", "EEXEC_BUSY") through the API.
+// An implementation that holds connections may implement io.Closer; the
+// Manager closes it when it closes.
+type Remote interface {
+	// Push sends every server-side change the container has not applied
+	// (seed Lifecycle step 1) and returns once the container has committed
+	// them and the push watermark is persisted. On error nothing the server
+	// holds is lost; the next Push resends what was not acknowledged.
+	Push(ctx context.Context) (SyncReport, error)
+
+	// Pull fetches the container's changes after the fetch cursor and
+	// applies them to the server store (steps 4-6), checkpointing the cursor
+	// per committed batch, so an error or a crash resumes where it stopped.
+	// ignore is the list of path segments left in the container; nil means
+	// the default ["node_modules"], an empty non-nil list ignores nothing.
+	Pull(ctx context.Context, ignore []string) (SyncReport, error)
+
+	// Exec runs one command in the container and blocks until it exits.
+	// out is called with each piece of output, in the order the container
+	// produced it, from one goroutine at a time; Exec does not return before
+	// its last call. An error means the command's fate is unknown or it never
+	// started; an exit status (any code, any signal) is a result, not an
+	// error. Cancelling ctx kills the command. Exec does no syncing: the
+	// workspace brackets it with Push and Pull.
+	Exec(ctx context.Context, spec ExecSpec, out func(ExecEvent)) (ExecResult, error)
+
+	// Status reports both sides' watermarks, the connection state and the
+	// container's runtime id. It must not block on a sync in progress and
+	// should answer from the last known state when the peer is unreachable
+	// (with Connected false and LastError set) rather than fail.
+	Status(ctx context.Context) (RemoteStatus, error)
+
+	// Verify compares both sides' Merkle roots (SPEC section 6) and reports
+	// the verdict. Until the convergence work lands it may return
+	// ErrNotSupported.
+	Verify(ctx context.Context) (VerifyReport, error)
+}
+
+// RemoteFactory builds the Remote of a workspace. The Manager calls it
+// lazily, on the first call that needs the remote, and keeps the result; an
+// error is returned to that caller and the next call tries again. A
+// workspace without an endpoint never reaches the factory (ErrNoRemote).
+type RemoteFactory func(ws *Workspace) (Remote, error)
+
+// SyncReport is what one push or pull moved.
+type SyncReport struct {
+	// Entries is the number of change entries the receiver applied (entries
+	// that already matched are counted in Skipped).
+	Entries int `json:"entries"`
+	Skipped int `json:"skipped,omitempty"`
+	// Objects and Bytes count the chunks sent over the wire and their
+	// uncompressed bytes: chunks the receiver already had are not counted.
+	Objects int   `json:"objects"`
+	Bytes   int64 `json:"bytes"`
+	Batches int   `json:"batches,omitempty"`
+	// Rebaselined: a watermark was reset on this call (a replaced or reset
+	// container, or a tripped cross-side invariant) and the sync started
+	// over from the start of the feed.
+	Rebaselined bool `json:"rebaselined,omitempty"`
+	// RuntimeID is the container runtime the call talked to. A pending pull
+	// is fenced to it.
+	RuntimeID string        `json:"runtime_id,omitempty"`
+	Duration  time.Duration `json:"duration_ns"`
+}
+
+// ExecSpec is one command for the container. Exactly one of Argv and Shell.
+type ExecSpec struct {
+	Argv  []string `json:"argv,omitempty"`
+	Shell string   `json:"shell,omitempty"`
+	// Cwd is a workspace path ("/src", "src"); empty is the workspace root.
+	// The remote maps it to the container's mount.
+	Cwd string `json:"cwd,omitempty"`
+	// Env entries K=V are added to the container's minimal environment.
+	Env []string `json:"env,omitempty"`
+	// Stdin is given to the command on its standard input (nil: /dev/null).
+	Stdin []byte `json:"stdin,omitempty"`
+	// Timeout bounds the run; zero is the container's default.
+	Timeout time.Duration `json:"timeout_ns,omitempty"`
+	// User runs the command under these ids (nil: computerd's own).
+	User *ExecUser `json:"user,omitempty"`
+}
+
+// ExecUser is the uid and optional gid an exec runs as (--user UID[:GID]).
+type ExecUser struct {
+	Uid uint32  `json:"uid"`
+	Gid *uint32 `json:"gid,omitempty"`
+}
+
+// Output streams.
+const (
+	Stdout = "stdout"
+	Stderr = "stderr"
+)
+
+// ExecEvent is one piece of a command's output.
+type ExecEvent struct {
+	Stream string `json:"stream"` // Stdout or Stderr
+	Data   []byte `json:"data"`
+}
+
+// ExecResult is how a command ended.
+type ExecResult struct {
+	ExecID    string `json:"exec_id,omitempty"`
+	RuntimeID string `json:"runtime_id,omitempty"`
+	// ExitCode is the command's exit code, or 128+n when signal n killed it.
+	ExitCode int           `json:"exit_code"`
+	Signal   int           `json:"signal,omitempty"`
+	TimedOut bool          `json:"timed_out,omitempty"`
+	Killed   bool          `json:"killed,omitempty"`
+	Duration time.Duration `json:"duration_ns"`
+}
+
+// Cursor is a watermark.Cursor in JSON form: {"rev": 5, "path": null} is
+// the full cursor at rev 5, {"rev": 5, "path": "a/b"} a partial one.
+type Cursor struct {
+	Rev  int64   `json:"rev"`
+	Path *string `json:"path"`
+}
+
+// CursorOf converts a watermark cursor to its JSON form.
+func CursorOf(c watermark.Cursor) Cursor {
+	if !c.Partial {
+		return Cursor{Rev: c.Rev}
+	}
+	p := c.Path
+	return Cursor{Rev: c.Rev, Path: &p}
+}
+
+// Watermark converts back.
+func (c Cursor) Watermark() watermark.Cursor {
+	if c.Path == nil {
+		return watermark.At(c.Rev)
+	}
+	return watermark.Within(c.Rev, *c.Path)
+}
+
+// SideStatus is one side's position.
+type SideStatus struct {
+	StoreID    string `json:"store_id,omitempty"`
+	RuntimeID  string `json:"runtime_id,omitempty"`
+	CurrentRev int64  `json:"current_rev"`
+	// Push, Fetch and AppliedPush are the side's watermarks for its peer
+	// (see package watermark).
+	Push        Cursor `json:"push"`
+	Fetch       Cursor `json:"fetch"`
+	AppliedPush Cursor `json:"applied_push"`
+}
+
+// RemoteStatus is what Remote.Status reports.
+type RemoteStatus struct {
+	Connected bool `json:"connected"`
+	// State is a word for humans: "connected", "disconnected", "connecting".
+	State     string     `json:"state"`
+	RuntimeID string     `json:"runtime_id,omitempty"`
+	Server    SideStatus `json:"server"`
+	Container SideStatus `json:"container"`
+	LastError string     `json:"last_error,omitempty"`
+}
+
+// VerifyReport is a convergence verdict.
+type VerifyReport struct {
+	Converged     bool   `json:"converged"`
+	ServerRoot    string `json:"server_root,omitempty"`
+	ContainerRoot string `json:"container_root,omitempty"`
+	// Differences holds the first differing paths (workspace form, leading
+	// "/"), bounded by the remote.
+	Differences []string  `json:"differences,omitempty"`
+	CheckedAt   time.Time `json:"checked_at"`
+}

@@ -1,0 +1,300 @@
+package workspace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/wsync/wsync/vfs"
+)
+
+// Sync states of an exec bracket.
+const (
+	SyncComplete = "complete" // the post-command pull committed
+	SyncPending  = "pending"  // it failed; the next sync or pull retries it
+)
+
+// TickReport is what a tick (pull, then push) moved.
+type TickReport struct {
+	Pulled SyncReport `json:"pulled"`
+	Pushed SyncReport `json:"pushed"`
+}
+
+// ExecReport is the outcome of an exec bracket: push, command, pull.
+type ExecReport struct {
+	ExecResult
+	// Events is the command's output, when Exec was called without an out
+	// callback; bounded by Options.MaxExecOutput.
+	Events          []ExecEvent `json:"events,omitempty"`
+	OutputTruncated bool        `json:"output_truncated,omitempty"`
+	Pushed          SyncReport  `json:"pushed"`
+	Pulled          SyncReport  `json:"pulled"`
+	// Sync is SyncComplete or SyncPending; SyncError is the pull's error
+	// when pending. Neither changes the command's own result.
+	Sync      string `json:"sync"`
+	SyncError string `json:"sync_error,omitempty"`
+}
+
+// Push runs a push through the FIFO. A pending pull is retried first (in
+// the same turn); its failure is recorded, not returned, so a sticky pull
+// error cannot block pushes.
+func (w *Workspace) Push(ctx context.Context) (SyncReport, error) {
+	r, err := w.remoteFor()
+	if err != nil {
+		return SyncReport{}, err
+	}
+	var rep SyncReport
+	err = w.q.do(ctx, func() error {
+		w.retryPending(ctx, r)
+		rep, err = w.push(ctx, r)
+		return err
+	})
+	return rep, err
+}
+
+// Pull runs a pull through the FIFO with the workspace's ignore list. A
+// successful pull from the runtime that ran a command with a pending pull
+// clears it.
+func (w *Workspace) Pull(ctx context.Context) (SyncReport, error) {
+	r, err := w.remoteFor()
+	if err != nil {
+		return SyncReport{}, err
+	}
+	var rep SyncReport
+	err = w.q.do(ctx, func() error {
+		rep, err = w.pull(ctx, r)
+		return err
+	})
+	return rep, err
+}
+
+// Tick pulls, then pushes, in one FIFO turn: absorbing the container's
+// writes first keeps a push from racing them. A failed pull skips the push.
+func (w *Workspace) Tick(ctx context.Context) (TickReport, error) {
+	r, err := w.remoteFor()
+	if err != nil {
+		return TickReport{}, err
+	}
+	var rep TickReport
+	err = w.q.do(ctx, func() error {
+		if rep.Pulled, err = w.pull(ctx, r); err != nil {
+			return err
+		}
+		rep.Pushed, err = w.push(ctx, r)
+		return err
+	})
+	metricSyncs.WithLabelValues("tick", result(err)).Inc()
+	return rep, err
+}
+
+// Verify asks the remote for a convergence verdict, through the FIFO so it
+// never compares a tree halfway through a sync.
+func (w *Workspace) Verify(ctx context.Context) (VerifyReport, error) {
+	r, err := w.remoteFor()
+	if err != nil {
+		return VerifyReport{}, err
+	}
+	var rep VerifyReport
+	err = w.q.do(ctx, func() error {
+		rep, err = r.Verify(ctx)
+		return err
+	})
+	metricSyncs.WithLabelValues("verify", result(err)).Inc()
+	if err != nil {
+		return rep, err
+	}
+	if !rep.Converged {
+		metricDiverged.Inc()
+	}
+	w.stateMu.Lock()
+	w.lastVerify = clonePtr(&rep)
+	w.stateMu.Unlock()
+	return rep, nil
+}
+
+// push and pull run inside a FIFO turn.
+
+func (w *Workspace) push(ctx context.Context, r Remote) (SyncReport, error) {
+	start := time.Now()
+	rep, err := r.Push(ctx)
+	w.record("push", start, rep, err)
+	return rep, err
+}
+
+func (w *Workspace) pull(ctx context.Context, r Remote) (SyncReport, error) {
+	start := time.Now()
+	rep, err := r.Pull(ctx, w.IgnoreList())
+	w.record("pull", start, rep, err)
+	if err == nil {
+		w.resolvePending(rep.RuntimeID)
+	}
+	return rep, err
+}
+
+func (w *Workspace) record(op string, start time.Time, rep SyncReport, err error) {
+	d := time.Since(start)
+	metricSyncs.WithLabelValues(op, result(err)).Inc()
+	metricSyncSeconds.WithLabelValues(op).Observe(d.Seconds())
+	rec := &SyncRecord{At: start.UTC(), Report: rep}
+	if err != nil {
+		rec.Error = err.Error()
+		w.log.Warn(op+" failed", "err", err, "duration", d)
+	} else {
+		metricEntries.WithLabelValues(op).Add(float64(rep.Entries))
+		metricBytes.WithLabelValues(op).Add(float64(rep.Bytes))
+		w.log.Debug(op, "entries", rep.Entries, "objects", rep.Objects, "bytes", rep.Bytes, "duration", d, "rebaselined", rep.Rebaselined)
+	}
+	w.stateMu.Lock()
+	if op == "push" {
+		w.lastPush = rec
+	} else {
+		w.lastPull = rec
+	}
+	w.stateMu.Unlock()
+}
+
+// retryPending retries a pending pull inside a FIFO turn. Its error stays
+// in the pending record.
+func (w *Workspace) retryPending(ctx context.Context, r Remote) {
+	w.stateMu.Lock()
+	p := w.pending
+	w.stateMu.Unlock()
+	if p == nil {
+		return
+	}
+	if _, err := w.pull(ctx, r); err != nil {
+		w.stateMu.Lock()
+		if w.pending != nil {
+			w.pending.Error = err.Error()
+		}
+		w.stateMu.Unlock()
+	}
+}
+
+// resolvePending settles the pending pull after a successful pull from
+// runtime. The same runtime (or an unknown one): the command's writes are
+// in. Another runtime: the container restarted since the command ran; what
+// it wrote is whatever the new runtime still holds, and the pending record
+// is abandoned rather than retried against a runtime that never ran it.
+func (w *Workspace) resolvePending(runtime string) {
+	w.stateMu.Lock()
+	defer w.stateMu.Unlock()
+	p := w.pending
+	if p == nil {
+		return
+	}
+	w.pending = nil
+	metricPending.Dec()
+	if p.RuntimeID != "" && runtime != "" && p.RuntimeID != runtime {
+		w.abandoned = p
+		w.log.Warn("pending pull abandoned: container runtime changed", "exec", p.ExecID, "ran_on", p.RuntimeID, "now", runtime)
+		return
+	}
+	w.log.Info("pending pull completed", "exec", p.ExecID)
+}
+
+func (w *Workspace) setPending(p PendingPull) {
+	w.stateMu.Lock()
+	defer w.stateMu.Unlock()
+	if w.pending == nil {
+		metricPending.Inc()
+	}
+	w.pending = &p
+}
+
+// Exec runs the seed's exec bracket: push (through the FIFO; a failure
+// fails the exec and nothing is spawned), the command (outside the FIFO,
+// output passed to out as the container produces it), then a pull through
+// the FIFO. The pull runs even if ctx ends while the command runs, bounded
+// by Options.PullTimeout, so what the command wrote comes back. A failed
+// pull leaves the command's result as it is and marks the report (and the
+// workspace) pending; the next sync or an explicit Pull retries it.
+//
+// With a nil out the output is collected in the report instead.
+//
+// The error is non-nil when the push failed (wrapping ErrPushFailed) or the
+// remote could not run the command or report its end; in the second case
+// the pull still ran and the report says how it went.
+func (w *Workspace) Exec(ctx context.Context, spec ExecSpec, out func(ExecEvent)) (ExecReport, error) {
+	start := time.Now()
+	var rep ExecReport
+	if (len(spec.Argv) == 0) == (spec.Shell == "") {
+		return rep, fmt.Errorf("exec: %w: give exactly one of argv and shell", vfs.ErrInvalid)
+	}
+	if _, err := vfs.CleanAPIPath(spec.Cwd); err != nil {
+		return rep, fmt.Errorf("exec: cwd: %w", err)
+	}
+	r, err := w.remoteFor()
+	if err != nil {
+		return rep, err
+	}
+	err = w.q.do(ctx, func() error {
+		w.retryPending(ctx, r)
+		rep.Pushed, err = w.push(ctx, r)
+		return err
+	})
+	if err != nil {
+		metricExecs.WithLabelValues("push_failed").Inc()
+		return rep, fmt.Errorf("exec: %w: %w", ErrPushFailed, err)
+	}
+
+	if out == nil {
+		out = w.collector(&rep)
+	}
+	res, execErr := r.Exec(ctx, spec, out)
+	rep.ExecResult = res
+	runtime := res.RuntimeID
+	if runtime == "" {
+		runtime = rep.Pushed.RuntimeID
+	}
+
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.m.opts.PullTimeout)
+	defer cancel()
+	pullErr := w.q.do(pctx, func() error {
+		var err error
+		rep.Pulled, err = w.pull(pctx, r)
+		return err
+	})
+	if pullErr != nil {
+		rep.Sync, rep.SyncError = SyncPending, pullErr.Error()
+		w.setPending(PendingPull{ExecID: res.ExecID, RuntimeID: runtime, Error: pullErr.Error(), Since: time.Now().UTC()})
+	} else {
+		rep.Sync = SyncComplete
+	}
+	metricExecSeconds.Observe(time.Since(start).Seconds())
+	if execErr != nil {
+		metricExecs.WithLabelValues("error").Inc()
+		return rep, fmt.Errorf("exec: %w", execErr)
+	}
+	metricExecs.WithLabelValues("ok").Inc()
+	w.log.Info("exec", "exec", res.ExecID, "code", res.ExitCode, "signal", res.Signal,
+		"pushed", rep.Pushed.Entries, "pulled", rep.Pulled.Entries, "sync", rep.Sync, "duration", time.Since(start))
+	return rep, nil
+}
+
+// collector keeps output in the report up to the manager's bound.
+func (w *Workspace) collector(rep *ExecReport) func(ExecEvent) {
+	left := w.m.opts.MaxExecOutput
+	return func(ev ExecEvent) {
+		if len(ev.Data) > left {
+			ev.Data = ev.Data[:left]
+			rep.OutputTruncated = true
+		}
+		if len(ev.Data) == 0 {
+			return
+		}
+		left -= len(ev.Data)
+		rep.Events = append(rep.Events, ExecEvent{Stream: ev.Stream, Data: append([]byte(nil), ev.Data...)})
+	}
+}
+
+func result(err error) string {
+	switch {
+	case err == nil:
+		return "ok"
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return "canceled"
+	}
+	return "error"
+}

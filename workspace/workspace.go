@@ -1,0 +1,220 @@
+package workspace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/wsync/wsync/vfs"
+)
+
+// Workspace is one registered workspace: its store, its remote, the FIFO
+// that serialises its sync phases, and what the last syncs did.
+type Workspace struct {
+	m      *Manager
+	cfg    Config
+	dir    string
+	ignore vfs.Ignore
+	log    *slog.Logger
+
+	q fifo
+
+	storeMu sync.Mutex
+	store   *vfs.Store
+
+	remoteMu sync.Mutex
+	remote   Remote
+
+	stateMu    sync.Mutex
+	pending    *PendingPull
+	abandoned  *PendingPull // the last pending pull given up on (runtime changed)
+	lastPush   *SyncRecord
+	lastPull   *SyncRecord
+	lastVerify *VerifyReport
+}
+
+// Name is the workspace's name.
+func (w *Workspace) Name() string { return w.cfg.Name }
+
+// Config is the workspace's registration.
+func (w *Workspace) Config() Config { return w.cfg }
+
+// Dir is the workspace's directory under the data dir.
+func (w *Workspace) Dir() string { return w.dir }
+
+// IgnoreList is the list given to Remote.Pull: nil for the default.
+func (w *Workspace) IgnoreList() []string { return slices.Clone(w.cfg.Ignore) }
+
+// Ignore is the matcher of the files API.
+func (w *Workspace) Ignore() vfs.Ignore { return w.ignore }
+
+// Token returns the bearer token for the workspace's computerd: the content
+// of its token file (surrounding white space trimmed), or the in-memory
+// token of the embedded computerd. No token is "" with a nil error.
+func (w *Workspace) Token() (string, error) {
+	if w.cfg.TokenFile == "" {
+		return w.cfg.token, nil
+	}
+	b, err := os.ReadFile(w.cfg.TokenFile)
+	if err != nil {
+		return "", fmt.Errorf("workspace %q: token: %w", w.cfg.Name, err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("workspace %q: token file %s is empty", w.cfg.Name, w.cfg.TokenFile)
+	}
+	return tok, nil
+}
+
+// Store returns the workspace's store, opening it on first use.
+func (w *Workspace) Store(ctx context.Context) (*vfs.Store, error) {
+	w.storeMu.Lock()
+	defer w.storeMu.Unlock()
+	if w.store != nil {
+		return w.store, nil
+	}
+	if w.m.isClosed() {
+		return nil, ErrClosed
+	}
+	if err := os.MkdirAll(w.dir, 0o700); err != nil {
+		return nil, fmt.Errorf("workspace %q: %w", w.cfg.Name, err)
+	}
+	s, err := vfs.Open(ctx, filepath.Join(w.dir, "store.db"), vfs.Options{NoSync: w.m.opts.NoSync, Logger: w.log})
+	if err != nil {
+		return nil, fmt.Errorf("workspace %q: %w", w.cfg.Name, err)
+	}
+	w.store = s
+	return s, nil
+}
+
+// remoteFor returns the workspace's remote, building it on first use.
+func (w *Workspace) remoteFor() (Remote, error) {
+	if w.cfg.Endpoint == "" {
+		return nil, fmt.Errorf("workspace %q: %w: no computerd endpoint", w.cfg.Name, ErrNoRemote)
+	}
+	if w.m.opts.Remote == nil {
+		return nil, fmt.Errorf("workspace %q: %w: this server has no sync driver", w.cfg.Name, ErrNoRemote)
+	}
+	w.remoteMu.Lock()
+	defer w.remoteMu.Unlock()
+	if w.remote != nil {
+		return w.remote, nil
+	}
+	if w.m.isClosed() {
+		return nil, ErrClosed
+	}
+	r, err := w.m.opts.Remote(w)
+	if err != nil {
+		return nil, fmt.Errorf("workspace %q: remote: %w", w.cfg.Name, err)
+	}
+	w.remote = r
+	return r, nil
+}
+
+func (w *Workspace) close() error {
+	var errs []error
+	w.remoteMu.Lock()
+	if c, ok := w.remote.(io.Closer); ok {
+		errs = append(errs, c.Close())
+	}
+	w.remote = nil
+	w.remoteMu.Unlock()
+	w.storeMu.Lock()
+	if w.store != nil {
+		errs = append(errs, w.store.Close())
+		w.store = nil
+	}
+	w.storeMu.Unlock()
+	return errors.Join(errs...)
+}
+
+// PendingPull is a post-command pull that failed. The command's writes stay
+// in the container until a later pull from the same runtime succeeds.
+type PendingPull struct {
+	ExecID    string    `json:"exec_id,omitempty"`
+	RuntimeID string    `json:"runtime_id,omitempty"`
+	Error     string    `json:"error"`
+	Since     time.Time `json:"since"`
+}
+
+// SyncRecord is the outcome of the last push or pull.
+type SyncRecord struct {
+	At     time.Time  `json:"at"`
+	Report SyncReport `json:"report"`
+	Error  string     `json:"error,omitempty"`
+}
+
+// StoreStatus is the server store's own position, known without the remote.
+type StoreStatus struct {
+	StoreID    string `json:"store_id"`
+	CurrentRev int64  `json:"current_rev"`
+}
+
+// Status is a workspace's state for `workspace-server status`.
+type Status struct {
+	Workspace string        `json:"workspace"`
+	Endpoint  string        `json:"endpoint,omitempty"`
+	Ignore    []string      `json:"ignore"`
+	Store     StoreStatus   `json:"store"`
+	Remote    *RemoteStatus `json:"remote,omitempty"`
+	// RemoteError says why Remote is missing.
+	RemoteError string       `json:"remote_error,omitempty"`
+	Queued      int          `json:"queued"`
+	Pending     *PendingPull `json:"pending,omitempty"`
+	// Abandoned is the last pending pull given up because the container's
+	// runtime changed before it could be retried.
+	Abandoned  *PendingPull  `json:"abandoned,omitempty"`
+	LastPush   *SyncRecord   `json:"last_push,omitempty"`
+	LastPull   *SyncRecord   `json:"last_pull,omitempty"`
+	LastVerify *VerifyReport `json:"last_verify,omitempty"`
+}
+
+// statusTimeout bounds the remote's answer to Status.
+const statusTimeout = 5 * time.Second
+
+// Status reports the workspace's state. It is a pure read: it does not wait
+// for the FIFO. An unreachable remote is reported in RemoteError, not as an
+// error; only a store that cannot be opened is.
+func (w *Workspace) Status(ctx context.Context) (Status, error) {
+	st := Status{Workspace: w.cfg.Name, Endpoint: w.cfg.Endpoint, Ignore: w.ignore.List(), Queued: w.q.queued()}
+	slices.Sort(st.Ignore)
+	s, err := w.Store(ctx)
+	if err != nil {
+		return st, err
+	}
+	st.Store = StoreStatus{StoreID: s.ID(), CurrentRev: s.CurrentRev()}
+	w.stateMu.Lock()
+	st.Pending, st.Abandoned = clonePtr(w.pending), clonePtr(w.abandoned)
+	st.LastPush, st.LastPull, st.LastVerify = clonePtr(w.lastPush), clonePtr(w.lastPull), clonePtr(w.lastVerify)
+	w.stateMu.Unlock()
+	r, err := w.remoteFor()
+	if err != nil {
+		st.RemoteError = err.Error()
+		return st, nil
+	}
+	rctx, cancel := context.WithTimeout(ctx, statusTimeout)
+	defer cancel()
+	rs, err := r.Status(rctx)
+	if err != nil {
+		st.RemoteError = err.Error()
+		return st, nil
+	}
+	st.Remote = &rs
+	return st, nil
+}
+
+func clonePtr[T any](p *T) *T {
+	if p == nil {
+		return nil
+	}
+	c := *p
+	return &c
+}

@@ -1,0 +1,518 @@
+package workspace_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/wsync/wsync/vfs"
+	"github.com/wsync/wsync/workspace"
+	"github.com/wsync/wsync/workspace/workspacetest"
+)
+
+// harness is a Manager over a temp data dir whose workspaces sync with
+// fakes (package workspacetest), not with a computerd.
+type harness struct {
+	m       *workspace.Manager
+	remotes *workspacetest.Remotes
+	data    string
+}
+
+func newHarness(t *testing.T, run workspacetest.RunFunc) *harness {
+	t.Helper()
+	h := &harness{remotes: &workspacetest.Remotes{Dir: t.TempDir(), Run: run}, data: t.TempDir()}
+	h.m = h.open(t)
+	t.Cleanup(func() { h.remotes.Close() })
+	return h
+}
+
+func (h *harness) open(t *testing.T) *workspace.Manager {
+	t.Helper()
+	m, err := workspace.Open(context.Background(), workspace.Options{
+		DataDir:         h.data,
+		DefaultEndpoint: "ws://127.0.0.1:45678/sync",
+		Remote:          h.remotes.Factory,
+		NoSync:          true,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	return m
+}
+
+func (h *harness) ws(t *testing.T, name string) *workspace.Workspace {
+	t.Helper()
+	w, err := h.m.Workspace(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func write(t *testing.T, w *workspace.Workspace, path, data string) {
+	t.Helper()
+	if _, err := w.WriteFile(context.Background(), path, strings.NewReader(data), nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func read(t *testing.T, w *workspace.Workspace, path string) string {
+	t.Helper()
+	r, fi, err := w.Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, fi.Size)
+	if _, err := r.ReadAt(b, 0); err != nil && fi.Size > 0 {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func TestValidateName(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ok   bool
+	}{
+		{"default", true},
+		{"a", true},
+		{"0abc_d-e", true},
+		{strings.Repeat("a", 63), true},
+		{strings.Repeat("a", 64), false},
+		{"", false},
+		{"_a", false},
+		{"-a", false},
+		{"A", false},
+		{"a/b", false},
+		{"..", false},
+		{"a.b", false},
+		{"a b", false},
+	} {
+		err := workspace.ValidateName(tc.name)
+		if got := err == nil; got != tc.ok {
+			t.Errorf("ValidateName(%q) = %v, want ok=%v", tc.name, err, tc.ok)
+		}
+		if err != nil && !errors.Is(err, vfs.ErrInvalid) {
+			t.Errorf("ValidateName(%q): %v is not EINVAL", tc.name, err)
+		}
+	}
+}
+
+func TestRegistryPersistsAndKeepsSecretsOut(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	_, err := h.m.Create(ctx, workspace.CreateOptions{Name: "proj", Endpoint: "ws://10.0.0.2:45678/sync", Token: "s3cret", Ignore: []string{}})
+	must(t, err)
+	if _, err := h.m.Create(ctx, workspace.CreateOptions{Name: "proj"}); !errors.Is(err, workspace.ErrWorkspaceExists) || !errors.Is(err, vfs.ErrExist) {
+		t.Fatalf("duplicate create: %v", err)
+	}
+	if _, err := h.m.Create(ctx, workspace.CreateOptions{Name: "Bad"}); !errors.Is(err, vfs.ErrInvalid) {
+		t.Fatalf("bad name: %v", err)
+	}
+	if _, err := h.m.Create(ctx, workspace.CreateOptions{Name: "x", Endpoint: "ftp://h/"}); !errors.Is(err, vfs.ErrInvalid) {
+		t.Fatalf("bad endpoint: %v", err)
+	}
+	if _, err := h.m.Workspace("nope"); !errors.Is(err, vfs.ErrNotExist) {
+		t.Fatalf("missing workspace: %v", err)
+	}
+
+	reg, err := os.ReadFile(filepath.Join(h.data, "workspaces.json"))
+	must(t, err)
+	if bytes.Contains(reg, []byte("s3cret")) {
+		t.Fatalf("registry holds the token:\n%s", reg)
+	}
+	tokFile := filepath.Join(h.data, "proj", "computerd.token")
+	fi, err := os.Stat(tokFile)
+	must(t, err)
+	if got, want := fi.Mode().Perm(), os.FileMode(0o600); got != want {
+		t.Errorf("token file mode %v, want %v", got, want)
+	}
+
+	must(t, h.m.Close())
+	m2 := h.open(t)
+	var names []string
+	for _, c := range m2.Workspaces() {
+		names = append(names, c.Name)
+	}
+	if got, want := names, []string{"default", "proj"}; !slices.Equal(got, want) {
+		t.Fatalf("after reopen: %v, want %v", got, want)
+	}
+	w, err := m2.Workspace("proj")
+	must(t, err)
+	tok, err := w.Token()
+	must(t, err)
+	if tok != "s3cret" {
+		t.Fatalf("token %q", tok)
+	}
+	if got := w.IgnoreList(); got == nil || len(got) != 0 {
+		t.Fatalf("ignore list %#v, want empty non-nil (ignore nothing)", got)
+	}
+	def, err := m2.Workspace("default")
+	must(t, err)
+	if got, want := def.Config().Endpoint, "ws://127.0.0.1:45678/sync"; got != want {
+		t.Fatalf("default endpoint %q, want %q", got, want)
+	}
+}
+
+func TestExecBracketPushesRunsAndPulls(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	w := h.ws(t, "default")
+	write(t, w, "/in.txt", "from the server")
+
+	var out bytes.Buffer
+	rep, err := w.Exec(ctx, workspace.ExecSpec{Argv: []string{"cat", "/in.txt", ";", "write", "/out/result.txt", "done", ";", "exit", "3"}},
+		func(ev workspace.ExecEvent) { out.Write(ev.Data) })
+	must(t, err)
+	if got, want := out.String(), "from the server"; got != want {
+		t.Errorf("command saw %q, want %q", got, want)
+	}
+	if rep.ExitCode != 3 || rep.Sync != workspace.SyncComplete {
+		t.Errorf("report: code %d sync %q", rep.ExitCode, rep.Sync)
+	}
+	if rep.Pushed.Entries != 1 {
+		t.Errorf("pushed %d entries, want 1", rep.Pushed.Entries)
+	}
+	if rep.Pulled.Entries != 2 { // out/ and out/result.txt
+		t.Errorf("pulled %d entries, want 2", rep.Pulled.Entries)
+	}
+	if got := read(t, w, "/out/result.txt"); got != "done" {
+		t.Errorf("server has %q", got)
+	}
+	if got, want := h.remotes.Fake("default").Calls(), []string{"push", "exec", "pull"}; !slices.Equal(got, want) {
+		t.Errorf("calls %v, want %v", got, want)
+	}
+
+	// Nothing changed: the next bracket moves nothing either way.
+	rep, err = w.Exec(ctx, workspace.ExecSpec{Shell: "exit 0"}, nil)
+	must(t, err)
+	if rep.Pushed.Entries != 0 || rep.Pulled.Entries != 0 {
+		t.Errorf("idle bracket moved %d/%d entries", rep.Pushed.Entries, rep.Pulled.Entries)
+	}
+}
+
+func TestExecFailedPushSpawnsNothing(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	w := h.ws(t, "default")
+	must(t, w.Mkdir(ctx, "/d", 0, false)) // builds nothing remote yet
+	_, _ = w.Status(ctx)                  // builds the fake
+	fake := h.remotes.Fake("default")
+	fake.FailPush(errors.New("container unreachable"))
+
+	ran := false
+	_, err := w.Exec(ctx, workspace.ExecSpec{Argv: []string{"echo", "hi"}}, func(workspace.ExecEvent) { ran = true })
+	if !errors.Is(err, workspace.ErrPushFailed) || !strings.Contains(err.Error(), "container unreachable") {
+		t.Fatalf("got %v, want ErrPushFailed wrapping the push error", err)
+	}
+	if ran || slices.Contains(fake.Calls(), "exec") {
+		t.Fatalf("command ran after a failed push: calls %v", fake.Calls())
+	}
+	// The failure did not poison the queue.
+	rep, err := w.Exec(ctx, workspace.ExecSpec{Argv: []string{"echo", "hi"}}, nil)
+	must(t, err)
+	if len(rep.Events) != 1 || string(rep.Events[0].Data) != "hi\n" {
+		t.Fatalf("events %+v", rep.Events)
+	}
+}
+
+func TestExecPullFailureIsPendingAndRetried(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		retry func(ctx context.Context, w *workspace.Workspace) error
+	}{
+		{"explicit pull", func(ctx context.Context, w *workspace.Workspace) error { _, err := w.Pull(ctx); return err }},
+		{"next push", func(ctx context.Context, w *workspace.Workspace) error { _, err := w.Push(ctx); return err }},
+		{"next exec", func(ctx context.Context, w *workspace.Workspace) error {
+			_, err := w.Exec(ctx, workspace.ExecSpec{Shell: "exit 0"}, nil)
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, nil)
+			ctx := context.Background()
+			w := h.ws(t, "default")
+			_, _ = w.Status(ctx)
+			fake := h.remotes.Fake("default")
+			fake.FailPull(errors.New("connection reset"))
+
+			rep, err := w.Exec(ctx, workspace.ExecSpec{Shell: "write /a.txt hello ; exit 7"}, nil)
+			must(t, err)
+			if rep.ExitCode != 7 {
+				t.Errorf("exit code %d, want the command's 7", rep.ExitCode)
+			}
+			if rep.Sync != workspace.SyncPending || !strings.Contains(rep.SyncError, "connection reset") {
+				t.Errorf("sync %q %q, want pending with the pull error", rep.Sync, rep.SyncError)
+			}
+			st, err := w.Status(ctx)
+			must(t, err)
+			if st.Pending == nil || st.Pending.ExecID != rep.ExecID || st.Pending.RuntimeID != rep.RuntimeID {
+				t.Fatalf("status pending %+v, want exec %s", st.Pending, rep.ExecID)
+			}
+			if _, err := w.Stat(ctx, "/a.txt", false); !errors.Is(err, vfs.ErrNotExist) {
+				t.Fatalf("a.txt before the retry: %v", err)
+			}
+
+			must(t, tc.retry(ctx, w))
+			if got := read(t, w, "/a.txt"); got != "hello" {
+				t.Fatalf("after retry: %q", got)
+			}
+			st, err = w.Status(ctx)
+			must(t, err)
+			if st.Pending != nil {
+				t.Fatalf("still pending: %+v", st.Pending)
+			}
+		})
+	}
+}
+
+func TestPendingPullFencedToRuntime(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	w := h.ws(t, "default")
+	_, _ = w.Status(ctx)
+	fake := h.remotes.Fake("default")
+	fake.FailPull(errors.New("lost"))
+	_, err := w.Exec(ctx, workspace.ExecSpec{Shell: "write /a x"}, nil)
+	must(t, err)
+	fake.SetRuntime("fake-runtime-2")
+	_, err = w.Pull(ctx)
+	must(t, err)
+	st, err := w.Status(ctx)
+	must(t, err)
+	if st.Pending != nil || st.Abandoned == nil || st.Abandoned.RuntimeID != "fake-runtime-1" {
+		t.Fatalf("pending %+v abandoned %+v: want the old runtime's pull abandoned", st.Pending, st.Abandoned)
+	}
+}
+
+func TestExecOutputStreamsInOrder(t *testing.T) {
+	// The command emits one event, then waits until the caller has seen it:
+	// a bracket that buffered output until the end would deadlock here.
+	seen := make(chan string, 10)
+	run := func(ctx context.Context, c *vfs.Store, spec workspace.ExecSpec, out func(workspace.ExecEvent)) (workspace.ExecResult, error) {
+		for i, s := range []string{"one\n", "two\n", "three\n"} {
+			stream := workspace.Stdout
+			if i == 1 {
+				stream = workspace.Stderr
+			}
+			out(workspace.ExecEvent{Stream: stream, Data: []byte(s)})
+			select {
+			case got := <-seen:
+				if got != s {
+					return workspace.ExecResult{}, errors.New("caller saw " + got + " for " + s)
+				}
+			case <-ctx.Done():
+				return workspace.ExecResult{}, ctx.Err()
+			}
+		}
+		return workspace.ExecResult{}, nil
+	}
+	h := newHarness(t, run)
+	w := h.ws(t, "default")
+	var streams []string
+	_, err := w.Exec(context.Background(), workspace.ExecSpec{Argv: []string{"x"}}, func(ev workspace.ExecEvent) {
+		streams = append(streams, ev.Stream)
+		seen <- string(ev.Data)
+	})
+	must(t, err)
+	if got, want := streams, []string{"stdout", "stderr", "stdout"}; !slices.Equal(got, want) {
+		t.Fatalf("streams %v, want %v", got, want)
+	}
+}
+
+func TestCommandDoesNotHoldTheFIFO(t *testing.T) {
+	running := make(chan struct{})
+	finish := make(chan struct{})
+	run := func(ctx context.Context, c *vfs.Store, spec workspace.ExecSpec, out func(workspace.ExecEvent)) (workspace.ExecResult, error) {
+		close(running)
+		<-finish
+		return workspace.ExecResult{}, nil
+	}
+	h := newHarness(t, run)
+	ctx := context.Background()
+	w := h.ws(t, "default")
+	errc := make(chan error, 1)
+	go func() {
+		_, err := w.Exec(ctx, workspace.ExecSpec{Argv: []string{"long"}}, nil)
+		errc <- err
+	}()
+	<-running
+	write(t, w, "/while.txt", "x")
+	rep, err := w.Push(ctx) // would deadlock if the command held the FIFO
+	must(t, err)
+	if rep.Entries != 1 {
+		t.Errorf("push during the command: %d entries", rep.Entries)
+	}
+	close(finish)
+	must(t, <-errc)
+}
+
+func TestIgnoredPathsAreInvisible(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	w := h.ws(t, "default")
+	rep, err := w.Exec(ctx, workspace.ExecSpec{Shell: "write /app/node_modules/x/index.js y ; write /app/main.js z"}, nil)
+	must(t, err)
+	if rep.Pulled.Entries != 2 { // app/ and app/main.js
+		t.Errorf("pulled %d entries, want 2", rep.Pulled.Entries)
+	}
+	// Even when the server store holds an ignored path (written below the
+	// files API), the API does not show it.
+	s, err := w.Store(ctx)
+	must(t, err)
+	must(t, s.MkdirPath(ctx, "app/node_modules", 0o755, true))
+	_, err = s.WriteFile(ctx, "app/node_modules/y", []byte("hidden"), 0o644)
+	must(t, err)
+
+	for _, p := range []string{"/app/node_modules", "/app/node_modules/y", "/app/node_modules/x/index.js"} {
+		if _, err := w.Stat(ctx, p, false); !errors.Is(err, vfs.ErrNotExist) {
+			t.Errorf("stat %s: %v, want ENOENT", p, err)
+		}
+		if _, _, err := w.Open(ctx, p); !errors.Is(err, vfs.ErrNotExist) {
+			t.Errorf("open %s: %v, want ENOENT", p, err)
+		}
+	}
+	if _, err := w.WriteFile(ctx, "/app/node_modules/z", strings.NewReader("x"), nil); !errors.Is(err, vfs.ErrNotExist) {
+		t.Errorf("write into an ignored dir: %v", err)
+	}
+	ls, err := w.List(ctx, "/", true, false)
+	must(t, err)
+	var paths []string
+	for _, fi := range ls {
+		paths = append(paths, fi.Path)
+	}
+	if got, want := paths, []string{"/app", "/app/main.js"}; !slices.Equal(got, want) {
+		t.Errorf("ls -R %v, want %v", got, want)
+	}
+}
+
+func TestCustomIgnoreListReplacesDefault(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	w, err := h.m.Create(ctx, workspace.CreateOptions{Name: "py", Endpoint: "ws://127.0.0.1:1/sync", Ignore: []string{"__pycache__"}})
+	must(t, err)
+	_, err = w.Exec(ctx, workspace.ExecSpec{Shell: "write /node_modules/a 1 ; write /__pycache__/b 2"}, nil)
+	must(t, err)
+	if _, err := w.Stat(ctx, "/node_modules/a", false); err != nil {
+		t.Errorf("node_modules with a custom list: %v", err)
+	}
+	if _, err := w.Stat(ctx, "/__pycache__/b", false); !errors.Is(err, vfs.ErrNotExist) {
+		t.Errorf("__pycache__: %v, want ENOENT", err)
+	}
+}
+
+func TestTwoWorkspacesStayApart(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	a := h.ws(t, "default")
+	b, err := h.m.Create(ctx, workspace.CreateOptions{Name: "other", Endpoint: "ws://127.0.0.1:2/sync"})
+	must(t, err)
+	write(t, a, "/only-a", "a")
+	_, err = b.Exec(ctx, workspace.ExecSpec{Shell: "write /only-b b"}, nil)
+	must(t, err)
+	_, err = a.Push(ctx)
+	must(t, err)
+	if _, err := b.Stat(ctx, "/only-a", false); !errors.Is(err, vfs.ErrNotExist) {
+		t.Errorf("b sees a's file: %v", err)
+	}
+	if _, err := a.Stat(ctx, "/only-b", false); !errors.Is(err, vfs.ErrNotExist) {
+		t.Errorf("a sees b's file: %v", err)
+	}
+	if _, err := h.remotes.Fake("other").Container.Stat(ctx, "only-a"); !errors.Is(err, vfs.ErrNotExist) {
+		t.Errorf("b's container got a's push: %v", err)
+	}
+}
+
+func TestFilesAPI(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	w := h.ws(t, "default")
+	mode := uint32(0o755)
+	fi, err := w.WriteFile(ctx, "/bin/run.sh", strings.NewReader("#!/bin/sh\n"), &mode)
+	if !errors.Is(err, vfs.ErrNotExist) {
+		t.Fatalf("write without parent: %v %+v", err, fi)
+	}
+	must(t, w.Mkdir(ctx, "/bin", 0, false))
+	if err := w.Mkdir(ctx, "/bin", 0, false); !errors.Is(err, vfs.ErrExist) {
+		t.Fatalf("mkdir twice: %v", err)
+	}
+	must(t, w.Mkdir(ctx, "/bin", 0, true))
+	_, err = w.WriteFile(ctx, "/bin/run.sh", strings.NewReader("#!/bin/sh\n"), &mode)
+	must(t, err)
+	// Rewriting without a mode keeps the file's mode.
+	fi, err = w.WriteFile(ctx, "/bin/run.sh", strings.NewReader("#!/bin/sh\necho hi\n"), nil)
+	must(t, err)
+	if fi.Mode != 0o755 {
+		t.Errorf("mode %o after rewrite, want 755", fi.Mode)
+	}
+	fi, err = w.Stat(ctx, "bin/run.sh", true)
+	must(t, err)
+	sum := sha256.Sum256([]byte("#!/bin/sh\necho hi\n"))
+	if fi.SHA256 != hex.EncodeToString(sum[:]) || fi.Path != "/bin/run.sh" || fi.Type != "file" || fi.Size != 18 {
+		t.Errorf("stat %+v", fi)
+	}
+	must(t, w.Symlink(ctx, "bin/run.sh", "/link"))
+	fi, err = w.Stat(ctx, "/link", true)
+	must(t, err)
+	if fi.Type != "symlink" || fi.Target != "bin/run.sh" || fi.SHA256 != "" {
+		t.Errorf("symlink stat %+v", fi)
+	}
+	must(t, w.Rename(ctx, "/bin", "/tools"))
+	if got := read(t, w, "/tools/run.sh"); !strings.HasPrefix(got, "#!/bin/sh") {
+		t.Errorf("after mv: %q", got)
+	}
+	if err := w.Remove(ctx, "/tools", false); !errors.Is(err, vfs.ErrNotEmpty) {
+		t.Errorf("rm of a full dir: %v", err)
+	}
+	must(t, w.Remove(ctx, "/tools", true))
+	for _, p := range []string{"/a/../b", "a//b", "/a/./b", "a\x00b"} {
+		if _, err := w.Stat(ctx, p, false); !errors.Is(err, vfs.ErrInvalid) {
+			t.Errorf("stat %q: %v, want EINVAL", p, err)
+		}
+	}
+}
+
+func TestVerifyAndNoRemote(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	w := h.ws(t, "default")
+	write(t, w, "/a", "1")
+	rep, err := w.Verify(ctx)
+	must(t, err)
+	if rep.Converged || !slices.Equal(rep.Differences, []string{"/a"}) {
+		t.Errorf("before push: %+v", rep)
+	}
+	_, err = w.Push(ctx)
+	must(t, err)
+	rep, err = w.Verify(ctx)
+	must(t, err)
+	if !rep.Converged {
+		t.Errorf("after push: %+v", rep)
+	}
+
+	local, err := h.m.Create(ctx, workspace.CreateOptions{Name: "local"})
+	must(t, err)
+	if _, err := local.Push(ctx); !errors.Is(err, workspace.ErrNoRemote) {
+		t.Errorf("push without endpoint: %v", err)
+	}
+	st, err := local.Status(ctx)
+	must(t, err)
+	if st.RemoteError == "" {
+		t.Errorf("status without remote: %+v", st)
+	}
+}
