@@ -1,0 +1,303 @@
+package fusefs
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/vfs"
+	"github.com/wsync/wsync/watermark"
+)
+
+func TestGitInsideMount(t *testing.T) {
+	m := NewTestMount(t, TestMountOptions{})
+	sh(t, m.Dir, `
+		git init -q -b main repo && cd repo
+		git config user.email t@example.com && git config user.name t
+		mkdir -p src
+		for i in $(seq 1 100); do echo "package p // $i" > src/f$i.go; done
+		git add -A && git commit -q -m one
+		test -z "$(git status --porcelain)"
+		echo changed >> src/f7.go
+		git status --porcelain | grep -q 'M src/f7.go'
+		git commit -q -am two
+		git gc -q
+		git fsck --no-progress
+		test "$(git rev-list --count HEAD)" = 2
+		test -z "$(git status --porcelain)"
+	`)
+}
+
+func TestSqliteInsideMount(t *testing.T) {
+	m := NewTestMount(t, TestMountOptions{})
+	for _, mode := range []string{"delete", "wal"} {
+		t.Run(mode, func(t *testing.T) {
+			out := sh(t, m.Dir, fmt.Sprintf(`
+				sqlite3 %[1]s.db "PRAGMA journal_mode=%[1]s;" >/dev/null
+				sqlite3 %[1]s.db "CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);
+					BEGIN; WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x+1 FROM c WHERE x < 5000)
+					INSERT INTO t(v) SELECT printf('row %%d', x) FROM c; COMMIT;"
+				sqlite3 %[1]s.db "UPDATE t SET v = 'updated' WHERE id %% 2 = 0;"
+				sqlite3 %[1]s.db "PRAGMA integrity_check; SELECT count(*), sum(v = 'updated') FROM t;"
+			`, mode))
+			if got, want := strings.TrimSpace(out), "ok\n5000|2500"; got != want {
+				t.Errorf("sqlite3 said %q, want %q", got, want)
+			}
+		})
+	}
+}
+
+// applyFiles applies upstream file entries (path -> content; "" deletes).
+func applyFiles(t *testing.T, s *vfs.Store, rev int64, files map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	stage := s.Chunks().NewStage()
+	defer stage.Release()
+	var entries []vfs.ChangeEntry
+	for path, data := range files {
+		if data == "" {
+			entries = append(entries, vfs.ChangeEntry{Kind: vfs.EntryDelete, Rev: rev, Path: path})
+			continue
+		}
+		var refs chunkstore.Manifest
+		for b := []byte(data); len(b) > 0; {
+			n := min(len(b), chunkstore.ChunkSize)
+			ref, err := stage.PutHashed(ctx, b[:n])
+			if err != nil {
+				t.Fatal(err)
+			}
+			refs = append(refs, ref)
+			b = b[n:]
+		}
+		entries = append(entries, vfs.ChangeEntry{Kind: vfs.EntryFile, Rev: rev, Path: path, Mode: 0o644,
+			Mtime: time.Now().UnixNano(), Size: int64(len(data)), Chunks: refs})
+	}
+	if _, err := s.Apply(ctx, entries, vfs.ApplyOptions{Source: vfs.Upstream, Stage: stage}); err != nil {
+		t.Fatalf("apply: %v", err)
+	}
+}
+
+// TestUpstreamApplyIsVisibleAtOnce caches everything in the kernel for an
+// hour, then applies from outside: cat, ls and stat must see the new state
+// as soon as the invalidations are delivered, not when a cache expires.
+func TestUpstreamApplyIsVisibleAtOnce(t *testing.T) {
+	m := NewTestMount(t, TestMountOptions{Options: Options{
+		EntryTimeout:    time.Hour,
+		AttrTimeout:     time.Hour,
+		NegativeTimeout: time.Hour,
+	}})
+	ctx := context.Background()
+	applyFiles(t, m.Store, 1, map[string]string{"news.txt": "v1", "dir/old.txt": "old"})
+	if err := m.Server.WaitInvalidated(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Warm every cache: pages, attributes, entries, and a negative entry.
+	sh(t, m.Dir, `cat news.txt dir/old.txt >/dev/null; stat news.txt >/dev/null; ls dir >/dev/null; ! stat dir/added.txt 2>/dev/null`)
+
+	applyFiles(t, m.Store, 2, map[string]string{
+		"news.txt":      "version two, longer than the first",
+		"dir/added.txt": "new file",
+		"dir/old.txt":   "",
+	})
+	if err := m.Server.WaitInvalidated(ctx); err != nil {
+		t.Fatal(err)
+	}
+	out := sh(t, m.Dir, `cat news.txt; echo; stat -c %s news.txt; ls dir; cat dir/added.txt; echo; test ! -e dir/old.txt && echo old-gone`)
+	want := "version two, longer than the first\n34\nadded.txt\nnew file\nold-gone\n"
+	if out != want {
+		t.Errorf("inside the mount after apply:\n%s\nwant:\n%s", out, want)
+	}
+
+	// Without waiting: delivery is prompt on its own.
+	applyFiles(t, m.Store, 3, map[string]string{"news.txt": "v3"})
+	eventually(t, 2*time.Second, "cat to show v3", func() bool {
+		b, _ := os.ReadFile(m.Path("news.txt"))
+		return string(b) == "v3"
+	})
+	if st := m.Server.Stats(); st.Invalidations == 0 {
+		t.Errorf("no invalidation reached the kernel: %+v", st)
+	}
+}
+
+// TestInvalidationOverflowSweeps applies more changes than the queue holds;
+// the sweep that replaces them must still make every change visible.
+func TestInvalidationOverflowSweeps(t *testing.T) {
+	m := NewTestMount(t, TestMountOptions{Options: Options{
+		EntryTimeout: time.Hour, AttrTimeout: time.Hour, InvalidationQueue: 4,
+	}})
+	files := map[string]string{}
+	for i := range 20 {
+		files["f"+strconv.Itoa(i)] = "a"
+	}
+	applyFiles(t, m.Store, 1, files)
+	m.Server.WaitInvalidated(context.Background())
+	sh(t, m.Dir, `cat f* >/dev/null`)
+	for k := range files {
+		files[k] = "bb"
+	}
+	applyFiles(t, m.Store, 2, files)
+	m.Server.WaitInvalidated(context.Background())
+	if got := sh(t, m.Dir, `cat f* | tr -d '\n'`); got != strings.Repeat("bb", 20) {
+		t.Errorf("after overflow: %q", got)
+	}
+	if st := m.Server.Stats(); st.InvalidationSweeps == 0 {
+		t.Errorf("no sweep counted: %+v", st)
+	}
+}
+
+// TestFlushRuleShowsOpenFiles: bytes a still-running process wrote (and did
+// not close) reach the change feed once the handles are flushed.
+func TestFlushRuleShowsOpenFiles(t *testing.T) {
+	m := NewTestMount(t, TestMountOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const content = "written by a process that is still running"
+	cmd := helperCmd(ctx, "hold-open", m.Path("held.txt"), content)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stdin.Close(); cmd.Wait() }()
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "ready\n" {
+		t.Fatalf("helper: %q %v", line, err)
+	}
+	if n := m.Server.DirtyHandles(); n != 1 {
+		t.Errorf("dirty handles %d, want 1", n)
+	}
+
+	if err := m.Store.FlushAll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var found *vfs.ChangeEntry
+	for e, err := range m.Store.Changes(ctx, watermark.Cursor{}, watermark.At(m.Store.CurrentRev()), vfs.Ignore{}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Path == "held.txt" {
+			found = &e
+		}
+	}
+	if found == nil || found.Size != int64(len(content)) {
+		t.Fatalf("feed entry for the open file: %+v, want size %d", found, len(content))
+	}
+	if got := storeFile(t, m, "held.txt"); got != content {
+		t.Errorf("store has %q", got)
+	}
+	if n := m.Server.DirtyHandles(); n != 0 {
+		t.Errorf("dirty handles after flush %d, want 0", n)
+	}
+}
+
+// TestWrite1GiBFlatMemory writes 1 GiB through the mount with dd and checks
+// that this process (the FUSE server) does not grow with the file, then
+// reads it back through the mount and compares checksums.
+func TestWrite1GiBFlatMemory(t *testing.T) {
+	if testing.Short() {
+		t.Skip("writes 1 GiB")
+	}
+	shm := "/dev/shm"
+	if _, err := os.Stat(shm); err != nil {
+		shm = ""
+	}
+	m := NewTestMount(t, TestMountOptions{StoreDir: shm})
+
+	// 64 MiB of random bytes, written 16 times: the chunks repeat, but
+	// every byte still goes through the handle, the hashing and the
+	// commit, and a source file keeps the pipeline's own CPU small.
+	srcDir := t.TempDir()
+	if shm != "" {
+		d, err := os.MkdirTemp(shm, "fusefs-src-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(d) })
+		srcDir = d
+	}
+	src := make([]byte, 64<<20)
+	rand.NewChaCha8([32]byte{7}).Read(src)
+	if err := os.WriteFile(srcDir+"/src", src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.New()
+	for range 16 {
+		sum.Write(src)
+	}
+	want := hex.EncodeToString(sum.Sum(nil))
+	src = nil
+	runtime.GC()
+
+	before := procStatusKB(t, "VmRSS")
+	stop := make(chan struct{})
+	peak := make(chan int64)
+	go func() {
+		// Sampled as well as VmHWM, which clear_refs may not reset.
+		hi := before
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stop:
+				peak <- hi
+				return
+			case <-tick.C:
+				hi = max(hi, procStatusKB(t, "VmRSS"))
+			}
+		}
+	}()
+	hwmReset := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
+	start := time.Now()
+	sh(t, m.Dir, `for i in $(seq 16); do cat `+srcDir+`/src; done | dd bs=1M iflag=fullblock conv=fsync status=none of=big`)
+	elapsed := time.Since(start)
+	close(stop)
+	sampled := <-peak
+	hwm := procStatusKB(t, "VmHWM")
+	top := sampled
+	if hwmReset {
+		top = max(top, hwm)
+	}
+	growthMiB := float64(top-before) / 1024
+	t.Logf("1 GiB through the mount in %v (%.0f MB/s); RSS %d KiB before, peak %d KiB (sampled %d, VmHWM %d, reset %v): growth %.1f MiB",
+		elapsed.Round(time.Millisecond), float64(1<<30)/elapsed.Seconds()/1e6, before, top, sampled, hwm, hwmReset, growthMiB)
+	if growthMiB > 256 {
+		t.Errorf("RSS grew %.1f MiB writing 1 GiB, bound 256 MiB", growthMiB)
+	}
+
+	if st := stat(t, m.Path("big")); st.Size != 1<<30 {
+		t.Fatalf("size %d", st.Size)
+	}
+	a, err := m.Store.Stat(context.Background(), "big")
+	if err != nil || a.Size != 1<<30 {
+		t.Fatalf("store stat: %+v %v", a, err)
+	}
+	if got := strings.TrimSpace(sh(t, m.Dir, `sha256sum big | cut -d' ' -f1`)); got != want {
+		t.Errorf("read back sha256 %s, wrote %s", got, want)
+	}
+}
+
+// procStatusKB reads a "kB" field of /proc/self/status.
+func procStatusKB(t *testing.T, field string) int64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return n
+		}
+	}
+	t.Fatalf("no %s in /proc/self/status", field)
+	return 0
+}
