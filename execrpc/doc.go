@@ -1,0 +1,24 @@
+// Package execrpc carries commands over a syncwire session: the server side
+// (computerd) registers its methods on a syncwire.Server and runs them with
+// an execrun.Runner; the client side (workspace-server) starts, re-attaches
+// to and kills them.
+//
+// # Methods
+//
+// Start opens a call whose reply is the exec's id and runtime id, followed
+// by a stream of events: output chunks (stdout or stderr) with their byte
+// offset in the exec's combined log, then one exit event, then the end of
+// the stream. Attach opens the same stream for an existing exec from an
+// offset, so a caller that lost its session resumes where it stopped (or
+// learns ELOG_TRUNCATED, or EEXEC_LOST when computerd restarted). Kill
+// signals the exec's process group.
+//
+// Output flows under the session's per-stream credit, so a slow reader
+// holds back only its own stream; the runner's bounded log is the buffer.
+//
+// # Errors
+//
+// execrun's sentinels travel as syncwire codes: ErrBusy as EEXEC_BUSY,
+// ErrExecLost as EEXEC_LOST, ErrLogTruncated as ELOG_TRUNCATED, a bad spec
+// or working directory as EINVAL, an unknown id as ENOENT.
+package execrpc

@@ -1,0 +1,230 @@
+package execrpc
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/wsync/wsync/execrun"
+	"github.com/wsync/wsync/syncwire"
+	"github.com/wsync/wsync/vfs"
+)
+
+type rig struct {
+	runner *execrun.Runner
+	client *syncwire.Client
+	url    string
+}
+
+func newRig(t *testing.T, opts execrun.Options) *rig {
+	t.Helper()
+	ctx := context.Background()
+	store, err := vfs.Open(ctx, filepath.Join(t.TempDir(), "c.db"), vfs.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	if opts.Root == "" {
+		opts.Root = t.TempDir()
+	}
+	r, err := execrun.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.Shutdown(context.Background()) })
+	srv := syncwire.NewServer(store, syncwire.ServerOptions{})
+	Register(srv, r, nil)
+	hs := httptest.NewServer(srv)
+	url := "ws" + strings.TrimPrefix(hs.URL, "http") + "/sync"
+	c := syncwire.NewClient(syncwire.ClientOptions{URL: url})
+	t.Cleanup(func() {
+		c.Close()
+		srv.Close()
+		hs.Close()
+	})
+	return &rig{runner: r, client: c, url: url}
+}
+
+func (r *rig) session(t *testing.T) *syncwire.Session {
+	t.Helper()
+	s, _, err := r.client.Session(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+type result struct {
+	stdout, stderr string
+	exit           *Exit
+}
+
+func drain(t *testing.T, st *Stream) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var res result
+	for {
+		ev, err := st.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return res
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case ev.Exit != nil:
+			res.exit = ev.Exit
+		case ev.Stream == Stdout:
+			res.stdout += string(ev.Data)
+		case ev.Stream == Stderr:
+			res.stderr += string(ev.Data)
+		}
+	}
+}
+
+func TestStartStreamsOutputAndExit(t *testing.T) {
+	r := newRig(t, execrun.Options{})
+	st, err := Start(context.Background(), r.session(t), Request{
+		Shell: `echo out; echo err >&2; read x; echo "in=$x"; echo "v=$V"; exit 3`,
+		Env:   []string{"V=42"}, Stdin: []byte("hello\n"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if !strings.HasPrefix(st.ID, st.RuntimeID+":") {
+		t.Errorf("id %q not fenced by runtime %q", st.ID, st.RuntimeID)
+	}
+	res := drain(t, st)
+	if res.stdout != "out\nin=hello\nv=42\n" || res.stderr != "err\n" {
+		t.Errorf("stdout %q stderr %q", res.stdout, res.stderr)
+	}
+	if res.exit == nil || res.exit.Code != 3 {
+		t.Errorf("exit = %+v, want code 3", res.exit)
+	}
+}
+
+func TestAttachReplaysAfterLostSession(t *testing.T) {
+	r := newRig(t, execrun.Options{})
+	st, err := Start(context.Background(), r.session(t), Request{Argv: []string{"sh", "-c", "printf abc; printf def"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := st.ID
+	st.Close()
+	if _, err := r.runner.Wait(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	// A new stream from offset 2 replays the rest of the log, then the exit.
+	st2, err := Attach(context.Background(), r.session(t), id, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := drain(t, st2)
+	if got := res.stdout + res.stderr; got != "cdef" || res.exit == nil || res.exit.Code != 0 {
+		t.Errorf("replay from 2 = %q exit %+v", got, res.exit)
+	}
+}
+
+func TestKillSignalsGroup(t *testing.T) {
+	r := newRig(t, execrun.Options{})
+	st, err := Start(context.Background(), r.session(t), Request{Shell: "echo ready; sleep 100"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if ev, err := st.Next(ctx); err != nil || string(ev.Data) != "ready\n" {
+		t.Fatalf("first event %+v, %v", ev, err)
+	}
+	if err := Kill(ctx, r.session(t), st.ID, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	res := drain(t, st)
+	if res.exit == nil || res.exit.Signal != syscall.SIGTERM || res.exit.Code != 128+15 {
+		t.Errorf("exit = %+v, want SIGTERM", res.exit)
+	}
+}
+
+func TestErrorsKeepTheirIdentityAcrossTheWire(t *testing.T) {
+	r := newRig(t, execrun.Options{MaxRunning: 1})
+	ctx := context.Background()
+	st, err := Start(ctx, r.session(t), Request{Shell: "sleep 100"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer Kill(ctx, r.session(t), st.ID, syscall.SIGKILL)
+	if _, err := Start(ctx, r.session(t), Request{Argv: []string{"true"}}); !errors.Is(err, syncwire.ErrExecBusy) {
+		t.Errorf("second exec past the limit: %v, want EEXEC_BUSY", err)
+	}
+	if _, err := Attach(ctx, r.session(t), "other-runtime:1", 0); !errors.Is(err, syncwire.ErrExecLost) {
+		t.Errorf("attach to another runtime's id: %v, want EEXEC_LOST", err)
+	}
+	if _, err := Attach(ctx, r.session(t), r.runner.RuntimeID()+":999", 0); !errors.Is(err, vfs.ErrNotExist) {
+		t.Errorf("attach to an unknown id: %v, want ENOENT", err)
+	}
+	if _, err := Start(ctx, r.session(t), Request{Shell: "true", Cwd: "../.."}); !errors.Is(err, vfs.ErrInvalid) {
+		t.Errorf("cwd outside the root: %v, want EINVAL", err)
+	}
+}
+
+func TestLogTruncatedPastCap(t *testing.T) {
+	r := newRig(t, execrun.Options{LogCap: 1 << 10})
+	st, err := Start(context.Background(), r.session(t), Request{Shell: "head -c 100000 /dev/zero"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := st.ID
+	st.Close()
+	r.runner.Wait(context.Background(), id)
+	if _, err := Attach(context.Background(), r.session(t), id, 0); !errors.Is(err, syncwire.ErrLogTruncated) {
+		t.Errorf("attach at 0 after 100 KB through a 1 KiB log: %v, want ELOG_TRUNCATED", err)
+	}
+}
+
+func TestDecodersRefuseGarbage(t *testing.T) {
+	for _, p := range [][]byte{nil, {0xff}, AppendRequest(nil, Request{}), append(AppendRequest(nil, Request{Shell: "x"}), 0)} {
+		if _, err := DecodeRequest(p); !errors.Is(err, ErrBadMessage) {
+			t.Errorf("DecodeRequest(%x) = %v", p, err)
+		}
+	}
+	if _, err := DecodeEvent([]byte{9, 0}); !errors.Is(err, ErrBadMessage) {
+		t.Errorf("event with a bad tag: %v", err)
+	}
+}
+
+func FuzzDecodeRequest(f *testing.F) {
+	f.Add(AppendRequest(nil, Request{Argv: []string{"ls", "-l"}, Cwd: "src", Env: []string{"A=1"}, Stdin: []byte("x"), Timeout: time.Second, HasUser: true, Uid: 1000, Gid: 1000}))
+	f.Add(AppendRequest(nil, Request{Shell: "echo hi"}))
+	f.Fuzz(func(t *testing.T, p []byte) {
+		r, err := DecodeRequest(p)
+		if err != nil {
+			return
+		}
+		r2, err := DecodeRequest(AppendRequest(nil, r))
+		if err != nil || r2.Shell != r.Shell || len(r2.Argv) != len(r.Argv) || r2.Timeout != r.Timeout {
+			t.Fatalf("re-decode: %+v vs %+v, %v", r, r2, err)
+		}
+	})
+}
+
+func FuzzDecodeEvent(f *testing.F) {
+	f.Add(AppendEvent(nil, Event{Offset: 5, Stream: Stdout, Data: []byte("hi")}))
+	f.Add(AppendEvent(nil, Event{Offset: 7, Exit: &Exit{Code: 130, Signal: 2, Killed: true}}))
+	f.Fuzz(func(t *testing.T, p []byte) {
+		ev, err := DecodeEvent(p)
+		if err != nil {
+			return
+		}
+		if _, err := DecodeEvent(AppendEvent(nil, ev)); err != nil {
+			t.Fatalf("re-decode %+v: %v", ev, err)
+		}
+	})
+}

@@ -1,0 +1,126 @@
+package execrpc
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/wsync/wsync/execrun"
+	"github.com/wsync/wsync/syncwire"
+	"github.com/wsync/wsync/vfs"
+)
+
+// Methods on the wire, in the range this package owns.
+const (
+	MethodStart  syncwire.Method = 256
+	MethodAttach syncwire.Method = 257
+	MethodKill   syncwire.Method = 258
+)
+
+// Register serves the exec methods on srv with runner r.
+func Register(srv *syncwire.Server, r *execrun.Runner, log *slog.Logger) {
+	if log == nil {
+		log = slog.Default()
+	}
+	h := &handler{r: r, log: log.With("component", "execrpc")}
+	srv.Handle(MethodStart, h.start)
+	srv.Handle(MethodAttach, h.attach)
+	srv.Handle(MethodKill, h.kill)
+}
+
+type handler struct {
+	r   *execrun.Runner
+	log *slog.Logger
+}
+
+// wireErr maps the runner's sentinels to the codes the wire knows.
+func wireErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, execrun.ErrBusy):
+		return fmt.Errorf("%w: %v", syncwire.ErrExecBusy, err)
+	case errors.Is(err, execrun.ErrExecLost):
+		return fmt.Errorf("%w: %v", syncwire.ErrExecLost, err)
+	case errors.Is(err, execrun.ErrLogTruncated):
+		return fmt.Errorf("%w: %v", syncwire.ErrLogTruncated, err)
+	case errors.Is(err, execrun.ErrNotFound):
+		return fmt.Errorf("%w: %v", vfs.ErrNotExist, err)
+	case errors.Is(err, execrun.ErrBadCwd), errors.Is(err, execrun.ErrBadSpec), errors.Is(err, ErrBadMessage):
+		return fmt.Errorf("%w: %v", vfs.ErrInvalid, err)
+	case errors.Is(err, execrun.ErrClosed):
+		return fmt.Errorf("%w: %v", syncwire.ErrShutdown, err)
+	}
+	return err
+}
+
+func (h *handler) start(ctx context.Context, c *syncwire.Incoming) error {
+	req, err := DecodeRequest(c.Body)
+	if err != nil {
+		return wireErr(err)
+	}
+	spec := execrun.Spec{Argv: req.Argv, Shell: req.Shell, Cwd: req.Cwd, Env: req.Env, Timeout: req.Timeout}
+	if req.Stdin != nil {
+		spec.Stdin = bytes.NewReader(req.Stdin)
+	}
+	if req.HasUser {
+		spec.User = &execrun.Credential{Uid: req.Uid, Gid: req.Gid}
+	}
+	// The command outlives the call: a caller that loses its session
+	// re-attaches by id.
+	ex, err := h.r.Start(context.WithoutCancel(ctx), spec)
+	if err != nil {
+		return wireErr(err)
+	}
+	h.log.Debug("exec started", "id", ex.ID(), "pid", ex.Pid())
+	return h.stream(ctx, c, ex.ID(), 0)
+}
+
+func (h *handler) attach(ctx context.Context, c *syncwire.Incoming) error {
+	a, err := decodeAttach(c.Body)
+	if err != nil {
+		return wireErr(err)
+	}
+	return h.stream(ctx, c, a.ID, a.From)
+}
+
+// stream sends the exec's events from offset `from` until its exit.
+func (h *handler) stream(ctx context.Context, c *syncwire.Incoming, id string, from int64) error {
+	sub, err := h.r.Attach(id, from)
+	if err != nil {
+		return wireErr(err)
+	}
+	if err := c.ReplyStream(appendStarted(nil, started{ID: id, RuntimeID: h.r.RuntimeID()})); err != nil {
+		return err
+	}
+	var buf []byte
+	for {
+		ev, err := sub.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return wireErr(err)
+		}
+		out := Event{Offset: ev.Offset, Stream: StreamTag(ev.Stream), Data: ev.Data}
+		if ev.Exit != nil {
+			x := ev.Exit
+			out.Exit = &Exit{Code: x.Code, Signal: x.Signal, Duration: x.Duration, TimedOut: x.TimedOut, Killed: x.Killed}
+		}
+		buf = AppendEvent(buf[:0], out)
+		if err := c.Send(ctx, buf); err != nil {
+			return err
+		}
+	}
+}
+
+func (h *handler) kill(ctx context.Context, c *syncwire.Incoming) error {
+	k, err := decodeKill(c.Body)
+	if err != nil {
+		return wireErr(err)
+	}
+	return wireErr(h.r.Kill(k.ID, k.Signal))
+}
