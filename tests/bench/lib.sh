@@ -13,10 +13,12 @@ bench_now() { printf -v "$1" '%s' "${EPOCHREALTIME/./}"; }
 bench_fmt_us() { printf '%d.%06d' $(($1 / 1000000)) $(($1 % 1000000)); }
 
 # bench_median: median of the numbers on stdin (mean of the middle two for an even count); "-" for none.
+# WSYNC_BENCH_STAT=min reports the minimum instead (a better estimator when other jobs share the machine).
 bench_median() {
-	sort -g | awk '{ v[NR] = $1 } END {
+	sort -g | awk -v stat="${WSYNC_BENCH_STAT:-median}" '{ v[NR] = $1 } END {
 		if (NR == 0) { print "-"; exit }
-		if (NR % 2) printf "%.6f\n", v[(NR + 1) / 2]; else printf "%.6f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+		if (stat == "min") printf "%.6f\n", v[1]
+		else if (NR % 2) printf "%.6f\n", v[(NR + 1) / 2]; else printf "%.6f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
 }
 
 # bench_ratio A B: A/B with 2 decimals, "-" when either is missing or B is zero.
@@ -75,4 +77,29 @@ bench_unmount() {
 		bench_log "could not unmount $d"
 		return 1
 	fi
+}
+
+# bench_busy_pct: percentage of all CPUs busy over the next 0.5 s (from /proc/stat).
+bench_busy_pct() {
+	local a b
+	a=$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat)
+	sleep 0.5
+	b=$(awk '/^cpu / { print $2 + $3 + $4 + $7 + $8, $2 + $3 + $4 + $5 + $6 + $7 + $8 }' /proc/stat)
+	awk -v a="$a" -v b="$b" 'BEGIN { split(a, x, " "); split(b, y, " "); t = y[2] - x[2]; printf "%d\n", (t > 0 ? 100 * (y[1] - x[1]) / t : 0) }'
+}
+
+# bench_wait_quiet MAXSEC: on a shared machine, wait (up to MAXSEC seconds) until other jobs leave the CPUs mostly idle
+# (under 20% busy over half a second). MAXSEC 0 (the default of WSYNC_BENCH_WAIT_QUIET) does not wait.
+bench_wait_quiet() {
+	local max=${1:-0} start=$SECONDS busy
+	[[ $max -gt 0 ]] || return 0
+	while :; do
+		busy=$(bench_busy_pct)
+		[[ $busy -lt 20 ]] && return 0
+		if ((SECONDS - start >= max)); then
+			bench_log "machine still ${busy}% busy after ${max}s; measuring anyway"
+			return 0
+		fi
+		sleep 2
+	done
 }

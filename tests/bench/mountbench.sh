@@ -20,6 +20,7 @@
 #   otherwise         ./cmd/computerd is built with `go build` when it has a main package; when it does not build,
 #                     or does not mount within WSYNC_MOUNT_TIMEOUT seconds (default 30), (a) is skipped with a message.
 #   WSYNC_BENCH_OURS=0 skips (a).
+# WSYNC_BENCH_WAIT_QUIET=SECONDS waits (up to SECONDS, before each run) for other jobs to leave the CPUs idle.
 # Other knobs: WSYNC_BENCH_TARGETS (default "tmpfs loopback loopback-nopt ours"), WSYNC_BENCH_SCENARIOS (passed to
 # devworkload.sh), WSYNC_BENCH_RESULTS=FILE (keep the raw "target rep scenario seconds" lines), WSYNC_BENCH_TMPFS_SIZE
 # (default 4g).
@@ -33,6 +34,48 @@ REPS=${WSYNC_BENCH_REPS:-3}
 read -r -a TARGETS <<<"${WSYNC_BENCH_TARGETS:-tmpfs loopback loopback-nopt ours}"
 MOUNT_TIMEOUT=${WSYNC_MOUNT_TIMEOUT:-30}
 
+# --- report (a function, so --report FILE can re-print a saved run) -----------------------------------------------
+med() { awk -v t="$1" -v s="$2" '$1 == t && $3 == s { print $4 }' "$RESULTS" | bench_median; }
+bar_of() { case $1 in write_64M | copy_64M | overwrite_64M) echo 1.6 ;; go_build) echo - ;; *) echo 1.3 ;; esac; }
+verdict() { # verdict RATIO BAR
+	if [[ $1 == - || $2 == - ]]; then echo -; else awk -v r="$1" -v b="$2" 'BEGIN { print (r <= b ? "ok" : "OVER") }'; fi
+}
+report() {
+	local t s a b bn c r_ob r_on bar
+	echo
+	if [[ -n ${REPORT_FROM:-} ]]; then
+		echo "mountbench report of $REPORT_FROM (raw results of an earlier run)"
+	else
+		echo "mountbench $(date -u +%Y-%m-%dT%H:%M:%SZ); $(bench_machine)"
+	fi
+	echo "${WSYNC_BENCH_STAT:-median} of $REPS (seconds); targets measured: ${ACTIVE[*]}"
+	for t in "${TARGETS[@]}"; do if [[ -n ${SKIP[$t]:-} ]]; then echo "skipped $t: ${SKIP[$t]}"; fi; done
+	printf '\n%-15s %9s %9s %9s %9s | %8s %8s %8s %8s %8s | %4s %5s %5s\n' scenario tmpfs loopback lb-nopt ours \
+		lb/tmpfs nopt/tmp ours/lb ours/nopt ours/tmp bar vs-lb vs-nopt
+	SCEN=$(awk '{ if (!seen[$3]++) print $3 }' "$RESULTS")
+	for s in $SCEN; do
+		a=$(med ours "$s") b=$(med loopback "$s") bn=$(med loopback-nopt "$s") c=$(med tmpfs "$s")
+		r_ob=$(bench_ratio "$a" "$b") r_on=$(bench_ratio "$a" "$bn") bar=$(bar_of "$s")
+		printf '%-15s %9s %9s %9s %9s | %8s %8s %8s %8s %8s | %4s %5s %5s\n' "$s" "$c" "$b" "$bn" "$a" \
+			"$(bench_ratio "$b" "$c")" "$(bench_ratio "$bn" "$c")" "$r_ob" "$r_on" "$(bench_ratio "$a" "$c")" \
+			"$bar" "$(verdict "$r_ob" "$bar")" "$(verdict "$r_on" "$bar")"
+	done
+	echo
+	for t in "${!HWM[@]}"; do echo "peak RSS (VmHWM) of the $t daemon: $((HWM[$t] / 1024)) MiB"; done
+}
+
+RESULTS=
+declare -A HWM=() SKIP=()
+ACTIVE=()
+if [[ ${1:-} == --report ]]; then # mountbench.sh --report FILE: re-print the table of saved raw results
+	[[ -f ${2:-} ]] || { bench_log "usage: $0 --report RESULTS_FILE"; exit 2; }
+	RESULTS=$2 REPORT_FROM=$2
+	read -r -a ACTIVE <<<"$(awk '{ if (!seen[$1]++) printf "%s ", $1 }' "$RESULTS")"
+	REPS=$(awk '$2 > m { m = $2 } END { print m + 0 }' "$RESULTS")
+	report
+	exit 0
+fi
+
 [[ $(id -u) -eq 0 ]] || { bench_log "needs root (mounts, /dev/fuse, drop_caches)"; exit 2; }
 [[ -c /dev/fuse ]] || { bench_log "no /dev/fuse"; exit 2; }
 
@@ -40,8 +83,6 @@ BASE=$(mktemp -d /tmp/wsync-mountbench.XXXXXX)
 BASE_IS_MOUNT=
 declare -A PGID=()     # target -> process group of its daemon
 declare -A MNT=()      # target -> directory the workload runs in
-declare -A HWM=()      # target -> peak RSS (KiB) of its daemon
-declare -A SKIP=()     # target -> reason it is not measured
 FAILED=()
 
 stop_daemon() { # stop_daemon TARGET: SIGTERM its process group, wait, then make sure the mount is gone
@@ -195,7 +236,8 @@ for ((rep = 1; rep <= REPS; rep++)); do
 	n=${#ACTIVE[@]}
 	for ((k = 0; k < n; k++)); do
 		t=${ACTIVE[$(((k + rep - 1) % n))]}
-		bench_log "rep $rep/$REPS: $t"
+		bench_wait_quiet "${WSYNC_BENCH_WAIT_QUIET:-0}"
+		bench_log "rep $rep/$REPS: $t (machine $(bench_busy_pct)% busy before)"
 		if ! "$HERE/devworkload.sh" "${MNT[$t]}" >"$BASE/out.txt" 2>"$BASE/err.txt"; then
 			bench_log "rep $rep: devworkload failed on $t:"
 			tail -n 10 "$BASE/err.txt" >&2 || true
@@ -209,29 +251,7 @@ if [[ -n ${WSYNC_BENCH_RESULTS:-} ]]; then cp "$RESULTS" "$WSYNC_BENCH_RESULTS";
 for t in "${!PGID[@]}"; do HWM[$t]=$(bench_hwm_kb "${PGID[$t]}"); done
 for t in "${!PGID[@]}"; do stop_daemon "$t"; done
 
-# --- report ---------------------------------------------------------------------------------------------------------
-med() { awk -v t="$1" -v s="$2" '$1 == t && $3 == s { print $4 }' "$RESULTS" | bench_median; }
-bar_of() { case $1 in write_64M | copy_64M | overwrite_64M) echo 1.6 ;; go_build) echo - ;; *) echo 1.3 ;; esac; }
-verdict() { # verdict RATIO BAR
-	if [[ $1 == - || $2 == - ]]; then echo -; else awk -v r="$1" -v b="$2" 'BEGIN { print (r <= b ? "ok" : "OVER") }'; fi
-}
-
-echo
-echo "mountbench $(date -u +%Y-%m-%dT%H:%M:%SZ); $(bench_machine)"
-echo "medians of $REPS (seconds); targets measured: ${ACTIVE[*]}"
-for t in "${TARGETS[@]}"; do if [[ -n ${SKIP[$t]:-} ]]; then echo "skipped $t: ${SKIP[$t]}"; fi; done
-printf '\n%-15s %9s %9s %9s %9s | %8s %8s %8s %8s %8s | %4s %5s %5s\n' scenario tmpfs loopback lb-nopt ours \
-	lb/tmpfs nopt/tmp ours/lb ours/nopt ours/tmp bar vs-lb vs-nopt
-SCEN=$(awk '{ if (!seen[$3]++) print $3 }' "$RESULTS")
-for s in $SCEN; do
-	a=$(med ours "$s") b=$(med loopback "$s") bn=$(med loopback-nopt "$s") c=$(med tmpfs "$s")
-	r_ob=$(bench_ratio "$a" "$b") r_on=$(bench_ratio "$a" "$bn") bar=$(bar_of "$s")
-	printf '%-15s %9s %9s %9s %9s | %8s %8s %8s %8s %8s | %4s %5s %5s\n' "$s" "$c" "$b" "$bn" "$a" \
-		"$(bench_ratio "$b" "$c")" "$(bench_ratio "$bn" "$c")" "$r_ob" "$r_on" "$(bench_ratio "$a" "$c")" \
-		"$bar" "$(verdict "$r_ob" "$bar")" "$(verdict "$r_on" "$bar")"
-done
-echo
-for t in "${!HWM[@]}"; do echo "peak RSS (VmHWM) of the $t daemon: $((HWM[$t] / 1024)) MiB"; done
+report
 if [[ ${#FAILED[@]} -gt 0 ]]; then
 	echo "FAILED runs (missing figures): ${FAILED[*]}"
 	exit 1

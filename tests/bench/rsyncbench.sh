@@ -22,6 +22,7 @@
 #   WSYNC_PULL_TEARDOWN_CMD optional, untimed, run after the second phase ({phase}=teardown).
 # The report prints ours/rsync for both phases.
 #
+# WSYNC_BENCH_WAIT_QUIET=SECONDS waits (up to SECONDS, before each repetition) for other jobs to leave the CPUs idle.
 # Other knobs: WSYNC_BENCH_TREES (default "small big"), WSYNC_RSYNC_DISK_DIR=DIR also times the small tree's
 # initial rsync onto DIR (a disk), WSYNC_BENCH_TMPFS_SIZE (default 4g), WSYNC_BENCH_KIND=random|text (tree contents).
 set -euo pipefail
@@ -159,6 +160,8 @@ change_one() {
 bench_log "trees: ${TREES[*]}; $REPS repetitions; machine: $(bench_machine)"
 for ((rep = 1; rep <= REPS; rep++)); do
 	for tree in "${TREES[@]}"; do
+		bench_wait_quiet "${WSYNC_BENCH_WAIT_QUIET:-0}"
+		bench_log "rep $rep/$REPS: $tree (machine $(bench_busy_pct)% busy before)"
 		dst=$BASE/dst/$tree-rsync-$rep
 		mkdir "$dst"
 		sync
@@ -202,7 +205,7 @@ med() { awk -v t="$1" -v w="$2" '$1 == t && $2 == w { print $4 }' "$RESULTS" | b
 rng() { awk -v t="$1" -v w="$2" '$1 == t && $2 == w { print $4 }' "$RESULTS" | sort -g | awk '{ v[NR] = $1 } END { if (NR) printf "%.3f-%.3f", v[1], v[NR]; else print "-" }'; }
 echo
 echo "rsyncbench $(date -u +%Y-%m-%dT%H:%M:%SZ); $(bench_machine); $(rsync --version | head -n 1)"
-echo "rsync -a from a daemon on 127.0.0.1 into an empty dir, tmpfs to tmpfs; medians of $REPS (seconds; range in brackets); contents: $KIND"
+echo "rsync -a from a daemon on 127.0.0.1 into an empty dir, tmpfs to tmpfs; ${WSYNC_BENCH_STAT:-median} of $REPS (seconds; range in brackets); contents: $KIND"
 printf '\n%-6s %6s %10s | %9s %-15s %5s %7s | %9s %-15s | %9s %9s | %6s %6s\n' tree files bytes \
 	init "(range)" MB/s files/s second "(range)" ours_init ours_2nd init_x 2nd_x
 for tree in "${TREES[@]}"; do
