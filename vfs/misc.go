@@ -223,3 +223,48 @@ func (s *Store) StatFS(ctx context.Context) (StatFS, error) {
 	}
 	return st, nil
 }
+
+// AllWatermarks returns the watermarks of every peer.
+func (s *Store) AllWatermarks(ctx context.Context) (map[string]watermark.Set, error) {
+	rows, err := s.rq.QueryContext(ctx, `SELECT peer FROM watermarks ORDER BY peer`)
+	if err != nil {
+		return nil, fmt.Errorf("watermarks: %w", err)
+	}
+	var peers []string
+	for rows.Next() {
+		var p string
+		if err := rows.Scan(&p); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		peers = append(peers, p)
+	}
+	rows.Close()
+	out := make(map[string]watermark.Set, len(peers))
+	for _, p := range peers {
+		set, err := s.Watermarks(ctx, p)
+		if err != nil {
+			return nil, err
+		}
+		out[p] = set
+	}
+	return out, rows.Err()
+}
+
+// Counts are a store's sizes, for /stats.
+type Counts struct {
+	Nodes      int64            `json:"nodes"`
+	Tombstones int64            `json:"changes_rows"`
+	Chunks     chunkstore.Stats `json:"chunks"`
+}
+
+// Counts reports node, change-row and chunk figures.
+func (s *Store) Counts(ctx context.Context) (Counts, error) {
+	var c Counts
+	if err := s.rq.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM nodes), (SELECT count(*) FROM changes)`).Scan(&c.Nodes, &c.Tombstones); err != nil {
+		return c, fmt.Errorf("counts: %w", err)
+	}
+	cs, err := s.chunks.Stats(ctx, s.rq)
+	c.Chunks = cs
+	return c, err
+}

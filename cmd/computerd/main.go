@@ -1,0 +1,129 @@
+// Command computerd runs inside the sandbox container: it mounts the
+// workspace with FUSE and serves the sync wire, the command runner and its
+// HTTP routes to the workspace server.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/wsync/wsync/computer"
+	"github.com/wsync/wsync/fusefs"
+)
+
+const usage = `computerd: the container side of wsync (FUSE mount + sync server + command runner)
+
+Usage:
+  computerd [--listen 127.0.0.1:45678] [--mount /workspace] [--state /var/lib/computerd/state.db | :memory:]
+            [--token-file FILE] [--owner 0:0] [--log-level info]
+
+Every flag has an environment twin: COMPUTERD_LISTEN, COMPUTERD_MOUNT, COMPUTERD_STATE,
+COMPUTERD_TOKEN (the token itself), COMPUTERD_OWNER, COMPUTERD_LOG_LEVEL.
+
+Example (in a container started with --device /dev/fuse --cap-add SYS_ADMIN):
+  echo "$SECRET" > /run/computerd.token
+  computerd --listen 0.0.0.0:45678 --token-file /run/computerd.token --owner 1000:1000
+
+Flags:
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stderr))
+}
+
+func env(key, def string) string {
+	if v, ok := os.LookupEnv(key); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+func run(ctx context.Context, args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("computerd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	listen := fs.String("listen", env("COMPUTERD_LISTEN", "127.0.0.1:45678"), "HTTP and sync listen address")
+	mount := fs.String("mount", env("COMPUTERD_MOUNT", "/workspace"), "FUSE mount point")
+	state := fs.String("state", env("COMPUTERD_STATE", "/var/lib/computerd/state.db"), "store database path, or :memory:")
+	tokenFile := fs.String("token-file", "", "file holding the bearer token (default: $COMPUTERD_TOKEN)")
+	owner := fs.String("owner", env("COMPUTERD_OWNER", "0:0"), "UID:GID owning the mount root and synced nodes")
+	level := fs.String("log-level", env("COMPUTERD_LOG_LEVEL", "info"), "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() != 0 {
+		fmt.Fprintf(stderr, "computerd: unexpected arguments %q\n", fs.Args())
+		return 2
+	}
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(*level)); err != nil {
+		fmt.Fprintf(stderr, "computerd: --log-level: %v\n", err)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lv}))
+	own, err := parseOwner(*owner)
+	if err != nil {
+		fmt.Fprintf(stderr, "computerd: --owner: %v\n", err)
+		return 2
+	}
+	token := os.Getenv("COMPUTERD_TOKEN")
+	if *tokenFile != "" {
+		b, err := os.ReadFile(*tokenFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "computerd: token file: %v\n", err)
+			return 1
+		}
+		token = strings.TrimSpace(string(b))
+	}
+	d, err := computer.Start(ctx, computer.Config{Listen: *listen, Mount: *mount, State: *state, Token: token, Owner: own, Logger: log})
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-d.Done():
+		log.Error("http server stopped", "err", err)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := d.Shutdown(sctx); err != nil {
+		fmt.Fprintf(stderr, "computerd: shutdown: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+func parseOwner(s string) (fusefs.Owner, error) {
+	u, g, ok := strings.Cut(s, ":")
+	if !ok {
+		g = u
+	}
+	uid, err := strconv.ParseUint(u, 10, 32)
+	if err != nil {
+		return fusefs.Owner{}, fmt.Errorf("bad uid in %q", s)
+	}
+	gid, err := strconv.ParseUint(g, 10, 32)
+	if err != nil {
+		return fusefs.Owner{}, fmt.Errorf("bad gid in %q", s)
+	}
+	return fusefs.Owner{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
