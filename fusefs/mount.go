@@ -96,7 +96,7 @@ type Server struct {
 	fuse    *fuse.Server
 	inval   *invalidator
 
-	mu    sync.Mutex
+	mu      sync.Mutex
 	handles map[*fileHandle]struct{}
 	// rootOwner overrides the root's uid/gid when Options.Owner is set.
 	rootOwner *Owner

@@ -1,0 +1,104 @@
+// Package fusefs serves a vfs.Store as a FUSE file system, with go-fuse's fs
+// package: computerd mounts the container's store at /workspace with it, and
+// the commands of every user in the container work there as on a local disk.
+//
+//	srv, err := fusefs.Mount(ctx, "/workspace", store, fusefs.Options{Owner: &fusefs.Owner{Uid: 1000, Gid: 1000}})
+//	...
+//	defer srv.Unmount()
+//
+// # Node model
+//
+// One Node type stands for every vfs inode (file, directory, symlink); the
+// store decides what an operation means for each kind. The FUSE node id is
+// the vfs inode number (fs.Options.ExternalNodeID) with one generation for
+// the mount's life, since the store never reuses an inode number: inode
+// numbers are stable, a hardlink is the same node under two names, and an
+// invalidation can name the kernel's node without any table of ours.
+// Directories list in name order, a store page (256 entries) at a time, with
+// "." and ".." first; an entry's offset is its position, so seekdir works
+// and a listing interleaved with unlinks (rm -rf) neither skips nor repeats.
+//
+// # Handles and commit points
+//
+// Every open of a file is a vfs.Handle. The store shares one open state
+// among the handles of an inode, so descriptors see each other's writes.
+// Writes go into the handle, which hashes and stores each 512 KiB chunk in
+// the background as it fills, so a long write holds a few chunks of memory.
+// The store commits the manifest as one rev on flush (every close(2)), fsync
+// and the last release; truncation and fallocate commit at once. Because
+// close commits, a file is in the change feed when its writer has closed it,
+// even though the kernel's RELEASE comes later. For files still open by
+// running processes, the flush rule applies: vfs.Store.FlushAll (or
+// Server.Flush) before a feed is answered.
+//
+// A file unlinked while open keeps working until its last release. mmap
+// works through the kernel page cache: shared writable mappings are written
+// back as ordinary WRITE requests, which is what git and SQLite need.
+// Writeback caching (FUSE_WRITEBACK_CACHE) is off on purpose: with it the
+// kernel trusts its own idea of a file's size and mtime and would not take
+// the ones an upstream apply sets.
+//
+// # Caching and invalidation
+//
+// The kernel caches entries and attributes (Options.EntryTimeout and
+// AttrTimeout, 1s by default) and file pages: an open keeps the page cache
+// (FOPEN_KEEP_CACHE) when the node's rev is the one seen at the previous
+// open or after our own last commit, which the kernel watched go by. Failed
+// lookups are cached only when Options.NegativeTimeout is set.
+//
+// An upstream apply changes the store behind the kernel's back, so the
+// Server observes the store (vfs.Store.Observe) and invalidates what each
+// apply touched: the (parent, name) entries, the parents' attributes, and
+// the nodes' attributes and pages. The Observe callback runs right after the
+// commit and only records the work in a coalescing queue; one goroutine the
+// Server owns sends the notifications, never under a store lock and never
+// from inside a FUSE request (a notification can wait on kernel locks that
+// a request in flight holds). Past Options.InvalidationQueue pending items
+// the queue collapses into one sweep of every entry and node go-fuse knows
+// the kernel holds. Server.WaitInvalidated returns when everything observed
+// before it is delivered: a sync driver calls it between applying a push and
+// running a command, so the command sees the new bytes at once whatever the
+// timeouts.
+//
+// # Ownership and permissions
+//
+// The mount uses allow_other (every user of the container) and
+// default_permissions (the kernel checks access from the mode and owner we
+// report, and clears setuid/setgid as on a local disk). A node created
+// through the mount belongs to the calling process's uid and gid; in a
+// setgid directory it takes the directory's group, and a new directory stays
+// setgid. Nodes that arrive by apply, and the root, belong to the store's
+// owner (vfs.Options.Owner); Options.Owner overrides the root's. SETATTR is
+// checked again here with simple POSIX rules: chmod by the owner or root
+// (anyone may clear setuid/setgid, which is how the kernel strips them on a
+// write), chown to another uid by root only, chgrp by the owner or root (the
+// kernel has checked group membership), explicit utimens times by the owner
+// or root. FUSE requests carry no supplementary groups, so those rules use
+// the primary gid.
+//
+// # Locks
+//
+// flock(2) and fcntl(2) locks are kept by the kernel (go-fuse's EnableLocks
+// is off), so they work between the processes of the container, not across
+// machines, which is all a workspace needs (SQLite, git, package managers).
+//
+// # Errors
+//
+// Every error becomes an errno in one function (toErrno), through
+// vfs.Errno.
+//
+// # What is not supported
+//
+//   - RENAME_EXCHANGE and RENAME_WHITEOUT (EINVAL); O_TMPFILE (EOPNOTSUPP);
+//     mknod of devices, FIFOs and sockets (ENOTSUP).
+//   - fallocate other than mode 0 (extends the file) and
+//     FALLOC_FL_KEEP_SIZE (a no-op): punching and collapsing holes are
+//     EOPNOTSUPP. SEEK_DATA/SEEK_HOLE report one data region up to EOF.
+//   - Extended attributes outside user.* (EOPNOTSUPP to set, ENODATA to
+//     get); POSIX ACLs.
+//   - A directory removed while a process has it open (or as its cwd) is
+//     gone at once: fstat on it fails.
+//   - Pages a process dirtied through a shared mapping reach the store when
+//     the kernel writes them back (msync, munmap, close), not before; the
+//     flush rule cannot see them earlier.
+package fusefs
