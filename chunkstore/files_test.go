@@ -98,6 +98,9 @@ func TestFinishKeepsAFileStagedAfterGC(t *testing.T) {
 func TestNewerGCSupersedesAnUnfinishedSweep(t *testing.T) {
 	s, db := splitStore(t, 0, true)
 	m := commitFile(t, s, db, 4, ChunkSize, ChunkSize)
+	// Past the first sweep's scan of the whole Dir, and past the sweep that
+	// looks at the released stage's files.
+	collect(t, s, db)
 	dropRefs(t, s, db, m)
 	var first *Sweep
 	inTx(t, db, func(tx *sql.Tx) (err error) {
@@ -204,5 +207,78 @@ func TestFDCacheEvictsBeyondItsSize(t *testing.T) {
 	s.fds.mu.Unlock()
 	if open != 2 {
 		t.Fatalf("cached files = %d, want 2", open)
+	}
+}
+
+func TestConcurrentGCNeverTakesStagedOrCommittedBytes(t *testing.T) {
+	dir := t.TempDir()
+	// Immediate transactions: two writers queue on the busy timeout instead
+	// of failing a read-to-write upgrade.
+	db, err := sql.Open("sqlite", sqliteDSN(filepath.Join(dir, "state.db"))+"&_txlock=immediate")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := Schema(context.Background(), db); err != nil {
+		t.Fatal(err)
+	}
+	s := newTestStore(t, Options{Dir: filepath.Join(dir, "chunks"), NoSync: true})
+	ctx := context.Background()
+
+	// The collector runs whenever kicked, concurrently with the loop below.
+	kick := make(chan struct{}, 1)
+	gcDone := make(chan error, 1)
+	go func() {
+		for range kick {
+			tx, err := db.Begin()
+			if err != nil {
+				gcDone <- err
+				return
+			}
+			sw, err := s.GC(ctx, tx)
+			if err == nil {
+				err = tx.Commit()
+			} else {
+				tx.Rollback()
+			}
+			if err == nil {
+				_, err = sw.Finish()
+			}
+			if err != nil {
+				gcDone <- err
+				return
+			}
+		}
+		gcDone <- nil
+	}()
+	poke := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+
+	// A few chunks go round and round: staged, committed, dropped, re-staged.
+	sizes := []int{ChunkSize, 100 << 10, 1000}
+	for i := range 60 {
+		seed := uint64(900 + i%3)
+		size := sizes[i%3]
+		st := s.NewStage()
+		poke()
+		r := put(t, st, chunkBytes(seed, size))
+		poke()
+		if got := has(t, s, db, r.Hash); len(got) != 1 {
+			t.Fatalf("round %d: a staged chunk is absent", i)
+		}
+		inTx(t, db, func(tx *sql.Tx) error { return s.AddRefs(ctx, tx, []Ref{r}) })
+		poke()
+		st.Release()
+		checkContent(t, s, db, Manifest{r}, seed)
+		dropRefs(t, s, db, []Ref{r})
+		poke()
+	}
+	close(kick)
+	if err := <-gcDone; err != nil {
+		t.Fatal(err)
 	}
 }
