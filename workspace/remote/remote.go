@@ -1,0 +1,232 @@
+// Package remote is the real workspace.Remote: it drives a computerd over
+// one syncwire session (push and pull through syncwire.Driver, commands
+// through execrpc) and re-dials after the session dies.
+package remote
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/wsync/wsync/execrpc"
+	"github.com/wsync/wsync/syncwire"
+	"github.com/wsync/wsync/vfs"
+	"github.com/wsync/wsync/workspace"
+)
+
+// Peer is the name the server's watermarks for its computerd are kept
+// under.
+const Peer = "computerd"
+
+// Remote drives one workspace's computerd.
+type Remote struct {
+	store  *vfs.Store
+	client *syncwire.Client
+	drv    *syncwire.Driver
+	log    *slog.Logger
+
+	mu      sync.Mutex
+	lastErr string
+}
+
+var _ workspace.Remote = (*Remote)(nil)
+
+// Factory builds Remotes for the workspaces of a Manager.
+func Factory(log *slog.Logger) workspace.RemoteFactory {
+	if log == nil {
+		log = slog.Default()
+	}
+	return func(ws *workspace.Workspace) (workspace.Remote, error) {
+		ctx := context.Background()
+		store, err := ws.Store(ctx)
+		if err != nil {
+			return nil, err
+		}
+		token, err := ws.Token()
+		if err != nil {
+			return nil, err
+		}
+		return New(store, ws.Config().Endpoint, token, ws.IgnoreList(), log.With("workspace", ws.Name())), nil
+	}
+}
+
+// New builds a Remote for store against the computerd at url.
+func New(store *vfs.Store, url, token string, ignore []string, log *slog.Logger) *Remote {
+	cfg := syncwire.Config{StoreID: store.ID(), Logger: log}
+	c := syncwire.NewClient(syncwire.ClientOptions{Config: cfg, URL: url, Token: token})
+	return &Remote{
+		store:  store,
+		client: c,
+		drv:    syncwire.NewDriver(store, Peer, c, syncwire.DriverOptions{Ignore: ignore, Logger: log}),
+		log:    log,
+	}
+}
+
+// Close ends the session.
+func (r *Remote) Close() error { return r.client.Close() }
+
+func (r *Remote) note(err error) error {
+	r.mu.Lock()
+	if err != nil {
+		r.lastErr = err.Error()
+	} else {
+		r.lastErr = ""
+	}
+	r.mu.Unlock()
+	return err
+}
+
+func (r *Remote) runtimeID(ctx context.Context) string {
+	s, _, err := r.client.Session(ctx)
+	if err != nil {
+		return ""
+	}
+	return s.Peer().RuntimeID.String()
+}
+
+func report(res syncwire.Result, start time.Time, runtime string) workspace.SyncReport {
+	return workspace.SyncReport{
+		Entries: res.Applied, Skipped: res.Skipped, Objects: res.Chunks, Bytes: res.ChunkBytes,
+		Batches: res.Batches, Rebaselined: res.Resets > 0, RuntimeID: runtime, Duration: time.Since(start),
+	}
+}
+
+// Push sends the server's changes.
+func (r *Remote) Push(ctx context.Context) (workspace.SyncReport, error) {
+	start := time.Now()
+	res, err := r.drv.PushOnce(ctx)
+	return report(res, start, r.runtimeID(ctx)), r.note(err)
+}
+
+// Pull fetches the container's changes. The ignore list is the workspace's,
+// fixed when the Remote was built.
+func (r *Remote) Pull(ctx context.Context, ignore []string) (workspace.SyncReport, error) {
+	start := time.Now()
+	res, err := r.drv.PullOnce(ctx)
+	return report(res, start, r.runtimeID(ctx)), r.note(err)
+}
+
+// maxReattach bounds how often one Exec re-attaches after lost sessions.
+const maxReattach = 5
+
+// Exec runs a command, re-attaching by id when the session drops.
+func (r *Remote) Exec(ctx context.Context, spec workspace.ExecSpec, out func(workspace.ExecEvent)) (workspace.ExecResult, error) {
+	req := execrpc.Request{
+		Argv: spec.Argv, Shell: spec.Shell, Cwd: strings.TrimPrefix(spec.Cwd, "/"),
+		Env: spec.Env, Stdin: spec.Stdin, Timeout: spec.Timeout,
+	}
+	if spec.User != nil {
+		req.HasUser, req.Uid, req.Gid = true, spec.User.Uid, spec.User.Uid
+		if spec.User.Gid != nil {
+			req.Gid = *spec.User.Gid
+		}
+	}
+	sess, _, err := r.client.Session(ctx)
+	if err != nil {
+		return workspace.ExecResult{}, r.note(fmt.Errorf("exec: %w", err))
+	}
+	st, err := execrpc.Start(ctx, sess, req)
+	if err != nil {
+		return workspace.ExecResult{}, r.note(err)
+	}
+	res := workspace.ExecResult{ExecID: st.ID, RuntimeID: st.RuntimeID}
+	// Cancelling ctx kills the command (the stream itself must outlive a
+	// cancelled ctx long enough to read the exit).
+	stop := context.AfterFunc(ctx, func() {
+		kctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if s, _, err := r.client.Session(kctx); err == nil {
+			execrpc.Kill(kctx, s, st.ID, syscall.SIGKILL)
+		}
+	})
+	defer stop()
+	sctx := context.WithoutCancel(ctx)
+	attempts, exited := 0, false
+	for {
+		ev, err := st.Next(sctx)
+		if errors.Is(err, io.EOF) {
+			st.Close()
+			if !exited {
+				return res, r.note(fmt.Errorf("exec %s: stream ended without an exit: %w", st.ID, syncwire.ErrExecLost))
+			}
+			return res, r.note(nil)
+		}
+		if err != nil {
+			st.Close()
+			if !errors.Is(err, syncwire.ErrShutdown) || attempts >= maxReattach {
+				return res, r.note(err)
+			}
+			// The session died: re-dial and resume from the next offset.
+			attempts++
+			r.log.Warn("exec stream lost, re-attaching", "exec", st.ID, "offset", st.NextOffset, "err", err)
+			sess, _, derr := r.client.Session(sctx)
+			if derr != nil {
+				return res, r.note(fmt.Errorf("exec %s: re-attach: %w", st.ID, derr))
+			}
+			next, aerr := execrpc.Attach(sctx, sess, st.ID, st.NextOffset)
+			if aerr != nil {
+				return res, r.note(fmt.Errorf("exec %s: re-attach: %w", st.ID, aerr))
+			}
+			next.NextOffset = st.NextOffset
+			st = next
+			continue
+		}
+		if ev.Exit != nil {
+			res.ExitCode, res.Signal = ev.Exit.Code, int(ev.Exit.Signal)
+			res.TimedOut, res.Killed, res.Duration = ev.Exit.TimedOut, ev.Exit.Killed, ev.Exit.Duration
+			exited = true
+			continue
+		}
+		stream := workspace.Stdout
+		if ev.Stream == execrpc.Stderr {
+			stream = workspace.Stderr
+		}
+		out(workspace.ExecEvent{Stream: stream, Data: ev.Data})
+	}
+}
+
+// Status reports both sides' positions; it answers from the server's side
+// alone when computerd is unreachable.
+func (r *Remote) Status(ctx context.Context) (workspace.RemoteStatus, error) {
+	var st workspace.RemoteStatus
+	local, err := r.store.Watermarks(ctx, Peer)
+	if err != nil {
+		return st, err
+	}
+	st.Server = workspace.SideStatus{
+		StoreID: r.store.ID(), RuntimeID: syncwire.RuntimeID.String(), CurrentRev: r.store.CurrentRev(),
+		Push: workspace.CursorOf(local.Push), Fetch: workspace.CursorOf(local.Fetch), AppliedPush: workspace.CursorOf(local.AppliedPush),
+	}
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	sess, _, err := r.client.Session(sctx)
+	if err == nil {
+		var ps syncwire.PeerState
+		if ps, err = sess.Watermarks(sctx); err == nil {
+			st.Connected, st.State, st.RuntimeID = true, "connected", sess.Peer().RuntimeID.String()
+			st.Container = workspace.SideStatus{
+				StoreID: ps.StoreID, RuntimeID: sess.Peer().RuntimeID.String(), CurrentRev: ps.CurrentRev,
+				Push: workspace.CursorOf(ps.Set.Push), Fetch: workspace.CursorOf(ps.Set.Fetch), AppliedPush: workspace.CursorOf(ps.Set.AppliedPush),
+			}
+		}
+	}
+	if err != nil {
+		st.State, st.LastError = "disconnected", err.Error()
+	} else {
+		r.mu.Lock()
+		st.LastError = r.lastErr
+		r.mu.Unlock()
+	}
+	return st, nil
+}
+
+// Verify is not implemented yet: the convergence calls are future work.
+func (r *Remote) Verify(ctx context.Context) (workspace.VerifyReport, error) {
+	return workspace.VerifyReport{}, workspace.ErrNotSupported
+}
