@@ -1,0 +1,223 @@
+package computer
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/wsync/wsync/execrpc"
+	"github.com/wsync/wsync/fusefs"
+	"github.com/wsync/wsync/syncwire"
+	"github.com/wsync/wsync/vfs"
+)
+
+func serverStore(t *testing.T) *vfs.Store {
+	t.Helper()
+	s, err := vfs.Open(context.Background(), filepath.Join(t.TempDir(), "server.db"), vfs.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func driver(t *testing.T, d *Daemon, server *vfs.Store, token string) (*syncwire.Driver, *syncwire.Client) {
+	t.Helper()
+	c := syncwire.NewClient(syncwire.ClientOptions{Config: syncwire.Config{StoreID: server.ID()}, URL: d.SyncURL(), Token: token})
+	t.Cleanup(func() { c.Close() })
+	return syncwire.NewDriver(server, "computerd", c, syncwire.DriverOptions{}), c
+}
+
+func TestMountedPairSyncsBothWays(t *testing.T) {
+	d := TestDaemon(t, Config{Token: "secret"})
+	server := serverStore(t)
+	drv, _ := driver(t, d, server, "secret")
+	ctx := context.Background()
+
+	// Server to container: visible to cat inside the mount at once.
+	if _, err := server.WriteFile(ctx, "from-server.txt", []byte("hello container\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := drv.PushOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("cat", filepath.Join(d.MountDir(), "from-server.txt")).Output()
+	if err != nil || string(out) != "hello container\n" {
+		t.Fatalf("cat in the mount = %q, %v", out, err)
+	}
+
+	// Container to server: a write through the mount arrives with a pull.
+	if err := os.WriteFile(filepath.Join(d.MountDir(), "from-container.txt"), []byte("hello server\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := drv.PullOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := server.ReadFile(ctx, "from-container.txt")
+	if err != nil || string(got) != "hello server\n" {
+		t.Fatalf("server read = %q, %v", got, err)
+	}
+}
+
+func TestPullSeesFileStillOpenInARunningProcess(t *testing.T) {
+	d := TestDaemon(t, Config{})
+	server := serverStore(t)
+	drv, _ := driver(t, d, server, "")
+	f, err := os.Create(filepath.Join(d.MountDir(), "open.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString("line 1\n"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := drv.PullOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got, err := server.ReadFile(context.Background(), "open.log")
+	if err != nil || string(got) != "line 1\n" {
+		t.Errorf("pull of a file still open for writing = %q, %v", got, err)
+	}
+}
+
+func TestExecRunsInsideTheMount(t *testing.T) {
+	d := TestDaemon(t, Config{})
+	server := serverStore(t)
+	_, c := driver(t, d, server, "")
+	sess, _, err := c.Session(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := execrpc.Start(context.Background(), sess, execrpc.Request{Shell: "mkdir -p sub && cd sub && echo made > f && pwd"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout string
+	for {
+		ev, err := st.Next(context.Background())
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdout += string(ev.Data)
+		if ev.Exit != nil && ev.Exit.Code != 0 {
+			t.Fatalf("exit %+v", ev.Exit)
+		}
+	}
+	if strings.TrimSpace(stdout) != filepath.Join(d.MountDir(), "sub") {
+		t.Errorf("pwd = %q, want the mount's sub directory", stdout)
+	}
+	if b, err := os.ReadFile(filepath.Join(d.MountDir(), "sub", "f")); err != nil || string(b) != "made\n" {
+		t.Errorf("file written by the exec = %q, %v", b, err)
+	}
+}
+
+func TestRoutesNeedTheToken(t *testing.T) {
+	d := TestDaemon(t, Config{Token: "tok"})
+	base := "http://" + d.Addr()
+	for _, route := range []string{"/info", "/stats", "/watermarks", "/metrics", "/sync"} {
+		for _, auth := range []string{"", "Bearer wrong"} {
+			req, _ := http.NewRequest("GET", base+route, nil)
+			if auth != "" {
+				req.Header.Set("Authorization", auth)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusUnauthorized || strings.Contains(string(body), "tok") {
+				t.Errorf("GET %s with %q: %d %q, want an opaque 401", route, auth, resp.StatusCode, body)
+			}
+		}
+	}
+	resp, err := http.Get(base + "/health")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("health without a token: %v %v", resp, err)
+	}
+	resp.Body.Close()
+	req, _ := http.NewRequest("GET", base+"/stats", nil)
+	req.Header.Set("Authorization", "Bearer tok")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("stats with the token: %v %v", resp, err)
+	}
+	resp.Body.Close()
+}
+
+func TestRefusesNonLoopbackWithoutToken(t *testing.T) {
+	fusefs.RequireFUSE(t)
+	_, err := Start(context.Background(), Config{Listen: "0.0.0.0:0", Mount: t.TempDir(), State: vfs.Memory})
+	if err == nil || !strings.Contains(err.Error(), "without a token") {
+		t.Fatalf("non-loopback listen without a token: %v", err)
+	}
+}
+
+func TestRestartKeepsFilesAndCleansStaleMount(t *testing.T) {
+	if os.Getenv("WSYNC_COMPUTER_CHILD") != "" {
+		childDaemon(t)
+		return
+	}
+	fusefs.RequireFUSE(t)
+	mnt := filepath.Join(t.TempDir(), "ws")
+	state := filepath.Join(t.TempDir(), "state.db")
+	// A computerd killed with SIGKILL leaves a dead mount behind: run one
+	// in a child process and kill it.
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^TestRestartKeepsFilesAndCleansStaleMount$")
+	cmd.Env = append(os.Environ(), "WSYNC_COMPUTER_CHILD=1", "WSYNC_CHILD_MOUNT="+mnt, "WSYNC_CHILD_STATE="+state)
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+		syscall.Unmount(mnt, syscall.MNT_DETACH)
+	})
+	buf := make([]byte, 64)
+	n, _ := io.ReadAtLeast(stdout, buf, len("ready\n"))
+	if !strings.HasPrefix(string(buf[:n]), "ready") {
+		t.Fatalf("child said %q", buf[:n])
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	var st syscall.Stat_t
+	if err := syscall.Stat(mnt, &st); !errors.Is(err, syscall.ENOTCONN) {
+		t.Logf("after SIGKILL, stat of the mount = %v (want ENOTCONN: a dead mount)", err)
+	}
+	d := TestDaemon(t, Config{Mount: mnt, State: state})
+	b, err := os.ReadFile(filepath.Join(d.MountDir(), "kept.txt"))
+	if err != nil || string(b) != "kept\n" {
+		t.Errorf("after restart, kept.txt = %q, %v", b, err)
+	}
+}
+
+// childDaemon is the child of TestRestartKeepsFilesAndCleansStaleMount: it
+// writes a file through its mount and waits to be killed.
+func childDaemon(t *testing.T) {
+	mnt, state := os.Getenv("WSYNC_CHILD_MOUNT"), os.Getenv("WSYNC_CHILD_STATE")
+	d, err := Start(context.Background(), Config{Listen: "127.0.0.1:0", Mount: mnt, State: state, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = d
+	if err := os.WriteFile(filepath.Join(mnt, "kept.txt"), []byte("kept\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	os.Stdout.WriteString("ready\n")
+	select {} // until the parent's SIGKILL
+}
