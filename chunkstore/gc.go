@@ -33,8 +33,8 @@ type Sweep struct {
 // or left by a crash): on the first GC of a Store the whole Dir is listed,
 // after that only the files of stages released since.
 //
-// A newer GC supersedes an unfinished Sweep: its Finish does nothing, the
-// newer sweep covering what it would have removed.
+// A newer GC supersedes an unfinished Sweep: its Finish reports its rows
+// and unlinks nothing, the newer sweep covering the files.
 func (s *Store) GC(ctx context.Context, q Querier) (*Sweep, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, err
@@ -213,12 +213,17 @@ func (sw *Sweep) Finish() (GCStats, error) {
 	st := GCStats{Rows: sw.stats.Rows, Bytes: sw.stats.Bytes}
 	var errs []error
 	s.mu.Lock()
-	if sw.done || s.sweep != sw {
-		// Finished already, superseded by a newer GC, or the store closed.
+	if sw.done {
 		s.mu.Unlock()
 		return GCStats{}, nil
 	}
 	sw.done = true
+	if s.sweep != sw {
+		// Superseded by a newer GC (which unlinks these rows' files), or
+		// the store closed.
+		s.mu.Unlock()
+		return st, nil
+	}
 	type doomed struct {
 		hash Hash
 		size int64
@@ -233,7 +238,7 @@ func (sw *Sweep) Finish() (GCStats, error) {
 	// comes before (and the hash is skipped) or after (and finds no file,
 	// which it writes again or reports). The lock holds the unlink itself,
 	// so neither can slip in between the check and the unlink.
-	orphans := 0
+	temps := 0
 	unlink := func(h Hash, path string, size int64) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
@@ -245,6 +250,7 @@ func (sw *Sweep) Finish() (GCStats, error) {
 		}
 		if path == "" {
 			path = s.filePath(h)
+			s.fds.forget(h) // the cached fd would keep the bytes alive
 		}
 		err := os.Remove(path)
 		switch {
@@ -253,9 +259,7 @@ func (sw *Sweep) Finish() (GCStats, error) {
 			st.Bytes += size
 		case !errors.Is(err, fs.ErrNotExist):
 			errs = append(errs, err)
-			return
 		}
-		s.fds.forget(h)
 	}
 	for _, f := range files {
 		unlink(f.hash, "", f.size)
@@ -263,7 +267,7 @@ func (sw *Sweep) Finish() (GCStats, error) {
 	for _, f := range sw.temps {
 		before := st.Files
 		unlink(f.hash, f.path, f.size)
-		orphans += int(st.Files - before)
+		temps += int(st.Files - before)
 	}
 
 	s.mu.Lock()
@@ -279,7 +283,7 @@ func (sw *Sweep) Finish() (GCStats, error) {
 	s.mu.Unlock()
 
 	if sw.scanned && (st.Files > 0 || st.Rows > 0) {
-		s.log.Info("chunk sweep after open", "rows", st.Rows, "files", st.Files, "temp_files", orphans, "bytes", st.Bytes)
+		s.log.Info("chunk sweep after open", "rows", st.Rows, "files", st.Files, "temp_files", temps, "bytes", st.Bytes)
 	} else if st.Files > 0 || st.Rows > 0 {
 		s.log.Debug("chunk sweep", "rows", st.Rows, "files", st.Files, "bytes", st.Bytes)
 	}

@@ -197,7 +197,7 @@ func TestRestartKeepsFilesAndCleansStaleMount(t *testing.T) {
 	cmd.Wait()
 	var st syscall.Stat_t
 	if err := syscall.Stat(mnt, &st); !errors.Is(err, syscall.ENOTCONN) {
-		t.Logf("after SIGKILL, stat of the mount = %v (want ENOTCONN: a dead mount)", err)
+		t.Fatalf("after SIGKILL, stat of the mount = %v, want ENOTCONN (a dead mount)", err)
 	}
 	d := TestDaemon(t, Config{Mount: mnt, State: state})
 	b, err := os.ReadFile(filepath.Join(d.MountDir(), "kept.txt"))

@@ -164,8 +164,12 @@ func wsClient(t *testing.T, url, token string) *Client {
 // client with the other end.
 func pipePair(t *testing.T, srv *Server) (*Client, *PipeConn, *PipeConn) {
 	t.Helper()
+	return pipePairConfig(t, srv, testConfig())
+}
+
+func pipePairConfig(t *testing.T, srv *Server, cfg Config) (*Client, *PipeConn, *PipeConn) {
+	t.Helper()
 	var cEnd, sEnd *PipeConn
-	cfg := testConfig()
 	cfg.StoreID = "client-store"
 	var wg sync.WaitGroup
 	c := NewClient(ClientOptions{Config: cfg, Dial: func(ctx context.Context) (Conn, error) {

@@ -306,7 +306,9 @@ func DecodeEntries(p []byte) ([]vfs.ChangeEntry, error) {
 		en.Mtime = d.varint()
 		switch en.Kind {
 		case vfs.EntryFile:
-			en.Chunks = d.manifest()
+			if en.Chunks = d.manifest(); len(en.Chunks) == 0 {
+				en.Chunks = nil // an empty file: no chunks
+			}
 			en.Size = en.Chunks.Size()
 		case vfs.EntrySymlink:
 			en.Target = d.str("symlink target", vfs.MaxTargetLen)

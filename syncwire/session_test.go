@@ -166,9 +166,10 @@ func TestCallDeadlineTravels(t *testing.T) {
 
 func TestWatchdogFailsASilentPeer(t *testing.T) {
 	srv := testServer(t, newFake("s"), ServerOptions{})
-	c, _, sEnd := pipePair(t, srv)
+	cfg := testConfig()
+	cfg.PingTimeout = 300 * time.Millisecond
+	c, _, sEnd := pipePairConfig(t, srv, cfg)
 	s := session(t, c)
-	s.cfg.PingTimeout = 300 * time.Millisecond
 	ctx := tctx(t, 30*time.Second)
 	errc := make(chan error, 1)
 	go func() {

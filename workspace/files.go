@@ -170,6 +170,9 @@ func (w *Workspace) Open(ctx context.Context, path string) (io.ReaderAt, FileInf
 	if err != nil {
 		return nil, FileInfo{}, err
 	}
+	if fi.Type == vfs.KindDir.String() {
+		return nil, FileInfo{}, &vfs.PathError{Op: "open", Path: fi.Path, Err: vfs.ErrIsDir}
+	}
 	r, size, err := s.OpenReader(ctx, sp)
 	if err != nil {
 		return nil, FileInfo{}, err
