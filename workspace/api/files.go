@@ -1,0 +1,175 @@
+package api
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/wsync/wsync/vfs"
+	"github.com/wsync/wsync/workspace"
+)
+
+// filePath is the {path...} of a files route as a workspace path.
+func filePath(r *http.Request) string { return "/" + r.PathValue("path") }
+
+// boolParam reads a flag query parameter: "1", "true", "" (present) are
+// true; absent is def.
+func boolParam(r *http.Request, name string, def bool) (bool, error) {
+	q := r.URL.Query()
+	if !q.Has(name) {
+		return def, nil
+	}
+	v := q.Get(name)
+	if v == "" {
+		return true, nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("query %s=%q: %w", name, v, vfs.ErrInvalid)
+	}
+	return b, nil
+}
+
+// ParseMode parses permission bits written in octal ("644", "0755").
+func ParseMode(s string) (uint32, error) {
+	m, err := strconv.ParseUint(s, 8, 32)
+	if err != nil || m > 0o7777 {
+		return 0, fmt.Errorf("mode %q: %w: want octal permission bits", s, vfs.ErrInvalid)
+	}
+	return uint32(m), nil
+}
+
+// readFile serves a file's bytes, with Range and conditional requests
+// (http.ServeContent over a reader of the file as it is now).
+func (s *Server) readFile(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
+	ra, fi, err := ws.Open(r.Context(), filePath(r))
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/octet-stream")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Wsync-Mode", fmt.Sprintf("%04o", fi.Mode))
+	http.ServeContent(w, r, "", fi.Mtime, io.NewSectionReader(ra, 0, fi.Size))
+}
+
+// writeFile replaces a file with the request body, atomically: the bytes
+// are staged before one transaction swaps the content, so a body cut short
+// or over the limit changes nothing.
+func (s *Server) writeFile(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
+	var mode *uint32
+	if v := r.URL.Query().Get("mode"); v != "" {
+		m, err := ParseMode(v)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		mode = &m
+	}
+	if r.ContentLength > s.opts.MaxWrite {
+		writeError(w, &http.MaxBytesError{Limit: s.opts.MaxWrite})
+		return
+	}
+	fi, err := ws.WriteFile(r.Context(), filePath(r), http.MaxBytesReader(w, r.Body, s.opts.MaxWrite), mode)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, fi)
+}
+
+func (s *Server) removeFile(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
+	rec, err := boolParam(r, "recursive", false)
+	if err == nil {
+		err = ws.Remove(r.Context(), filePath(r), rec)
+	}
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) stat(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
+	hash, err := boolParam(r, "sha256", true)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	fi, err := ws.Stat(r.Context(), queryPath(r), hash)
+	respond(w, fi, err)
+}
+
+func (s *Server) list(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
+	hash, err := boolParam(r, "sha256", true)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	rec, err := boolParam(r, "recursive", false)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	ls, err := ws.List(r.Context(), queryPath(r), rec, hash)
+	if ls == nil && err == nil {
+		ls = []workspace.FileInfo{}
+	}
+	respond(w, ls, err)
+}
+
+// queryPath is the path query parameter; absent means the root.
+func queryPath(r *http.Request) string {
+	if p := r.URL.Query().Get("path"); p != "" {
+		return p
+	}
+	return "/"
+}
+
+func (s *Server) mkdir(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
+	var req MkdirRequest
+	err := s.decode(w, r, s.opts.MaxJSON, &req)
+	if err == nil {
+		err = ws.Mkdir(r.Context(), req.Path, req.Mode, req.Parents)
+	}
+	s.done(w, r, ws, req.Path, err)
+}
+
+func (s *Server) move(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
+	var req MoveRequest
+	err := s.decode(w, r, s.opts.MaxJSON, &req)
+	if err == nil {
+		err = ws.Rename(r.Context(), req.Src, req.Dst)
+	}
+	s.done(w, r, ws, req.Dst, err)
+}
+
+func (s *Server) symlink(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
+	var req SymlinkRequest
+	err := s.decode(w, r, s.opts.MaxJSON, &req)
+	if err == nil {
+		err = ws.Symlink(r.Context(), req.Target, req.Path)
+	}
+	s.done(w, r, ws, req.Path, err)
+}
+
+func (s *Server) chmod(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
+	var req ChmodRequest
+	err := s.decode(w, r, s.opts.MaxJSON, &req)
+	if err == nil {
+		err = ws.Chmod(r.Context(), req.Path, req.Mode)
+	}
+	s.done(w, r, ws, req.Path, err)
+}
+
+// done answers a mutation with the node it left at path.
+func (s *Server) done(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace, path string, err error) {
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	fi, err := ws.Stat(r.Context(), path, false)
+	respond(w, fi, err)
+}

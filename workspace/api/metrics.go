@@ -1,0 +1,18 @@
+package api
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+var (
+	metricRequests = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsync_api_requests_total",
+		Help: "HTTP API requests by route pattern and status code.",
+	}, []string{"route", "code"})
+	metricSeconds = promauto.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "wsync_api_request_duration_seconds",
+		Help:    "HTTP API request durations by route pattern (an exec's includes its command).",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
+	}, []string{"route"})
+)

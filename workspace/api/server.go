@@ -1,0 +1,269 @@
+package api
+
+import (
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/wsync/wsync/vfs"
+	"github.com/wsync/wsync/workspace"
+)
+
+// Default request limits.
+const (
+	DefaultMaxJSON  = 1 << 20 // JSON request bodies
+	DefaultMaxExec  = 16 << 20
+	DefaultMaxWrite = 4 << 30 // one file written by PUT
+)
+
+// Options configures a Server.
+type Options struct {
+	Manager *workspace.Manager
+	// Token is the bearer token every route but /health requires. Required.
+	Token string
+	// MaxJSON, MaxExec and MaxWrite bound request bodies: JSON calls, exec
+	// requests (their stdin included), file writes. Zero means the default.
+	MaxJSON, MaxExec, MaxWrite int64
+	// Gatherer serves /metrics; nil is prometheus.DefaultGatherer.
+	Gatherer prometheus.Gatherer
+	Logger   *slog.Logger
+}
+
+// Server is the HTTP API of a workspace-server.
+type Server struct {
+	opts    Options
+	m       *workspace.Manager
+	log     *slog.Logger
+	token   [32]byte
+	mux     *http.ServeMux
+	metrics http.Handler
+}
+
+// New builds the API. It refuses an empty token: every route but /health
+// is authenticated.
+func New(opts Options) (*Server, error) {
+	if opts.Manager == nil {
+		return nil, errors.New("api: no manager")
+	}
+	if opts.Token == "" {
+		return nil, errors.New("api: an API token is required")
+	}
+	setDefault(&opts.MaxJSON, DefaultMaxJSON)
+	setDefault(&opts.MaxExec, DefaultMaxExec)
+	setDefault(&opts.MaxWrite, DefaultMaxWrite)
+	if opts.Gatherer == nil {
+		opts.Gatherer = prometheus.DefaultGatherer
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Server{opts: opts, m: opts.Manager, log: log.With("component", "api"), token: sha256.Sum256([]byte(opts.Token))}
+	s.metrics = promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{})
+	s.routes()
+	return s, nil
+}
+
+func setDefault(p *int64, def int64) {
+	if *p <= 0 {
+		*p = def
+	}
+}
+
+func (s *Server) routes() {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /health", s.health)
+	mux.HandleFunc("GET /metrics", s.metrics.ServeHTTP)
+	mux.HandleFunc("GET /v1/workspaces", s.listWorkspaces)
+	mux.HandleFunc("POST /v1/workspaces", s.createWorkspace)
+	ws := "/v1/workspaces/{ws}"
+	mux.HandleFunc("GET "+ws, s.withWS(s.getWorkspace))
+	mux.HandleFunc("GET "+ws+"/files/{path...}", s.withWS(s.readFile))
+	mux.HandleFunc("PUT "+ws+"/files/{path...}", s.withWS(s.writeFile))
+	mux.HandleFunc("DELETE "+ws+"/files/{path...}", s.withWS(s.removeFile))
+	mux.HandleFunc("GET "+ws+"/fs/stat", s.withWS(s.stat))
+	mux.HandleFunc("GET "+ws+"/fs/ls", s.withWS(s.list))
+	mux.HandleFunc("POST "+ws+"/fs/mkdir", s.withWS(s.mkdir))
+	mux.HandleFunc("POST "+ws+"/fs/mv", s.withWS(s.move))
+	mux.HandleFunc("POST "+ws+"/fs/symlink", s.withWS(s.symlink))
+	mux.HandleFunc("POST "+ws+"/fs/chmod", s.withWS(s.chmod))
+	mux.HandleFunc("POST "+ws+"/exec", s.withWS(s.exec))
+	mux.HandleFunc("POST "+ws+"/push", s.withWS(s.push))
+	mux.HandleFunc("POST "+ws+"/pull", s.withWS(s.pull))
+	mux.HandleFunc("POST "+ws+"/tick", s.withWS(s.tick))
+	mux.HandleFunc("GET "+ws+"/status", s.withWS(s.status))
+	mux.HandleFunc("POST "+ws+"/verify", s.withWS(s.verify))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, fmt.Errorf("no route for %s %s: %w", r.Method, r.URL.Path, vfs.ErrNotExist))
+	})
+	s.mux = mux
+}
+
+// ServeHTTP authenticates, logs and routes one request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rec := &recorder{ResponseWriter: w, status: http.StatusOK}
+	if r.URL.Path != "/health" && !s.authorized(r) {
+		rec.Header().Set("WWW-Authenticate", `Bearer realm="wsync"`)
+		writeJSON(rec, http.StatusUnauthorized, Error{Error: "missing or wrong bearer token", Errno: ErrnoAuth})
+	} else {
+		s.mux.ServeHTTP(rec, r)
+	}
+	route := r.Pattern
+	if route == "" {
+		route = "unmatched"
+	}
+	d := time.Since(start)
+	metricRequests.WithLabelValues(route, strconv.Itoa(rec.status)).Inc()
+	metricSeconds.WithLabelValues(route).Observe(d.Seconds())
+	lvl := slog.LevelDebug
+	if rec.status >= 500 {
+		lvl = slog.LevelWarn
+	} else if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		lvl = slog.LevelInfo
+	}
+	// Never the headers: they carry the token.
+	s.log.Log(r.Context(), lvl, "request", "method", r.Method, "route", route, "path", r.URL.Path,
+		"status", rec.status, "bytes", rec.bytes, "duration", d)
+}
+
+// authorized checks the bearer token in constant time. Both sides are
+// hashed first, so the comparison does not even leak the token's length.
+func (s *Server) authorized(r *http.Request) bool {
+	h := r.Header.Get("Authorization")
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	got := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+	return subtle.ConstantTimeCompare(got[:], s.token[:]) == 1
+}
+
+// recorder keeps the status and size for logs and metrics.
+type recorder struct {
+	http.ResponseWriter
+	status int
+	bytes  int64
+	wrote  bool
+}
+
+func (r *recorder) WriteHeader(code int) {
+	if !r.wrote {
+		r.status, r.wrote = code, true
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *recorder) Write(p []byte) (int, error) {
+	r.wrote = true
+	n, err := r.ResponseWriter.Write(p)
+	r.bytes += int64(n)
+	return n, err
+}
+
+// Unwrap lets http.ResponseController reach Flush.
+func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, Health{Status: "ok"})
+}
+
+// withWS resolves the {ws} path value.
+func (s *Server) withWS(h func(http.ResponseWriter, *http.Request, *workspace.Workspace)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		ws, err := s.m.Workspace(r.PathValue("ws"))
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		h(w, r, ws)
+	}
+}
+
+// decode reads a bounded JSON body into v; unknown fields are refused so a
+// misspelt option is an error, not a silent default.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
+	body := http.MaxBytesReader(w, r.Body, limit)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil // an empty body is the zero request
+		}
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return err
+		}
+		return fmt.Errorf("request body: %w: %v", vfs.ErrInvalid, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("request body: %w: trailing data", vfs.ErrInvalid)
+	}
+	return nil
+}
+
+func (s *Server) listWorkspaces(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.m.Workspaces())
+}
+
+func (s *Server) createWorkspace(w http.ResponseWriter, r *http.Request) {
+	var req workspace.CreateOptions
+	if err := s.decode(w, r, s.opts.MaxJSON, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	ws, err := s.m.Create(r.Context(), req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, ws.Config())
+}
+
+func (s *Server) getWorkspace(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
+	writeJSON(w, http.StatusOK, ws.Config())
+}
+
+func (s *Server) push(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
+	rep, err := ws.Push(r.Context())
+	respond(w, rep, err)
+}
+
+func (s *Server) pull(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
+	rep, err := ws.Pull(r.Context())
+	respond(w, rep, err)
+}
+
+func (s *Server) tick(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
+	rep, err := ws.Tick(r.Context())
+	respond(w, rep, err)
+}
+
+func (s *Server) status(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
+	st, err := ws.Status(r.Context())
+	respond(w, st, err)
+}
+
+func (s *Server) verify(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
+	rep, err := ws.Verify(r.Context())
+	respond(w, rep, err)
+}
+
+func respond(w http.ResponseWriter, v any, err error) {
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, v)
+}

@@ -1,0 +1,57 @@
+package api
+
+import "github.com/wsync/wsync/workspace"
+
+// Error is the body of every error response.
+type Error struct {
+	Error string `json:"error"`
+	Errno string `json:"errno,omitempty"`
+}
+
+// MkdirRequest is the body of POST .../fs/mkdir.
+type MkdirRequest struct {
+	Path    string `json:"path"`
+	Parents bool   `json:"parents,omitempty"`
+	// Mode is the permission bits; 0 means 0755.
+	Mode uint32 `json:"mode,omitempty"`
+}
+
+// MoveRequest is the body of POST .../fs/mv.
+type MoveRequest struct {
+	Src string `json:"src"`
+	Dst string `json:"dst"`
+}
+
+// SymlinkRequest is the body of POST .../fs/symlink.
+type SymlinkRequest struct {
+	Target string `json:"target"`
+	Path   string `json:"path"`
+}
+
+// ChmodRequest is the body of POST .../fs/chmod.
+type ChmodRequest struct {
+	Path string `json:"path"`
+	Mode uint32 `json:"mode"`
+}
+
+// Exec stream frame types (one JSON object per line).
+const (
+	FrameStdout = workspace.Stdout // Data holds output bytes
+	FrameStderr = workspace.Stderr
+	FrameResult = "result" // Result holds the report; the last frame
+	FrameError  = "error"  // Error and Errno; the last frame
+)
+
+// ExecFrame is one line of the NDJSON stream POST .../exec answers with.
+type ExecFrame struct {
+	Type   string                `json:"type"`
+	Data   []byte                `json:"data,omitempty"`
+	Result *workspace.ExecReport `json:"result,omitempty"`
+	Error  string                `json:"error,omitempty"`
+	Errno  string                `json:"errno,omitempty"`
+}
+
+// Health is the body of GET /health.
+type Health struct {
+	Status string `json:"status"`
+}

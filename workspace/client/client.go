@@ -1,0 +1,404 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/wsync/wsync/vfs"
+	"github.com/wsync/wsync/workspace"
+	"github.com/wsync/wsync/workspace/api"
+)
+
+// Client talks to one workspace-server.
+type Client struct {
+	base  *url.URL
+	token string
+	hc    *http.Client
+}
+
+// Option configures New.
+type Option func(*Client)
+
+// WithHTTPClient uses hc (whose Timeout should be zero: exec streams last
+// as long as their command; bound calls with their context).
+func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+
+// New returns a client for the server at base ("http://127.0.0.1:8080").
+func New(base, token string, opts ...Option) (*Client, error) {
+	u, err := url.Parse(strings.TrimSuffix(base, "/"))
+	if err != nil {
+		return nil, fmt.Errorf("server URL %q: %w", base, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("server URL %q: %w: want http://HOST:PORT", base, vfs.ErrInvalid)
+	}
+	c := &Client{base: u, token: token, hc: http.DefaultClient}
+	for _, o := range opts {
+		o(c)
+	}
+	return c, nil
+}
+
+// url builds base + path (already escaped) + query.
+func (c *Client) url(path string, q url.Values) string {
+	u := *c.base
+	u.RawPath = u.Path + path
+	p, _ := url.PathUnescape(u.RawPath)
+	u.Path = p
+	if len(q) > 0 {
+		u.RawQuery = q.Encode()
+	}
+	return u.String()
+}
+
+// do sends a request and returns the response for a 2xx status; any other
+// status is decoded into an *Error.
+func (c *Client) do(ctx context.Context, method, path string, q url.Values, body io.Reader, hdr http.Header) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.url(path, q), body)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 == 2 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	return nil, decodeError(resp)
+}
+
+func decodeError(resp *http.Response) error {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var e api.Error
+	if json.Unmarshal(b, &e) != nil || e.Error == "" {
+		e.Error = strings.TrimSpace(string(b))
+		if e.Error == "" {
+			e.Error = resp.Status
+		}
+	}
+	return &Error{Status: resp.StatusCode, Code: e.Errno, Message: e.Error}
+}
+
+// call sends a JSON request (nil: no body) and decodes a JSON answer into
+// out (nil: discarded).
+func (c *Client) call(ctx context.Context, method, path string, q url.Values, in, out any) error {
+	var body io.Reader
+	hdr := http.Header{}
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+		hdr.Set("Content-Type", "application/json")
+	}
+	resp, err := c.do(ctx, method, path, q, body, hdr)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		_, err = io.Copy(io.Discard, resp.Body)
+		return err
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("%s %s: decode answer: %w", method, path, err)
+	}
+	return nil
+}
+
+// Health calls GET /health (no token needed).
+func (c *Client) Health(ctx context.Context) error {
+	var h api.Health
+	return c.call(ctx, http.MethodGet, "/health", nil, nil, &h)
+}
+
+// Workspaces lists the server's workspaces.
+func (c *Client) Workspaces(ctx context.Context) ([]workspace.Config, error) {
+	var out []workspace.Config
+	err := c.call(ctx, http.MethodGet, "/v1/workspaces", nil, nil, &out)
+	return out, err
+}
+
+// CreateWorkspace registers a workspace.
+func (c *Client) CreateWorkspace(ctx context.Context, o workspace.CreateOptions) (workspace.Config, error) {
+	var out workspace.Config
+	err := c.call(ctx, http.MethodPost, "/v1/workspaces", nil, o, &out)
+	return out, err
+}
+
+// Workspace is a client scoped to one workspace.
+type Workspace struct {
+	c    *Client
+	name string
+}
+
+// Workspace returns the client of workspace name. The name is checked here,
+// so a bad one fails before it reaches a URL.
+func (c *Client) Workspace(name string) *Workspace { return &Workspace{c: c, name: name} }
+
+// Name is the workspace's name.
+func (w *Workspace) Name() string { return w.name }
+
+func (w *Workspace) prefix() (string, error) {
+	if err := workspace.ValidateName(w.name); err != nil {
+		return "", err
+	}
+	return "/v1/workspaces/" + w.name, nil
+}
+
+func (w *Workspace) call(ctx context.Context, method, sub string, q url.Values, in, out any) error {
+	p, err := w.prefix()
+	if err != nil {
+		return err
+	}
+	return w.c.call(ctx, method, p+sub, q, in, out)
+}
+
+// filesURL is the escaped files route of a workspace path.
+func (w *Workspace) filesURL(path string) (string, error) {
+	p, err := w.prefix()
+	if err != nil {
+		return "", err
+	}
+	sp, err := vfs.CleanAPIPath(path)
+	if err != nil {
+		return "", err
+	}
+	segs := strings.Split(sp, "/")
+	for i, s := range segs {
+		segs[i] = url.PathEscape(s)
+	}
+	return p + "/files/" + strings.Join(segs, "/"), nil
+}
+
+// Info returns the workspace's registration.
+func (w *Workspace) Info(ctx context.Context) (workspace.Config, error) {
+	var out workspace.Config
+	err := w.call(ctx, http.MethodGet, "", nil, nil, &out)
+	return out, err
+}
+
+// Open streams a file's bytes. The caller closes the reader.
+func (w *Workspace) Open(ctx context.Context, path string) (io.ReadCloser, error) {
+	return w.OpenRange(ctx, path, 0, -1)
+}
+
+// OpenRange streams n bytes of a file from off (n < 0: to the end), with an
+// HTTP Range request.
+func (w *Workspace) OpenRange(ctx context.Context, path string, off, n int64) (io.ReadCloser, error) {
+	u, err := w.filesURL(path)
+	if err != nil {
+		return nil, err
+	}
+	hdr := http.Header{}
+	switch {
+	case n == 0:
+		return io.NopCloser(strings.NewReader("")), nil
+	case off > 0 && n < 0:
+		hdr.Set("Range", fmt.Sprintf("bytes=%d-", off))
+	case n > 0:
+		hdr.Set("Range", fmt.Sprintf("bytes=%d-%d", off, off+n-1))
+	}
+	resp, err := w.c.do(ctx, http.MethodGet, u, nil, nil, hdr)
+	if err != nil {
+		var e *Error
+		if errors.As(err, &e) && e.Status == http.StatusRequestedRangeNotSatisfiable {
+			return io.NopCloser(strings.NewReader("")), nil // a range past the end reads nothing
+		}
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// ReadFile returns a whole file.
+func (w *Workspace) ReadFile(ctx context.Context, path string) ([]byte, error) {
+	rc, err := w.Open(ctx, path)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	return io.ReadAll(rc)
+}
+
+// WriteFile replaces (or creates) a file with r's bytes, atomically. A nil
+// mode keeps an existing file's mode (0644 for a new one).
+func (w *Workspace) WriteFile(ctx context.Context, path string, r io.Reader, mode *uint32) (workspace.FileInfo, error) {
+	var fi workspace.FileInfo
+	u, err := w.filesURL(path)
+	if err != nil {
+		return fi, err
+	}
+	if u == "" || strings.HasSuffix(u, "/files/") {
+		return fi, fmt.Errorf("write /: %w", vfs.ErrIsDir)
+	}
+	q := url.Values{}
+	if mode != nil {
+		q.Set("mode", strconv.FormatUint(uint64(*mode), 8))
+	}
+	resp, err := w.c.do(ctx, http.MethodPut, u, q, r, http.Header{"Content-Type": {"application/octet-stream"}})
+	if err != nil {
+		return fi, err
+	}
+	defer resp.Body.Close()
+	err = json.NewDecoder(resp.Body).Decode(&fi)
+	return fi, err
+}
+
+// Remove removes a node; a non-empty directory needs recursive.
+func (w *Workspace) Remove(ctx context.Context, path string, recursive bool) error {
+	u, err := w.filesURL(path)
+	if err != nil {
+		return err
+	}
+	q := url.Values{}
+	if recursive {
+		q.Set("recursive", "1")
+	}
+	return w.c.call(ctx, http.MethodDelete, u, q, nil, nil)
+}
+
+// Stat returns one node; withHash computes a file's sha256 on the server.
+func (w *Workspace) Stat(ctx context.Context, path string, withHash bool) (workspace.FileInfo, error) {
+	var fi workspace.FileInfo
+	err := w.call(ctx, http.MethodGet, "/fs/stat", url.Values{"path": {path}, "sha256": {strconv.FormatBool(withHash)}}, nil, &fi)
+	return fi, err
+}
+
+// List lists a directory (recursive: the subtree, depth first).
+func (w *Workspace) List(ctx context.Context, path string, recursive, withHash bool) ([]workspace.FileInfo, error) {
+	var out []workspace.FileInfo
+	q := url.Values{"path": {path}, "sha256": {strconv.FormatBool(withHash)}, "recursive": {strconv.FormatBool(recursive)}}
+	err := w.call(ctx, http.MethodGet, "/fs/ls", q, nil, &out)
+	return out, err
+}
+
+// Mkdir makes a directory (parents: mkdir -p). Mode 0 is 0755.
+func (w *Workspace) Mkdir(ctx context.Context, path string, mode uint32, parents bool) (workspace.FileInfo, error) {
+	var fi workspace.FileInfo
+	err := w.call(ctx, http.MethodPost, "/fs/mkdir", nil, api.MkdirRequest{Path: path, Parents: parents, Mode: mode}, &fi)
+	return fi, err
+}
+
+// Rename moves src to dst.
+func (w *Workspace) Rename(ctx context.Context, src, dst string) (workspace.FileInfo, error) {
+	var fi workspace.FileInfo
+	err := w.call(ctx, http.MethodPost, "/fs/mv", nil, api.MoveRequest{Src: src, Dst: dst}, &fi)
+	return fi, err
+}
+
+// Symlink makes a symlink at path pointing to target.
+func (w *Workspace) Symlink(ctx context.Context, target, path string) (workspace.FileInfo, error) {
+	var fi workspace.FileInfo
+	err := w.call(ctx, http.MethodPost, "/fs/symlink", nil, api.SymlinkRequest{Target: target, Path: path}, &fi)
+	return fi, err
+}
+
+// Chmod sets permission bits.
+func (w *Workspace) Chmod(ctx context.Context, path string, mode uint32) (workspace.FileInfo, error) {
+	var fi workspace.FileInfo
+	err := w.call(ctx, http.MethodPost, "/fs/chmod", nil, api.ChmodRequest{Path: path, Mode: mode}, &fi)
+	return fi, err
+}
+
+// Push pushes the server's changes to the container.
+func (w *Workspace) Push(ctx context.Context) (workspace.SyncReport, error) {
+	var rep workspace.SyncReport
+	err := w.call(ctx, http.MethodPost, "/push", nil, nil, &rep)
+	return rep, err
+}
+
+// Pull pulls the container's changes (and retries a pending pull).
+func (w *Workspace) Pull(ctx context.Context) (workspace.SyncReport, error) {
+	var rep workspace.SyncReport
+	err := w.call(ctx, http.MethodPost, "/pull", nil, nil, &rep)
+	return rep, err
+}
+
+// Tick pulls, then pushes.
+func (w *Workspace) Tick(ctx context.Context) (workspace.TickReport, error) {
+	var rep workspace.TickReport
+	err := w.call(ctx, http.MethodPost, "/tick", nil, nil, &rep)
+	return rep, err
+}
+
+// Status reports the workspace's sync state.
+func (w *Workspace) Status(ctx context.Context) (workspace.Status, error) {
+	var st workspace.Status
+	err := w.call(ctx, http.MethodGet, "/status", nil, nil, &st)
+	return st, err
+}
+
+// Verify asks for a convergence verdict.
+func (w *Workspace) Verify(ctx context.Context) (workspace.VerifyReport, error) {
+	var rep workspace.VerifyReport
+	err := w.call(ctx, http.MethodPost, "/verify", nil, nil, &rep)
+	return rep, err
+}
+
+// Exec runs the exec bracket on the server (push, command, pull). out is
+// called with each piece of output as the stream brings it; with a nil out
+// the output is collected in the report's Events. The error is non-nil when
+// the command could not run (the push failed, say) or the stream broke; a
+// non-zero exit is in the report, not an error.
+func (w *Workspace) Exec(ctx context.Context, spec workspace.ExecSpec, out func(workspace.ExecEvent)) (workspace.ExecReport, error) {
+	var rep workspace.ExecReport
+	p, err := w.prefix()
+	if err != nil {
+		return rep, err
+	}
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return rep, err
+	}
+	resp, err := w.c.do(ctx, http.MethodPost, p+"/exec", nil, bytes.NewReader(b), http.Header{"Content-Type": {"application/json"}})
+	if err != nil {
+		return rep, err
+	}
+	defer resp.Body.Close()
+	var events []workspace.ExecEvent
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var fr api.ExecFrame
+		if err := dec.Decode(&fr); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return rep, fmt.Errorf("exec stream: %w", err)
+		}
+		switch fr.Type {
+		case api.FrameStdout, api.FrameStderr:
+			ev := workspace.ExecEvent{Stream: fr.Type, Data: fr.Data}
+			if out != nil {
+				out(ev)
+			} else {
+				events = append(events, ev)
+			}
+		case api.FrameResult:
+			if fr.Result == nil {
+				return rep, fmt.Errorf("exec stream: %w: result frame without a result", vfs.ErrInvalid)
+			}
+			rep = *fr.Result
+			rep.Events = events
+			return rep, nil
+		case api.FrameError:
+			return rep, &Error{Status: resp.StatusCode, Code: fr.Errno, Message: fr.Error}
+		}
+	}
+}

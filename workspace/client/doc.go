@@ -1,0 +1,15 @@
+// Package client is the Go client of the workspace-server HTTP API (see
+// docs/API.md): one typed method per route.
+//
+// Errors from the server come back as *Error, which carries the HTTP
+// status and the errno name and unwraps to the matching sentinel, so
+// errors.Is(err, vfs.ErrNotExist) works on the client as on the server;
+// ENOTCONN unwraps to workspace.ErrNoRemote, EOPNOTSUPP to
+// workspace.ErrNotSupported, EAUTH to ErrUnauthorized.
+//
+//	c, err := client.New("http://127.0.0.1:8080", token)
+//	ws := c.Workspace("default")
+//	rep, err := ws.Exec(ctx, workspace.ExecSpec{Argv: []string{"make"}}, func(ev workspace.ExecEvent) {
+//		os.Stdout.Write(ev.Data)
+//	})
+package client
