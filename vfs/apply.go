@@ -66,6 +66,11 @@ func (s *Store) Apply(ctx context.Context, entries []ChangeEntry, opts ApplyOpti
 	var inval []Invalidation
 	err := s.update(ctx, func(t *wtx) error {
 		res.RevBefore = t.last
+		missing, err := t.missingChunks(entries)
+		if err != nil {
+			return err
+		}
+		t.missing = missing
 		for i := range entries {
 			e := &entries[i]
 			t.nextMutation()
@@ -166,6 +171,11 @@ func (t *wtx) applyEntry(e *ChangeEntry) (bool, error) {
 		return true, err
 
 	case EntryFile:
+		for _, r := range e.Chunks {
+			if _, ok := t.missing[r.Hash]; ok {
+				return false, fmt.Errorf("chunk %s: %w", r.Hash, chunkstore.ErrUnknownHash)
+			}
+		}
 		if exists && cur.kind == KindFile {
 			old, err := cur.decodeManifest()
 			if err != nil {
@@ -198,6 +208,32 @@ func (t *wtx) applyEntry(e *ChangeEntry) (bool, error) {
 		return true, err
 	}
 	return false, fmt.Errorf("%w: entry kind %d", ErrInvalid, e.Kind)
+}
+
+// missingChunks returns the chunks the batch's file entries name that are
+// neither stored nor staged.
+func (t *wtx) missingChunks(entries []ChangeEntry) (map[chunkstore.Hash]struct{}, error) {
+	var hs []chunkstore.Hash
+	for i := range entries {
+		for _, r := range entries[i].Chunks {
+			hs = append(hs, r.Hash)
+		}
+	}
+	if len(hs) == 0 {
+		return nil, nil
+	}
+	have, err := t.s.chunks.Has(t.ctx, t.tx, hs)
+	if err != nil {
+		return nil, fmt.Errorf("probe chunks: %w", err)
+	}
+	missing := make(map[chunkstore.Hash]struct{})
+	for _, h := range hs {
+		missing[h] = struct{}{}
+	}
+	for _, h := range have {
+		delete(missing, h)
+	}
+	return missing, nil
 }
 
 // ensureDir resolves the directory at path for an apply, creating missing

@@ -593,12 +593,8 @@ func (f *openFile) commit(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			if err := f.s.chunks.AddRefs(ctx, t.tx, m); err != nil {
-				return err
-			}
-			if err := f.s.chunks.DropRefs(ctx, t.tx, old); err != nil {
-				return err
-			}
+			t.addRefs(m)
+			t.dropRefs(old)
 			_, err = t.exec(`UPDATE nodes SET manifest = ?, size = ?, mtime = ? WHERE ino = ?`,
 				chunkstore.AppendManifest(nil, m), m.Size(), mtime, f.ino)
 			return err

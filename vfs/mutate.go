@@ -11,6 +11,27 @@ import (
 // record the touched paths in changes; local-only state (atime, parent
 // directory times, ownership, xattrs) changes without a rev.
 
+// addRefs and dropRefs queue chunk reference changes; they are applied in
+// one batch at commit (a batch of 256 new files is two statements, not 512).
+// Apply checks up front that every chunk its entries need is present.
+func (t *wtx) addRefs(m chunkstore.Manifest)  { t.adds = append(t.adds, m...) }
+func (t *wtx) dropRefs(m chunkstore.Manifest) { t.drops = append(t.drops, m...) }
+
+func (t *wtx) flushRefs() error {
+	if len(t.adds) > 0 {
+		if err := t.s.chunks.AddRefs(t.ctx, t.tx, t.adds); err != nil {
+			return err
+		}
+	}
+	if len(t.drops) > 0 {
+		if err := t.s.chunks.DropRefs(t.ctx, t.tx, t.drops); err != nil {
+			return err
+		}
+	}
+	t.adds, t.drops = t.adds[:0], t.drops[:0]
+	return nil
+}
+
 // touch records that path changed in the current mutation.
 func (t *wtx) touch(path string) error {
 	_, err := t.exec(`INSERT INTO changes(path, rev) VALUES(?, ?)
@@ -63,9 +84,7 @@ func (t *wtx) insertNode(parent Ino, path, name string, nn newNode) (node, error
 	var enc []byte
 	if nn.kind == KindFile {
 		enc = chunkstore.AppendManifest(nil, nn.manifest)
-		if err := t.s.chunks.AddRefs(t.ctx, t.tx, nn.manifest); err != nil {
-			return node{}, err
-		}
+		t.addRefs(nn.manifest)
 	}
 	size := nn.manifest.Size()
 	if nn.kind == KindSymlink {
@@ -140,9 +159,7 @@ func (t *wtx) deleteNode(ino Ino) error {
 		if err != nil {
 			return err
 		}
-		if err := t.s.chunks.DropRefs(t.ctx, t.tx, m); err != nil {
-			return err
-		}
+		t.dropRefs(m)
 	}
 	if _, err := t.exec(`DELETE FROM xattrs WHERE ino = ?`, ino); err != nil {
 		return err
@@ -257,12 +274,8 @@ func (t *wtx) setContent(n node, m chunkstore.Manifest, mtime int64) error {
 	if err != nil {
 		return err
 	}
-	if err := t.s.chunks.AddRefs(t.ctx, t.tx, m); err != nil {
-		return err
-	}
-	if err := t.s.chunks.DropRefs(t.ctx, t.tx, old); err != nil {
-		return err
-	}
+	t.addRefs(m)
+	t.dropRefs(old)
 	_, err = t.exec(`UPDATE nodes SET manifest = ?, size = ?, mtime = ?, ctime = ? WHERE ino = ?`,
 		chunkstore.AppendManifest(nil, m), m.Size(), mtime, t.now, n.ino)
 	if err != nil {

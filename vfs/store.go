@@ -294,6 +294,10 @@ type wtx struct {
 	after []func()         // run after commit
 	dirty map[Ino]struct{} // directories whose times change at commit
 	dirs  map[string]Ino   // directory paths resolved by this transaction
+	adds  []chunkstore.Ref // chunk references to take at commit
+	drops []chunkstore.Ref // and to release
+	// missing are the chunks an Apply batch names that are not present.
+	missing map[chunkstore.Hash]struct{}
 }
 
 // update runs fn in one write transaction and commits it.
@@ -336,6 +340,10 @@ func (s *Store) begin(ctx context.Context) (*wtx, error) {
 }
 
 func (t *wtx) commit() error {
+	if err := t.flushRefs(); err != nil {
+		t.rollback()
+		return fmt.Errorf("commit: %w", err)
+	}
 	if err := t.touchDirs(); err != nil {
 		t.rollback()
 		return fmt.Errorf("commit: %w", err)
