@@ -1,0 +1,164 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/wsync/wsync/vfs"
+	"github.com/wsync/wsync/workspace"
+	"github.com/wsync/wsync/workspace/client"
+)
+
+// Exit codes.
+const (
+	exitOK       = 0
+	exitError    = 1
+	exitUsage    = 2
+	exitDiverged = 3
+)
+
+// defaultTokenFile is where serve keeps its API token when it was given
+// none (<default --data>/token), so the two README commands work together.
+const defaultTokenFile = "data/token"
+
+func env(key, def string) string {
+	if v, ok := os.LookupEnv(key); ok && v != "" {
+		return v
+	}
+	return def
+}
+
+// command is one verb's flag set and usage text.
+type command struct {
+	name     string
+	fs       *flag.FlagSet
+	stderr   io.Writer
+	stdout   io.Writer
+	synopsis string
+	example  string
+}
+
+func newCommand(name, synopsis, example string, stdout, stderr io.Writer) *command {
+	c := &command{name: name, fs: flag.NewFlagSet(name, flag.ContinueOnError), stdout: stdout, stderr: stderr, synopsis: synopsis, example: example}
+	c.fs.SetOutput(stderr)
+	c.fs.Usage = func() { c.printUsage(stderr) }
+	return c
+}
+
+func (c *command) printUsage(w io.Writer) {
+	fmt.Fprintf(w, "Usage:\n  workspace-server %s\n\nExample:\n%s\nFlags:\n", c.synopsis, c.example)
+	c.fs.SetOutput(w)
+	c.fs.PrintDefaults()
+	c.fs.SetOutput(c.stderr)
+}
+
+// parse parses flags anywhere among the arguments ("ls /src --json" and
+// "ls --json /src" alike); "--" ends the flags. With interspersed false
+// the first argument that is not a flag ends them (exec: the command's own
+// flags are its own). It returns the positional arguments, or an exit code
+// when parsing ended the command (help: 0, a bad flag: 2).
+func (c *command) parse(args []string, interspersed bool) ([]string, int, bool) {
+	var pos []string
+	for {
+		if err := c.fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				c.printUsage(c.stdout)
+				return nil, exitOK, false
+			}
+			return nil, exitUsage, false
+		}
+		rest := c.fs.Args()
+		consumed := len(args) - len(rest)
+		if len(rest) == 0 || !interspersed || (consumed > 0 && args[consumed-1] == "--") {
+			return append(pos, rest...), 0, true
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// usageError reports bad usage: exit 2.
+func (c *command) usageError(format string, a ...any) int {
+	fmt.Fprintf(c.stderr, "workspace-server %s: %s\nRun \"workspace-server %s --help\" for usage.\n", c.name, fmt.Sprintf(format, a...), c.name)
+	return exitUsage
+}
+
+// fail reports an error, naming its errno: exit 1.
+func (c *command) fail(err error) int {
+	msg := err.Error()
+	var ce *client.Error
+	if !errors.As(err, &ce) {
+		if code := workspace.ErrnoName(err); code != "EIO" && !strings.Contains(msg, code) {
+			msg += " (" + code + ")"
+		}
+	}
+	if errors.Is(err, client.ErrUnauthorized) {
+		msg += "; give the server's token with --token-file or WSYNC_TOKEN_FILE"
+	}
+	fmt.Fprintf(c.stderr, "workspace-server %s: %s\n", c.name, msg)
+	return exitError
+}
+
+// clientFlags are the flags every client verb takes.
+type clientFlags struct {
+	server    string
+	workspace string
+	tokenFile string
+}
+
+func (c *command) clientFlags() *clientFlags {
+	cf := &clientFlags{}
+	c.fs.StringVar(&cf.server, "server", env("WSYNC_SERVER", "http://127.0.0.1:8080"), "server URL (env WSYNC_SERVER)")
+	c.fs.StringVar(&cf.workspace, "workspace", env("WSYNC_WORKSPACE", workspace.DefaultName), "workspace name (env WSYNC_WORKSPACE)")
+	c.fs.StringVar(&cf.tokenFile, "token-file", env("WSYNC_TOKEN_FILE", ""), "file holding the server's API token (env WSYNC_TOKEN_FILE; default "+defaultTokenFile+" if present, or WSYNC_TOKEN)")
+	return cf
+}
+
+// token finds the API token: --token-file, else WSYNC_TOKEN, else the file
+// serve writes by default.
+func (cf *clientFlags) token() (string, error) {
+	file := cf.tokenFile
+	if file == "" {
+		if t := os.Getenv("WSYNC_TOKEN"); t != "" {
+			return strings.TrimSpace(t), nil
+		}
+		if _, err := os.Stat(defaultTokenFile); err != nil {
+			return "", nil // no token: the server answers EAUTH, and fail says how to give one
+		}
+		file = defaultTokenFile
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("token: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+func (cf *clientFlags) client() (*client.Client, error) {
+	tok, err := cf.token()
+	if err != nil {
+		return nil, err
+	}
+	return client.New(cf.server, tok)
+}
+
+func (cf *clientFlags) open() (*client.Workspace, error) {
+	c, err := cf.client()
+	if err != nil {
+		return nil, err
+	}
+	if err := workspace.ValidateName(cf.workspace); err != nil {
+		return nil, err
+	}
+	return c.Workspace(cf.workspace), nil
+}
+
+// checkPath validates a workspace path argument before it goes anywhere.
+func checkPath(p string) error {
+	_, err := vfs.CleanAPIPath(p)
+	return err
+}

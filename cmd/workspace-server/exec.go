@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+
+	"github.com/wsync/wsync/workspace"
+)
+
+// multiFlag collects a repeatable flag (--env K=V ...).
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+// maxStdin bounds what -i sends (the server's exec request limit).
+const maxStdin = 15 << 20
+
+func runExec(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	c := newCommand("exec", "exec [--cwd DIR] [--env K=V]... [--timeout 30s] [--user UID[:GID]] [-i] -- CMD [ARG...]",
+		"  workspace-server exec --cwd /src --env CI=1 --timeout 5m -- make test\n"+
+			"  workspace-server exec -- sh -c 'npm install && npm run build'\n", stdout, stderr)
+	cf := c.clientFlags()
+	cwd := c.fs.String("cwd", "", "working directory, a workspace path (default the workspace root)")
+	var envs multiFlag
+	c.fs.Var(&envs, "env", "K=V added to the command's environment (repeatable)")
+	timeout := c.fs.Duration("timeout", 0, "kill the command after this long (default: computerd's, 10m)")
+	user := c.fs.String("user", "", "run as UID[:GID] (numeric)")
+	withStdin := c.fs.Bool("i", false, "send this command's standard input to the command (read to EOF first, at most 15 MiB)")
+	argv, code, ok := c.parse(args, false)
+	if !ok {
+		return code
+	}
+	if len(argv) == 0 {
+		return c.usageError("no command given")
+	}
+	spec := workspace.ExecSpec{Argv: argv, Cwd: *cwd, Timeout: *timeout}
+	for _, e := range envs {
+		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
+			return c.usageError("--env %q: want K=V", e)
+		}
+		spec.Env = append(spec.Env, e)
+	}
+	if *timeout < 0 {
+		return c.usageError("--timeout %v: must not be negative", *timeout)
+	}
+	if *user != "" {
+		u, err := parseUser(*user)
+		if err != nil {
+			return c.usageError("%v", err)
+		}
+		spec.User = u
+	}
+	if *cwd != "" {
+		if err := checkPath(*cwd); err != nil {
+			return c.usageError("--cwd: %v", err)
+		}
+	}
+	if *withStdin {
+		b, err := io.ReadAll(io.LimitReader(stdin, maxStdin+1))
+		if err != nil {
+			return c.fail(fmt.Errorf("read stdin: %w", err))
+		}
+		if len(b) > maxStdin {
+			return c.usageError("standard input is over %d bytes", maxStdin)
+		}
+		spec.Stdin = b
+	}
+	ws, err := cf.open()
+	if err != nil {
+		return c.fail(err)
+	}
+	rep, err := ws.Exec(ctx, spec, func(ev workspace.ExecEvent) {
+		if ev.Stream == workspace.Stderr {
+			stderr.Write(ev.Data)
+		} else {
+			stdout.Write(ev.Data)
+		}
+	})
+	if err != nil {
+		return c.fail(err)
+	}
+	if rep.Sync == workspace.SyncPending {
+		fmt.Fprintf(stderr, "workspace-server exec: warning: the pull after the command failed; its changes stay in the container until the next sync or `workspace-server pull`: %s\n", rep.SyncError)
+	}
+	return exitCode(rep.ExecResult)
+}
+
+// exitCode is the command's exit code, 128+n for signal n.
+func exitCode(r workspace.ExecResult) int {
+	if r.Signal != 0 && r.ExitCode == 0 {
+		return 128 + r.Signal
+	}
+	return r.ExitCode
+}
+
+// parseUser parses --user UID[:GID].
+func parseUser(s string) (*workspace.ExecUser, error) {
+	us, gs, hasGid := strings.Cut(s, ":")
+	uid, err := strconv.ParseUint(us, 10, 32)
+	if err != nil {
+		return nil, fmt.Errorf("--user %q: want numeric UID[:GID]", s)
+	}
+	u := &workspace.ExecUser{Uid: uint32(uid)}
+	if hasGid {
+		gid, err := strconv.ParseUint(gs, 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("--user %q: want numeric UID[:GID]", s)
+		}
+		g := uint32(gid)
+		u.Gid = &g
+	}
+	return u, nil
+}

@@ -1,0 +1,77 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/wsync/wsync/workspace"
+	"github.com/wsync/wsync/workspace/client"
+)
+
+func runPush(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return runSync(ctx, "push", "send the server's changes to the container", args, stdout, stderr,
+		func(ctx context.Context, ws *client.Workspace) (any, string, error) {
+			rep, err := ws.Push(ctx)
+			return rep, "pushed " + describe(rep), err
+		})
+}
+
+func runPull(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	return runSync(ctx, "pull", "fetch the container's changes (and retry a pending pull)", args, stdout, stderr,
+		func(ctx context.Context, ws *client.Workspace) (any, string, error) {
+			rep, err := ws.Pull(ctx)
+			return rep, "pulled " + describe(rep), err
+		})
+}
+
+// runSync is push, pull and tick: one call, a one-line summary or --json.
+func runSync(ctx context.Context, name, what string, args []string, stdout, stderr io.Writer,
+	call func(context.Context, *client.Workspace) (any, string, error)) int {
+	c := newCommand(name, name+" [--json]", "  workspace-server "+name+"    # "+what+"\n", stdout, stderr)
+	cf := c.clientFlags()
+	asJSON := c.fs.Bool("json", false, "print the report as JSON")
+	pos, code, ok := c.parse(args, true)
+	if !ok {
+		return code
+	}
+	if len(pos) != 0 {
+		return c.usageError("takes no arguments")
+	}
+	ws, err := cf.open()
+	if err != nil {
+		return c.fail(err)
+	}
+	rep, summary, err := call(ctx, ws)
+	if err != nil {
+		return c.fail(err)
+	}
+	if *asJSON {
+		return c.printJSON(rep)
+	}
+	fmt.Fprintln(stdout, summary)
+	return exitOK
+}
+
+// describe summarises a sync report in one line.
+func describe(r workspace.SyncReport) string {
+	s := fmt.Sprintf("%d entries, %d objects (%s) in %v", r.Entries, r.Objects, humanBytes(r.Bytes), r.Duration.Round(time.Microsecond*100))
+	if r.Rebaselined {
+		s += " (re-baselined)"
+	}
+	return s
+}
+
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

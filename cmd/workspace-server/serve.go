@@ -1,0 +1,197 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/wsync/wsync/workspace"
+	"github.com/wsync/wsync/workspace/api"
+)
+
+// shutdownGrace bounds how long serve waits for requests in flight (exec
+// streams included) after SIGTERM before closing their connections.
+const shutdownGrace = 30 * time.Second
+
+func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	c := newCommand("serve", "serve [--listen 127.0.0.1:8080] [--data ./data] [--computerd ws://HOST:45678/sync]\n"+
+		"                         [--computerd-token-file FILE] [--token-file FILE] [--mount DIR]",
+		"  workspace-server serve                      # embedded computerd, mount at ./workspace\n"+
+			"  workspace-server serve --listen 0.0.0.0:8080 --data /var/lib/wsync \\\n"+
+			"      --computerd ws://10.0.0.7:45678/sync --computerd-token-file /etc/wsync/computerd.token \\\n"+
+			"      --token-file /etc/wsync/api.token\n"+
+			"\nEvery flag has an environment twin: WSYNC_LISTEN, WSYNC_DATA, WSYNC_COMPUTERD,\n"+
+			"WSYNC_COMPUTERD_TOKEN_FILE, WSYNC_TOKEN_FILE, WSYNC_MOUNT, WSYNC_LOG_LEVEL.\n"+
+			"Without --token-file the API token is kept in DATA/token (created 0600 on first start).\n", stdout, stderr)
+	listen := c.fs.String("listen", env("WSYNC_LISTEN", "127.0.0.1:8080"), "HTTP API listen address")
+	data := c.fs.String("data", env("WSYNC_DATA", "./data"), "data dir: workspace stores and the registry")
+	computerd := c.fs.String("computerd", env("WSYNC_COMPUTERD", ""), "the default workspace's computerd sync URL; empty runs one in this process")
+	ctokenFile := c.fs.String("computerd-token-file", env("WSYNC_COMPUTERD_TOKEN_FILE", ""), "file holding --computerd's token")
+	tokenFile := c.fs.String("token-file", env("WSYNC_TOKEN_FILE", ""), "file holding the API token clients must send (default DATA/token)")
+	mount := c.fs.String("mount", env("WSYNC_MOUNT", "./workspace"), "mount point of the embedded computerd")
+	level := c.fs.String("log-level", env("WSYNC_LOG_LEVEL", "info"), "debug, info, warn or error")
+	pos, code, ok := c.parse(args, true)
+	if !ok {
+		return code
+	}
+	if len(pos) != 0 {
+		return c.usageError("takes no arguments")
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
+		return c.usageError("--log-level %q: %v", *level, err)
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl})).With("component", "workspace-server")
+
+	if err := os.MkdirAll(*data, 0o755); err != nil {
+		return c.fail(err)
+	}
+	token, tokenPath, err := serverToken(*tokenFile, *data)
+	if err != nil {
+		return c.fail(err)
+	}
+
+	endpoint, ctoken := *computerd, ""
+	stopEmbedded := func() error { return nil }
+	switch {
+	case endpoint != "":
+	case startEmbedded == nil:
+		log.Error("no --computerd given and this build has no embedded computerd: the files API works, but exec, push, pull, tick and verify fail on the default workspace")
+	default:
+		ep, tok, stop, err := startEmbedded(ctx, *mount, *data)
+		if err != nil {
+			return c.fail(fmt.Errorf("embedded computerd: %w", err))
+		}
+		endpoint, ctoken, stopEmbedded = ep, tok, stop
+		log.Info("embedded computerd running", "mount", *mount, "endpoint", ep)
+	}
+	var factory workspace.RemoteFactory
+	if newRemote != nil {
+		factory = newRemote(log)
+	} else {
+		log.Error("this build has no sync driver: exec, push, pull, tick and verify fail with ENOTCONN")
+	}
+
+	code = serve(ctx, c, log, *listen, token, workspace.Options{
+		DataDir:          *data,
+		DefaultEndpoint:  endpoint,
+		DefaultTokenFile: *ctokenFile,
+		DefaultToken:     ctoken,
+		Remote:           factory,
+		Logger:           log,
+	}, tokenPath)
+	if err := stopEmbedded(); err != nil {
+		log.Error("embedded computerd shutdown", "err", err)
+		if code == exitOK {
+			code = exitError
+		}
+	}
+	return code
+}
+
+// serve runs the Manager and the HTTP API until ctx ends, then shuts down:
+// requests in flight get shutdownGrace, then the stores and remotes close.
+func serve(ctx context.Context, c *command, log *slog.Logger, listen, token string, opts workspace.Options, tokenPath string) int {
+	m, err := workspace.Open(ctx, opts)
+	if err != nil {
+		return c.fail(err)
+	}
+	defer func() {
+		if err := m.Close(); err != nil {
+			log.Error("close workspaces", "err", err)
+		}
+	}()
+	a, err := api.New(api.Options{Manager: m, Token: token, Logger: log})
+	if err != nil {
+		return c.fail(err)
+	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return c.fail(err)
+	}
+	hs := &http.Server{
+		Handler:           a,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+	}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	log.Info("serving", "addr", ln.Addr().String(), "data", opts.DataDir, "token_file", tokenPath)
+	if onListen != nil {
+		onListen(ln.Addr().String())
+	}
+	select {
+	case err := <-served:
+		return c.fail(err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownGrace)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		log.Warn("requests still running at shutdown were cut", "err", err)
+		hs.Close()
+	}
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return c.fail(err)
+	}
+	return exitOK
+}
+
+// serverToken reads the API token from file, or from DATA/token, creating
+// that with a random token (0600) on first start. It returns the token and
+// the file it came from (for the log: never the token).
+func serverToken(file, data string) (string, string, error) {
+	if file == "" {
+		file = filepath.Join(data, "token")
+		if err := createToken(file); err != nil {
+			return "", "", err
+		}
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", "", fmt.Errorf("api token: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", "", fmt.Errorf("api token file %s is empty", file)
+	}
+	return tok, file, nil
+}
+
+// createToken writes a fresh random token to path unless it exists.
+func createToken(path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("api token: %w", err)
+	}
+	var b [32]byte
+	rand.Read(b[:])
+	_, err = f.WriteString(hex.EncodeToString(b[:]) + "\n")
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+		return fmt.Errorf("api token: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/wsync/wsync/workspace"
+)
+
+func runStatus(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	c := newCommand("status", "status [--json]", "  workspace-server status\n  workspace-server status --json | jq .remote.container.current_rev\n", stdout, stderr)
+	cf := c.clientFlags()
+	asJSON := c.fs.Bool("json", false, "print the status as JSON")
+	pos, code, ok := c.parse(args, true)
+	if !ok {
+		return code
+	}
+	if len(pos) != 0 {
+		return c.usageError("takes no arguments")
+	}
+	ws, err := cf.open()
+	if err != nil {
+		return c.fail(err)
+	}
+	st, err := ws.Status(ctx)
+	if err != nil {
+		return c.fail(err)
+	}
+	if *asJSON {
+		return c.printJSON(st)
+	}
+	printStatus(stdout, st)
+	return exitOK
+}
+
+func printStatus(w io.Writer, st workspace.Status) {
+	fmt.Fprintf(w, "workspace:  %s\n", st.Workspace)
+	if st.Endpoint != "" {
+		fmt.Fprintf(w, "computerd:  %s\n", st.Endpoint)
+	}
+	fmt.Fprintf(w, "ignore:     [%s]\n", strings.Join(st.Ignore, ", "))
+	fmt.Fprintf(w, "server:     rev %d (store %s)\n", st.Store.CurrentRev, st.Store.StoreID)
+	switch r := st.Remote; {
+	case r != nil:
+		fmt.Fprintf(w, "remote:     %s, runtime %s\n", r.State, r.RuntimeID)
+		fmt.Fprintf(w, "  server:    rev %d, pushed %s, fetched %s\n", r.Server.CurrentRev, cursor(r.Server.Push), cursor(r.Server.Fetch))
+		fmt.Fprintf(w, "  container: rev %d, applied push %s\n", r.Container.CurrentRev, cursor(r.Container.AppliedPush))
+		if r.LastError != "" {
+			fmt.Fprintf(w, "  last error: %s\n", r.LastError)
+		}
+	default:
+		fmt.Fprintf(w, "remote:     unavailable: %s\n", st.RemoteError)
+	}
+	if p := st.Pending; p != nil {
+		fmt.Fprintf(w, "PENDING:    the pull after exec %s failed %s ago: %s (run `workspace-server pull`)\n", p.ExecID, since(p.Since), p.Error)
+	}
+	if p := st.Abandoned; p != nil {
+		fmt.Fprintf(w, "abandoned:  pending pull of exec %s (runtime %s changed before it could be retried)\n", p.ExecID, p.RuntimeID)
+	}
+	for _, x := range []struct {
+		name string
+		rec  *workspace.SyncRecord
+	}{{"last push", st.LastPush}, {"last pull", st.LastPull}} {
+		if x.rec == nil {
+			continue
+		}
+		if x.rec.Error != "" {
+			fmt.Fprintf(w, "%-11s %s ago, FAILED: %s\n", x.name+":", since(x.rec.At), x.rec.Error)
+		} else {
+			fmt.Fprintf(w, "%-11s %s ago, %s\n", x.name+":", since(x.rec.At), describe(x.rec.Report))
+		}
+	}
+	if v := st.LastVerify; v != nil {
+		verdict := "converged"
+		if !v.Converged {
+			verdict = "DIVERGED"
+		}
+		fmt.Fprintf(w, "verify:     %s, %s ago\n", verdict, since(v.CheckedAt))
+	}
+	if st.Queued > 0 {
+		fmt.Fprintf(w, "queued:     %d sync calls waiting\n", st.Queued)
+	}
+}
+
+func cursor(c workspace.Cursor) string {
+	if c.Path == nil {
+		return fmt.Sprintf("%d", c.Rev)
+	}
+	return fmt.Sprintf("%d:%q", c.Rev, *c.Path)
+}
+
+func since(t time.Time) string { return time.Since(t).Round(time.Second).String() }

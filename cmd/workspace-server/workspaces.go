@@ -1,0 +1,89 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/wsync/wsync/workspace"
+)
+
+func runWorkspaces(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "create" {
+		return runWorkspacesCreate(ctx, args[1:], stdout, stderr)
+	}
+	c := newCommand("workspaces", "workspaces [--json] | workspaces create NAME [flags]",
+		"  workspace-server workspaces\n  workspace-server workspaces create proj --computerd ws://10.0.0.7:45678/sync --computerd-token-file /etc/wsync/proj.token\n", stdout, stderr)
+	cf := c.clientFlags()
+	asJSON := c.fs.Bool("json", false, "print the list as JSON")
+	pos, code, ok := c.parse(args, true)
+	if !ok {
+		return code
+	}
+	if len(pos) != 0 {
+		return c.usageError("unexpected %q", pos[0])
+	}
+	cl, err := cf.client()
+	if err != nil {
+		return c.fail(err)
+	}
+	list, err := cl.Workspaces(ctx)
+	if err != nil {
+		return c.fail(err)
+	}
+	if *asJSON {
+		return c.printJSON(list)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tCOMPUTERD\tIGNORE")
+	for _, w := range list {
+		ig := "[node_modules] (default)"
+		if w.Ignore != nil {
+			ig = "[" + strings.Join(w.Ignore, ", ") + "]"
+		}
+		ep := w.Endpoint
+		if ep == "" {
+			ep = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", w.Name, ep, ig)
+	}
+	tw.Flush()
+	return exitOK
+}
+
+func runWorkspacesCreate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c := newCommand("workspaces create", "workspaces create NAME [--computerd URL] [--computerd-token-file FILE] [--ignore a,b]",
+		"  workspace-server workspaces create proj --computerd ws://10.0.0.7:45678/sync --computerd-token-file /etc/wsync/proj.token\n", stdout, stderr)
+	cf := c.clientFlags()
+	endpoint := c.fs.String("computerd", "", "the workspace's computerd sync URL (ws://HOST:45678/sync)")
+	tokenFile := c.fs.String("computerd-token-file", "", "file, on the server, holding that computerd's token")
+	ignore := c.fs.String("ignore", "", `comma-separated ignore list replacing the default "node_modules" ("-" ignores nothing)`)
+	pos, code, ok := c.parse(args, true)
+	if !ok {
+		return code
+	}
+	if len(pos) != 1 {
+		return c.usageError("want NAME")
+	}
+	if err := workspace.ValidateName(pos[0]); err != nil {
+		return c.usageError("%v", err)
+	}
+	o := workspace.CreateOptions{Name: pos[0], Endpoint: *endpoint, TokenFile: *tokenFile}
+	switch *ignore {
+	case "":
+	case "-":
+		o.Ignore = []string{}
+	default:
+		o.Ignore = strings.Split(*ignore, ",")
+	}
+	cl, err := cf.client()
+	if err != nil {
+		return c.fail(err)
+	}
+	if _, err := cl.CreateWorkspace(ctx, o); err != nil {
+		return c.fail(err)
+	}
+	return exitOK
+}
