@@ -412,17 +412,8 @@ func (d *Driver) pullOnce(ctx context.Context, s *Session, res *Result, retried 
 	}
 
 	pushBefore := ws.Push
-	for {
-		batch, err := cs.Next(ctx, d.opts.BatchEntries)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return err
-		}
-		if err := d.applyPulled(ctx, s, batch, &ws, res); err != nil {
-			return err
-		}
+	if err := d.pullBatches(ctx, s, cs, &ws, res); err != nil {
+		return err
 	}
 	// Clean drain: everything through the feed's current cursor is here,
 	// including entries the feed filtered out (ignored paths).
@@ -450,69 +441,146 @@ func (d *Driver) syncApplied(ctx context.Context, s *Session, cursor watermark.C
 	return watermark.CheckInvariant(d.peer, watermark.Set{Push: cursor}, resp.AppliedPush)
 }
 
-// applyPulled fetches the chunks one pulled batch needs and does not have,
-// and applies the batch with the fetch cursor in the same transaction.
-func (d *Driver) applyPulled(ctx context.Context, s *Session, batch []vfs.ChangeEntry, ws *watermark.Set, res *Result) error {
+// fetchedBatch is one pulled batch with the chunks it was missing,
+// staged.
+type fetchedBatch struct {
+	batch    []vfs.ChangeEntry
+	stage    *chunkstore.Stage // nil when nothing was missing
+	fetched  map[chunkstore.Hash]bool
+	chunks   int
+	bytes    int64 // raw chunk bytes fetched
+	refBytes int64 // chunk bytes the batch references
+	err      error
+}
+
+func (f *fetchedBatch) release() {
+	if f.stage != nil {
+		f.stage.Release()
+	}
+}
+
+// pullBatches reads the stream 256 entries at a time and applies each
+// batch. It runs as a two-step pipeline: while batch k applies locally,
+// batch k+1 is read and its missing chunks fetched from the peer, so the
+// peer's reads and our writes overlap. At most two batches (and the chunks
+// they reference) are held at once.
+func (d *Driver) pullBatches(ctx context.Context, s *Session, cs *ChangeStream, ws *watermark.Set, res *Result) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ready := make(chan *fetchedBatch, 1)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		defer close(ready)
+		var prev map[chunkstore.Hash]bool
+		for {
+			batch, err := cs.Next(ctx, d.opts.BatchEntries)
+			if errors.Is(err, io.EOF) {
+				return
+			}
+			f := &fetchedBatch{batch: batch, err: err}
+			if err == nil {
+				d.fetchBatch(ctx, s, f, prev)
+				prev = f.fetched
+			}
+			select {
+			case ready <- f:
+			case <-ctx.Done():
+				f.release()
+				return
+			}
+			if f.err != nil {
+				return
+			}
+		}
+	})
+	defer func() {
+		cancel()
+		for f := range ready {
+			f.release()
+		}
+		wg.Wait()
+	}()
+	for f := range ready {
+		if f.err != nil {
+			return f.err
+		}
+		err := d.applyPulled(ctx, f, ws, res)
+		f.release()
+		if err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
+}
+
+// fetchBatch probes the local store for the chunks of f.batch and fetches
+// the missing ones into a stage. Chunks the previous batch fetched are not
+// fetched again: that batch is applied (or the pull fails) first.
+func (d *Driver) fetchBatch(ctx context.Context, s *Session, f *fetchedBatch, prev map[chunkstore.Hash]bool) {
 	seen := map[chunkstore.Hash]bool{}
 	var need []chunkstore.Hash
-	var refBytes int64
-	for _, e := range batch {
-		refBytes += e.Chunks.Size()
+	for _, e := range f.batch {
+		f.refBytes += e.Chunks.Size()
 		for _, r := range e.Chunks {
-			if !seen[r.Hash] {
+			if !seen[r.Hash] && !prev[r.Hash] {
 				seen[r.Hash] = true
 				need = append(need, r.Hash)
 			}
 		}
 	}
+	if len(need) == 0 {
+		return
+	}
+	have, err := d.local.Has(ctx, need)
+	if err != nil {
+		f.err = err
+		return
+	}
+	got := make(map[chunkstore.Hash]bool, len(have))
+	for _, h := range have {
+		got[h] = true
+	}
 	var missing []chunkstore.Hash
-	if len(need) > 0 {
-		have, err := d.local.Has(ctx, need)
-		if err != nil {
-			return err
-		}
-		got := make(map[chunkstore.Hash]bool, len(have))
-		for _, h := range have {
-			got[h] = true
-		}
-		for _, h := range need {
-			if !got[h] {
-				missing = append(missing, h)
-			}
+	for _, h := range need {
+		if !got[h] {
+			missing = append(missing, h)
 		}
 	}
-	var stage *chunkstore.Stage
-	var fetched int64
-	if len(missing) > 0 {
-		stage = d.local.Chunks().NewStage()
-		defer stage.Release()
-		// Stage.Put hashes the bytes before staging them: a chunk that does
-		// not match its hash fails the pull with ErrHashMismatch.
-		err := s.FetchObjects(ctx, missing, func(o Object) error {
-			fetched += int64(len(o.Data))
-			return stage.Put(ctx, o.Hash, o.Data)
-		})
-		if err != nil {
-			return err
-		}
+	if len(missing) == 0 {
+		return
 	}
-	last := batch[len(batch)-1]
+	f.stage = d.local.Chunks().NewStage()
+	f.fetched = make(map[chunkstore.Hash]bool, len(missing))
+	// Stage.Put hashes the bytes before staging them: a chunk that does
+	// not match its hash fails the pull with ErrHashMismatch.
+	f.err = s.FetchObjects(ctx, missing, func(o Object) error {
+		f.bytes += int64(len(o.Data))
+		f.fetched[o.Hash] = true
+		return f.stage.Put(ctx, o.Hash, o.Data)
+	})
+	f.chunks = len(missing)
+}
+
+// applyPulled applies one fetched batch with the fetch cursor in the same
+// transaction.
+func (d *Driver) applyPulled(ctx context.Context, f *fetchedBatch, ws *watermark.Set, res *Result) error {
+	last := f.batch[len(f.batch)-1]
 	ws.Fetch = watermark.Within(last.Rev, last.Path)
-	ar, err := d.local.Apply(ctx, batch, vfs.ApplyOptions{Source: vfs.Upstream, Stage: stage, Peer: d.peer, Watermarks: ws})
+	ar, err := d.local.Apply(ctx, f.batch, vfs.ApplyOptions{Source: vfs.Upstream, Stage: f.stage, Peer: d.peer, Watermarks: ws})
 	if err != nil {
 		return fmt.Errorf("apply pulled batch: %w", err)
 	}
 	res.Batches++
-	res.Entries += len(batch)
+	res.Entries += len(f.batch)
 	res.Applied += ar.Applied
 	res.Skipped += ar.Skipped
-	res.Chunks += len(missing)
-	res.ChunkBytes += fetched
-	res.DedupBytes += refBytes - fetched
-	metricEntries.WithLabelValues("pulled").Add(float64(len(batch)))
-	metricChunks.WithLabelValues("fetched").Add(float64(len(missing)))
-	metricChunkBytes.WithLabelValues("fetched").Add(float64(fetched))
-	metricDedupBytes.Add(float64(refBytes - fetched))
+	res.Chunks += f.chunks
+	res.ChunkBytes += f.bytes
+	res.DedupBytes += f.refBytes - f.bytes
+	metricEntries.WithLabelValues("pulled").Add(float64(len(f.batch)))
+	metricChunks.WithLabelValues("fetched").Add(float64(f.chunks))
+	metricChunkBytes.WithLabelValues("fetched").Add(float64(f.bytes))
+	metricDedupBytes.Add(float64(f.refBytes - f.bytes))
 	// Bounce suppression: the revs this apply stamped are the peer's own
 	// entries; when every earlier local rev was already pushed, skip them
 	// in our push cursor so they do not travel back.

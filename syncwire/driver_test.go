@@ -22,7 +22,7 @@ import (
 	"github.com/wsync/wsync/watermark"
 )
 
-func openStore(t *testing.T, name string) *vfs.Store {
+func openStore(t testing.TB, name string) *vfs.Store {
 	t.Helper()
 	s, err := vfs.Open(t.Context(), t.TempDir()+"/"+name+".db", vfs.Options{NoSync: true})
 	if err != nil {
@@ -36,7 +36,7 @@ func openStore(t *testing.T, name string) *vfs.Store {
 // container-side store served over a real loopback WebSocket. The served
 // store can be swapped (a container restart).
 type pair struct {
-	t      *testing.T
+	t      testing.TB
 	server *vfs.Store // the driver's local store
 	cont   *vfs.Store // the container's store
 	srv    atomic.Pointer[Server]
@@ -45,7 +45,7 @@ type pair struct {
 	drv    *Driver
 }
 
-func newPair(t *testing.T, opts DriverOptions) *pair {
+func newPair(t testing.TB, opts DriverOptions) *pair {
 	t.Helper()
 	p := &pair{t: t, server: openStore(t, "server"), cont: openStore(t, "container")}
 	p.serve(p.cont)
@@ -95,7 +95,7 @@ func (p *pair) tick() TickResult {
 	return tr
 }
 
-func write(t *testing.T, s *vfs.Store, p string, data []byte) {
+func write(t testing.TB, s *vfs.Store, p string, data []byte) {
 	t.Helper()
 	ctx := t.Context()
 	if dir := path.Dir(p); dir != "." {
@@ -109,7 +109,7 @@ func write(t *testing.T, s *vfs.Store, p string, data []byte) {
 }
 
 // snapshot describes a store's live tree: path -> kind, mode and content.
-func snapshot(t *testing.T, s *vfs.Store) map[string]string {
+func snapshot(t testing.TB, s *vfs.Store) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	var walk func(dir string)
@@ -150,7 +150,7 @@ func snapshot(t *testing.T, s *vfs.Store) map[string]string {
 	return out
 }
 
-func assertSameTree(t *testing.T, a, b *vfs.Store) {
+func assertSameTree(t testing.TB, a, b *vfs.Store) {
 	t.Helper()
 	sa, sb := snapshot(t, a), snapshot(t, b)
 	if !maps.Equal(sa, sb) {
@@ -309,7 +309,7 @@ func (a *applyCutter) Apply(ctx context.Context, es []vfs.ChangeEntry, opts vfs.
 }
 
 // populate writes n small files under dir in one Local apply (fast).
-func populate(t *testing.T, s *vfs.Store, dir string, n int) {
+func populate(t testing.TB, s *vfs.Store, dir string, n int) {
 	t.Helper()
 	ctx := t.Context()
 	data := []byte("same small content")
@@ -463,7 +463,7 @@ func TestReplacedContainerIsDetectedAndRebaselined(t *testing.T) {
 	}
 }
 
-func mustPeer(t *testing.T, p *pair) PeerState {
+func mustPeer(t testing.TB, p *pair) PeerState {
 	t.Helper()
 	ps, err := session(t, p.client).Watermarks(t.Context())
 	if err != nil {

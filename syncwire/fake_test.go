@@ -189,7 +189,7 @@ func pipePairConfig(t *testing.T, srv *Server, cfg Config) (*Client, *PipeConn, 
 	return c, cEnd, sEnd
 }
 
-func session(t *testing.T, c *Client) *Session {
+func session(t testing.TB, c *Client) *Session {
 	t.Helper()
 	s, _, err := c.Session(t.Context())
 	if err != nil {
@@ -199,7 +199,7 @@ func session(t *testing.T, c *Client) *Session {
 }
 
 // waitFor polls cond until it holds or the deadline passes.
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
+func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
@@ -211,7 +211,7 @@ func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 }
 
 // tctx is a test context with a bound.
-func tctx(t *testing.T, d time.Duration) context.Context {
+func tctx(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), d)
 	t.Cleanup(cancel)
 	return ctx
