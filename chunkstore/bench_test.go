@@ -110,8 +110,9 @@ func benchStore(b *testing.B, s *Store, db *sql.DB, size int) {
 const bench64MiB = 64 << 20
 
 // BenchmarkPutHashed64MiB stages 64 MiB as 128 full chunks (hash + file
-// write each), by one goroutine or split between two. The files are
-// collected between iterations, off the clock.
+// write each), by one goroutine or split between two, and commits their
+// refs in one transaction (where the chunk directories are fsynced). The
+// chunks are dropped and collected between iterations, off the clock.
 func BenchmarkPutHashed64MiB(b *testing.B) {
 	for _, m := range media() {
 		for _, fsync := range []bool{true, false} {
@@ -131,27 +132,33 @@ func BenchmarkPutHashed64MiB(b *testing.B) {
 func benchPut64MiB(b *testing.B, s *Store, db *sql.DB, workers int) {
 	ctx := context.Background()
 	data := chunkBytes(2, bench64MiB)
+	const n = bench64MiB / ChunkSize
 	b.SetBytes(bench64MiB)
 	b.ResetTimer()
 	for i := range b.N {
 		st := s.NewStage()
+		refs := make([]Ref, n)
 		var wg sync.WaitGroup
 		for w := range workers {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				for c := w; c < bench64MiB/ChunkSize; c += workers {
+				for c := w; c < n; c += workers {
 					chunk := data[c*ChunkSize : (c+1)*ChunkSize]
-					if _, err := st.PutHashed(ctx, uniqueChunk(chunk, uint64(i))); err != nil {
+					r, err := st.PutHashed(ctx, uniqueChunk(chunk, uint64(i)))
+					if err != nil {
 						b.Error(err)
 						return
 					}
+					refs[c] = r
 				}
 			}()
 		}
 		wg.Wait()
-		b.StopTimer()
+		inTx(b, db, func(tx *sql.Tx) error { return s.AddRefs(ctx, tx, refs) })
 		st.Release()
+		b.StopTimer()
+		dropRefs(b, s, db, refs)
 		collect(b, s, db)
 		b.StartTimer()
 	}

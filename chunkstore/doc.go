@@ -17,11 +17,12 @@
 //
 // # Durability ordering
 //
-// Bytes are durable before any transaction names them. A file chunk is
-// written to a temp file, fsynced, renamed into place and its directory
-// fsynced, all inside Stage.Put, before the caller's transaction inserts the
-// row with AddRefs; an inline chunk's bytes go into the row in that same
-// transaction. A crash in between leaves only files without rows (and
+// Bytes are durable before any transaction names them. Stage.Put writes a
+// file chunk to a temp file, fsyncs it and renames it into place; AddRefs,
+// inserting the row inside the caller's transaction, first fsyncs the
+// directories holding new chunk files (once per directory, not per chunk),
+// so the names are durable before that transaction can commit. An inline
+// chunk's bytes go into its row in that same transaction. A crash in between leaves only files without rows (and
 // perhaps a temp file), which the first GC after reopening removes; a file
 // name in the layout always has complete bytes behind it. NoSync drops the
 // fsyncs, for tmpfs and tests.

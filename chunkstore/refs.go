@@ -130,10 +130,11 @@ func (s *Store) addRefs(ctx context.Context, q Querier, counts []refCount) error
 	// racing with this transaction cannot unlink a file it is about to
 	// reference.
 	data := make([][]byte, len(missing))
-	var files []int
+	var staged, onDisk []Hash // file chunks written by a stage, found on disk
 	s.mu.Lock()
 	for i, c := range missing {
-		if p := s.pins[c.Hash]; p != nil && p.data != nil {
+		p := s.pins[c.Hash]
+		if p != nil && p.data != nil {
 			if len(p.data) != int(c.Size) {
 				s.mu.Unlock()
 				return fmt.Errorf("add ref %s: %w: staged %d bytes, ref says %d", c.Hash, ErrSizeMismatch, len(p.data), c.Size)
@@ -141,15 +142,21 @@ func (s *Store) addRefs(ctx context.Context, q Querier, counts []refCount) error
 			data[i] = p.data
 			continue
 		}
-		files = append(files, i)
+		if p != nil && p.onDisk {
+			staged = append(staged, c.Hash)
+		} else {
+			onDisk = append(onDisk, c.Hash)
+		}
 		s.spareLocked(c.Hash)
 	}
 	s.mu.Unlock()
-	for _, i := range files {
-		c := missing[i]
-		if s.dir == "" || !s.statChunk(c.Hash, int64(c.Size)) {
+	for i, c := range missing {
+		if data[i] == nil && (s.dir == "" || !s.statChunk(c.Hash, int64(c.Size))) {
 			return fmt.Errorf("add ref %s: %w", c.Hash, ErrUnknownHash)
 		}
+	}
+	if err := s.syncDirs(staged, onDisk); err != nil {
+		return fmt.Errorf("add refs: %w", err)
 	}
 
 	args := make([]any, 0, 4*len(missing))

@@ -90,6 +90,10 @@ type Store struct {
 	// sweep is the collection whose Finish may still come; at most one, a
 	// newer GC supersedes it.
 	sweep *Sweep
+	// dirtyDirs are chunk directories with renames not yet fsynced.
+	dirtyDirs map[string]struct{}
+
+	syncMu sync.Mutex // serialises syncDirs
 }
 
 type pin struct {
@@ -111,6 +115,7 @@ func New(opts Options) (*Store, error) {
 		log:       opts.Logger,
 		pins:      make(map[Hash]*pin),
 		released:  make(map[Hash]struct{}),
+		dirtyDirs: make(map[string]struct{}),
 	}
 	switch {
 	case s.inlineMax != 0:
