@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 
@@ -20,7 +21,7 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 const maxStdin = 15 << 20
 
 func runExec(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	c := newCommand("exec", "exec [--cwd DIR] [--env K=V]... [--timeout 30s] [--user UID[:GID]] [-i] -- CMD [ARG...]",
+	c := newCommand("exec", "exec [--cwd DIR] [--env K=V]... [--timeout 30s] [--user UID[:GID]] [-n] -- CMD [ARG...]",
 		"  workspace-server exec --cwd /src --env CI=1 --timeout 5m -- make test\n"+
 			"  workspace-server exec -- sh -c 'npm install && npm run build'\n", stdout, stderr)
 	cf := c.clientFlags()
@@ -29,7 +30,7 @@ func runExec(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	c.fs.Var(&envs, "env", "K=V added to the command's environment (repeatable)")
 	timeout := c.fs.Duration("timeout", 0, "kill the command after this long (default: computerd's, 10m)")
 	user := c.fs.String("user", "", "run as UID[:GID] (numeric)")
-	withStdin := c.fs.Bool("i", false, "send this command's standard input to the command (read to EOF first, at most 15 MiB)")
+	noStdin := c.fs.Bool("n", false, "do not send standard input to the command (as ssh -n); a terminal is never sent")
 	argv, code, ok := c.parse(args, false)
 	if !ok {
 		return code
@@ -59,7 +60,9 @@ func runExec(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 			return c.usageError("--cwd: %v", err)
 		}
 	}
-	if *withStdin {
+	// Piped or redirected input goes to the command: it is read to EOF before
+	// the command starts (the API takes stdin whole), so it is bounded.
+	if !*noStdin && !isCharDevice(stdin) {
 		b, err := io.ReadAll(io.LimitReader(stdin, maxStdin+1))
 		if err != nil {
 			return c.fail(fmt.Errorf("read stdin: %w", err))
@@ -87,6 +90,17 @@ func runExec(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		fmt.Fprintf(stderr, "workspace-server exec: warning: the pull after the command failed; its changes stay in the container until the next sync or `workspace-server pull`: %s\n", rep.SyncError)
 	}
 	return exitCode(rep.ExecResult)
+}
+
+// isCharDevice reports whether r is a terminal or a device such as
+// /dev/null: nothing to forward.
+func isCharDevice(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 // exitCode is the command's exit code, 128+n for signal n.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -278,8 +279,11 @@ func TestExecVerb(t *testing.T) {
 	if r := c.run("", "exec", "kill", "9"); r.code != 137 {
 		t.Fatalf("killed by 9: exit %d", r.code)
 	}
-	if got := c.ok("piped in", "exec", "-i", "--", "exit", "0"); got != "piped in" {
+	if got := c.ok("piped in", "exec", "--", "exit", "0"); got != "piped in" {
 		t.Fatalf("stdin: %q", got)
+	}
+	if got := c.ok("piped in", "exec", "-n", "--", "exit", "0"); got != "" {
+		t.Fatalf("stdin with -n: %q", got)
 	}
 
 	fake := c.srv.Remotes.Fake("default")
@@ -334,24 +338,51 @@ func TestSyncVerbs(t *testing.T) {
 	}
 }
 
-func TestServe(t *testing.T) {
-	data := t.TempDir()
+// startServe runs serve in the background until the test ends and returns
+// its address and a function that stops it and returns its result.
+func startServe(t *testing.T, args ...string) (string, func() result) {
+	t.Helper()
 	addr := make(chan string, 1)
 	onListen = func(a string) { addr <- a }
-	t.Cleanup(func() { onListen = nil })
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan result, 1)
 	go func() {
 		var out, errb bytes.Buffer
-		code := run(ctx, []string{"serve", "--listen", "127.0.0.1:0", "--data", data, "--log-level", "warn"}, strings.NewReader(""), &out, &errb)
+		code := run(ctx, append([]string{"serve", "--listen", "127.0.0.1:0", "--log-level", "warn"}, args...), strings.NewReader(""), &out, &errb)
 		done <- result{code, out.String(), errb.String()}
 	}()
-	var a string
+	var once result
+	stopped := false
+	stop := func() result {
+		if !stopped {
+			cancel()
+			once, stopped = <-done, true
+		}
+		return once
+	}
+	t.Cleanup(func() { stop(); onListen = nil })
 	select {
-	case a = <-addr:
+	case a := <-addr:
+		return a, stop
 	case r := <-done:
+		stopped, once = true, r
 		t.Fatalf("serve ended early: %+v", r)
 	}
+	return "", stop
+}
+
+// withHooks replaces the serve hooks for one test.
+func withHooks(t *testing.T, remote func(*slog.Logger) workspace.RemoteFactory,
+	embedded func(ctx context.Context, mountDir, dataDir string) (string, string, func() error, error)) {
+	oldR, oldE := newRemote, startEmbedded
+	newRemote, startEmbedded = remote, embedded
+	t.Cleanup(func() { newRemote, startEmbedded = oldR, oldE })
+}
+
+func TestServeWithoutHooks(t *testing.T) {
+	withHooks(t, nil, nil)
+	data := t.TempDir()
+	a, stop := startServe(t, "--data", data, "--mount", t.TempDir())
 	tok, err := os.ReadFile(filepath.Join(data, "token"))
 	if err != nil {
 		t.Fatal(err)
@@ -368,19 +399,57 @@ func TestServe(t *testing.T) {
 	if _, err := ws.WriteFile(context.Background(), "/hello", strings.NewReader("hi"), nil); err != nil {
 		t.Fatal(err)
 	}
-	// This build has no sync driver linked in: a clear ENOTCONN.
 	if _, err := ws.Push(context.Background()); !errors.Is(err, workspace.ErrNoRemote) {
 		t.Fatalf("push without a driver: %v", err)
 	}
-	cancel()
-	r := <-done
+	r := stop()
 	if r.code != 0 {
 		t.Fatalf("serve exit %d: %s", r.code, r.stderr)
 	}
-	if !strings.Contains(r.stderr, "no sync driver") && !strings.Contains(r.stderr, "no embedded computerd") {
+	if !strings.Contains(r.stderr, "no sync driver") || !strings.Contains(r.stderr, "no embedded computerd") {
 		t.Errorf("serve did not say why sync is off:\n%s", r.stderr)
 	}
 	if strings.Contains(r.stderr, strings.TrimSpace(string(tok))) {
 		t.Fatal("serve logged its token")
+	}
+}
+
+func TestServeUsesHooks(t *testing.T) {
+	remotes := &workspacetest.Remotes{Dir: t.TempDir()}
+	t.Cleanup(func() { remotes.Close() })
+	var gotMount, gotEndpoint, gotToken string
+	stopped := make(chan struct{})
+	withHooks(t,
+		func(*slog.Logger) workspace.RemoteFactory {
+			return func(ws *workspace.Workspace) (workspace.Remote, error) {
+				gotEndpoint = ws.Config().Endpoint
+				gotToken, _ = ws.Token()
+				return remotes.Factory(ws)
+			}
+		},
+		func(ctx context.Context, mountDir, dataDir string) (string, string, func() error, error) {
+			gotMount = mountDir
+			return "ws://127.0.0.1:1/sync", "embedded-secret", func() error { close(stopped); return nil }, nil
+		})
+	data, mount := t.TempDir(), t.TempDir()
+	tokFile := filepath.Join(t.TempDir(), "api.token")
+	os.WriteFile(tokFile, []byte("api-secret\n"), 0o600)
+	t.Setenv("WSYNC_TOKEN_FILE", tokFile)
+	a, stop := startServe(t, "--data", data, "--mount", mount)
+	cl, _ := client.New("http://"+a, "api-secret")
+	rep, err := cl.Workspace("default").Exec(context.Background(), workspace.ExecSpec{Argv: []string{"write", "/x", "1"}}, nil)
+	if err != nil || rep.Sync != workspace.SyncComplete || rep.Pulled.Entries != 1 {
+		t.Fatalf("exec through the hooks: %+v %v", rep, err)
+	}
+	if gotMount != mount || gotEndpoint != "ws://127.0.0.1:1/sync" || gotToken != "embedded-secret" {
+		t.Fatalf("hooks saw mount %q endpoint %q token %q", gotMount, gotEndpoint, gotToken)
+	}
+	if r := stop(); r.code != 0 {
+		t.Fatalf("serve exit %d: %s", r.code, r.stderr)
+	}
+	select {
+	case <-stopped:
+	default:
+		t.Fatal("the embedded computerd was not stopped")
 	}
 }
