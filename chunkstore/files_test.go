@@ -282,3 +282,22 @@ func TestConcurrentGCNeverTakesStagedOrCommittedBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestAddRefsSyncsTheDirectoriesOfNewChunkFiles(t *testing.T) {
+	s, db := splitStore(t, 0, false)
+	st := s.NewStage()
+	defer st.Release()
+	m := Manifest{put(t, st, chunkBytes(11, ChunkSize)), put(t, st, chunkBytes(12, ChunkSize))}
+	dirty := func() int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.dirtyDirs)
+	}
+	if got := dirty(); got == 0 {
+		t.Fatalf("no directory awaits a sync after two chunk files were written")
+	}
+	inTx(t, db, func(tx *sql.Tx) error { return s.AddRefs(context.Background(), tx, m) })
+	if got := dirty(); got != 0 {
+		t.Fatalf("%d directories still unsynced after AddRefs named their files", got)
+	}
+}
