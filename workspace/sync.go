@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/wsync/wsync/vfs"
@@ -224,6 +225,14 @@ func (w *Workspace) Exec(ctx context.Context, spec ExecSpec, out func(ExecEvent)
 	}
 	if _, err := vfs.CleanAPIPath(spec.Cwd); err != nil {
 		return rep, fmt.Errorf("exec: cwd: %w", err)
+	}
+	if spec.Timeout < 0 {
+		return rep, fmt.Errorf("exec: %w: negative timeout", vfs.ErrInvalid)
+	}
+	for _, e := range spec.Env {
+		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
+			return rep, fmt.Errorf("exec: %w: env entry %q is not K=V", vfs.ErrInvalid, e)
+		}
 	}
 	r, err := w.remoteFor()
 	if err != nil {

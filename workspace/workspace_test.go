@@ -516,3 +516,38 @@ func TestVerifyAndNoRemote(t *testing.T) {
 		t.Errorf("status without remote: %+v", st)
 	}
 }
+
+func TestStoreAndRegistrySurviveReopen(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	w := h.ws(t, "default")
+	write(t, w, "/kept", "across restarts")
+	must(t, h.m.Close())
+	h.m = h.open(t)
+	if got := read(t, h.ws(t, "default"), "/kept"); got != "across restarts" {
+		t.Fatalf("after reopen: %q", got)
+	}
+	if _, err := h.ws(t, "default").Stat(ctx, "/kept", false); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestExecRefusesBadSpecs(t *testing.T) {
+	h := newHarness(t, nil)
+	w := h.ws(t, "default")
+	for _, spec := range []workspace.ExecSpec{
+		{},
+		{Argv: []string{"a"}, Shell: "b"},
+		{Argv: []string{"a"}, Cwd: "/../etc"},
+		{Argv: []string{"a"}, Env: []string{"NOEQUALS"}},
+		{Argv: []string{"a"}, Env: []string{"=v"}},
+		{Argv: []string{"a"}, Timeout: -1},
+	} {
+		if _, err := w.Exec(context.Background(), spec, nil); !errors.Is(err, vfs.ErrInvalid) {
+			t.Errorf("%+v: %v, want EINVAL", spec, err)
+		}
+	}
+	if calls := h.remotes.Fake("default"); calls != nil && len(calls.Calls()) != 0 {
+		t.Errorf("a bad spec reached the remote: %v", calls.Calls())
+	}
+}

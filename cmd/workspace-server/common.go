@@ -19,6 +19,9 @@ const (
 	exitError    = 1
 	exitUsage    = 2
 	exitDiverged = 3
+	// exitInterrupted is exec's code when SIGINT or SIGTERM ended the CLI
+	// (128+SIGINT, as a shell reports it).
+	exitInterrupted = 130
 )
 
 // defaultTokenFile is where serve keeps its API token when it was given

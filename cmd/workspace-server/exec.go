@@ -84,6 +84,10 @@ func runExec(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		}
 	})
 	if err != nil {
+		if ctx.Err() != nil {
+			fmt.Fprintln(stderr, "workspace-server exec: interrupted; the command was killed")
+			return exitInterrupted
+		}
 		return c.fail(err)
 	}
 	if rep.Sync == workspace.SyncPending {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -452,4 +453,29 @@ func TestServeUsesHooks(t *testing.T) {
 	default:
 		t.Fatal("the embedded computerd was not stopped")
 	}
+}
+
+func TestExecInterrupted(t *testing.T) {
+	killed := make(chan struct{})
+	run := func(ctx context.Context, cs *vfs.Store, spec workspace.ExecSpec, out func(workspace.ExecEvent)) (workspace.ExecResult, error) {
+		out(workspace.ExecEvent{Stream: workspace.Stdout, Data: []byte("started\n")})
+		<-ctx.Done() // the CLI going away cancels the command
+		close(killed)
+		return workspace.ExecResult{}, ctx.Err()
+	}
+	newCLI(t, run)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first := make(chan struct{})
+	sw := &signalWriter{first: first}
+	go func() { <-first; cancel() }()
+	var errb bytes.Buffer
+	if code := runCLI(ctx, []string{"exec", "--", "forever"}, sw, &errb); code != 130 {
+		t.Fatalf("interrupted exec: exit %d, stderr %s", code, errb.String())
+	}
+	<-killed
+}
+
+func runCLI(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return run(ctx, args, strings.NewReader(""), stdout, stderr)
 }
