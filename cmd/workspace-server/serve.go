@@ -52,7 +52,9 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
 		return c.usageError("--log-level %q: %v", *level, err)
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl})).With("component", "workspace-server")
+	// Each package adds its own component attribute to root.
+	root := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lvl}))
+	log := root.With("component", "workspace-server")
 
 	if err := os.MkdirAll(*data, 0o755); err != nil {
 		return c.fail(err)
@@ -78,18 +80,18 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	}
 	var factory workspace.RemoteFactory
 	if newRemote != nil {
-		factory = newRemote(log)
+		factory = newRemote(root)
 	} else {
 		log.Error("this build has no sync driver: exec, push, pull, tick and verify fail with ENOTCONN")
 	}
 
-	code = serve(ctx, c, log, *listen, token, workspace.Options{
+	code = serve(ctx, c, root, *listen, token, workspace.Options{
 		DataDir:          *data,
 		DefaultEndpoint:  endpoint,
 		DefaultTokenFile: *ctokenFile,
 		DefaultToken:     ctoken,
 		Remote:           factory,
-		Logger:           log,
+		Logger:           root,
 	}, tokenPath)
 	if err := stopEmbedded(); err != nil {
 		log.Error("embedded computerd shutdown", "err", err)
@@ -102,7 +104,8 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 
 // serve runs the Manager and the HTTP API until ctx ends, then shuts down:
 // requests in flight get shutdownGrace, then the stores and remotes close.
-func serve(ctx context.Context, c *command, log *slog.Logger, listen, token string, opts workspace.Options, tokenPath string) int {
+func serve(ctx context.Context, c *command, root *slog.Logger, listen, token string, opts workspace.Options, tokenPath string) int {
+	log := root.With("component", "workspace-server")
 	m, err := workspace.Open(ctx, opts)
 	if err != nil {
 		return c.fail(err)
@@ -112,7 +115,7 @@ func serve(ctx context.Context, c *command, log *slog.Logger, listen, token stri
 			log.Error("close workspaces", "err", err)
 		}
 	}()
-	a, err := api.New(api.Options{Manager: m, Token: token, Logger: log})
+	a, err := api.New(api.Options{Manager: m, Token: token, Logger: root})
 	if err != nil {
 		return c.fail(err)
 	}
