@@ -48,6 +48,9 @@ func compress(data []byte) []byte {
 	if len(data) < 256 {
 		return nil
 	}
+	if len(data) > 4*sampleSize && !compressible(data) {
+		return nil
+	}
 	bp := compressBufs.Get().(*[]byte)
 	z := zstdEncoder().EncodeAll(data, (*bp)[:0])
 	if len(z) >= len(data)-len(data)/minCompressGain {
@@ -56,6 +59,23 @@ func compress(data []byte) []byte {
 		return nil
 	}
 	return z
+}
+
+// sampleSize is how much of a large chunk is test-compressed first, so
+// incompressible chunks (media, archives, random data) cost a fraction of a
+// full encode.
+const sampleSize = 16 << 10
+
+// compressible test-compresses samples from the start and the middle of data.
+func compressible(data []byte) bool {
+	var buf [sampleSize + 512]byte
+	for _, off := range []int{0, len(data) / 2} {
+		sample := data[off : off+sampleSize]
+		if z := zstdEncoder().EncodeAll(sample, buf[:0]); len(z) < len(sample)-len(sample)/minCompressGain {
+			return true
+		}
+	}
+	return false
 }
 
 func putCompressBuf(z []byte) {

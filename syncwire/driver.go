@@ -553,11 +553,16 @@ func (d *Driver) fetchBatch(ctx context.Context, s *Session, f *fetchedBatch, pr
 	f.fetched = make(map[chunkstore.Hash]bool, len(missing))
 	// Stage.Put hashes the bytes before staging them: a chunk that does
 	// not match its hash fails the pull with ErrHashMismatch.
-	f.err = s.FetchObjects(ctx, missing, func(o Object) error {
+	g := newStager(ctx, f.stage)
+	err = s.FetchObjects(ctx, missing, func(o Object) error {
 		f.bytes += int64(len(o.Data))
 		f.fetched[o.Hash] = true
-		return f.stage.Put(ctx, o.Hash, o.Data)
+		return g.put(o)
 	})
+	if werr := g.wait(); werr != nil {
+		err = werr
+	}
+	f.err = err
 	f.chunks = len(missing)
 }
 

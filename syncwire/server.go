@@ -485,7 +485,11 @@ func (ss *serverSession) pushObjects(ctx context.Context, c *Incoming) error {
 		return err
 	}
 	var resp PushObjectsResponse
+	g := newStager(ctx, st)
 	fail := func(err error) error {
+		if werr := g.wait(); werr != nil {
+			err = werr // the staging failure is the cause
+		}
 		ss.dropStage(id)
 		return fmt.Errorf("push objects: %w", err)
 	}
@@ -502,12 +506,16 @@ func (ss *serverSession) pushObjects(ctx context.Context, c *Incoming) error {
 			return fail(err)
 		}
 		for _, o := range objs {
-			if err := st.Put(ctx, o.Hash, o.Data); err != nil {
+			if err := g.put(o); err != nil {
 				return fail(err)
 			}
 			resp.Chunks++
 			resp.Bytes += int64(len(o.Data))
 		}
+	}
+	if err := g.wait(); err != nil {
+		ss.dropStage(id)
+		return fmt.Errorf("push objects: %w", err)
 	}
 	var e enc
 	e.uvarint(uint64(resp.Chunks))

@@ -112,6 +112,7 @@ type Session struct {
 	slots  chan struct{} // bounds our calls in flight to the peer's MaxCalls
 
 	handlers sync.WaitGroup
+	closing  sync.WaitGroup // the conn.Close in flight
 
 	stats sessionStats
 }
@@ -218,7 +219,9 @@ func (s *Session) fail(err error) {
 	s.out, s.in = map[uint64]*Outgoing{}, map[uint64]*Incoming{}
 	s.mu.Unlock()
 	s.cancel()
-	s.conn.Close(err)
+	// Closing a WebSocket waits for the peer's close frame (up to a few
+	// seconds for a silent peer); in-flight calls must not wait for that.
+	s.closing.Go(func() { s.conn.Close(err) })
 	serr := &shutdownError{cause: err}
 	for _, o := range out {
 		o.finish(serr)
@@ -241,6 +244,7 @@ func (s *Session) Serve(ctx context.Context) error {
 	s.fail(err)
 	wg.Wait()
 	s.handlers.Wait()
+	s.closing.Wait()
 	return s.Err()
 }
 
@@ -271,7 +275,10 @@ func (s *Session) pinger() {
 
 func (s *Session) readLoop() error {
 	for {
-		b, err := s.conn.ReadMessage(s.ctx)
+		// Not under s.ctx: cancelling a WebSocket read tears the socket
+		// down before our close frame (with its reason) is written. Close
+		// ends the read instead.
+		b, err := s.conn.ReadMessage(context.Background())
 		if err != nil {
 			if s.ctx.Err() != nil {
 				return fmt.Errorf("%w: session closed", ErrShutdown)
