@@ -1,6 +1,3 @@
-// Command workspace-server is the authoritative side of wsync: `serve` runs
-// the server (workspace stores, sync with computerd, HTTP API), and the
-// other verbs are its command-line client.
 package main
 
 import (
