@@ -44,7 +44,8 @@
 // AttrTimeout, 1s by default) and file pages: an open keeps the page cache
 // (FOPEN_KEEP_CACHE) when the node's rev is the one seen at the previous
 // open or after our own last commit, which the kernel watched go by. Failed
-// lookups are cached only when Options.NegativeTimeout is set.
+// lookups are cached too (Options.NegativeTimeout, by default the entry
+// timeout): an apply invalidates every name it creates, parents included.
 //
 // An upstream apply changes the store behind the kernel's back, so the
 // Server observes the store (vfs.Store.Observe) and invalidates what each

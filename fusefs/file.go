@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -94,6 +95,9 @@ type fileHandle struct {
 	h      *vfs.Handle
 	attr   vfs.Attr // as of the open
 	append bool
+	// committed: a flush or fsync through this handle committed writes,
+	// to be noted (off the close path) at release.
+	committed atomic.Bool
 }
 
 var (
@@ -153,7 +157,7 @@ func (f *fileHandle) commit(ctx context.Context) syscall.Errno {
 		return toErrno(err)
 	}
 	f.srv.metrics.committed()
-	f.node.noteOwnChange(ctx)
+	f.committed.Store(true)
 	return 0
 }
 
@@ -170,6 +174,10 @@ func (f *fileHandle) Release(ctx context.Context) (errno syscall.Errno) {
 	}
 	if dirty {
 		f.srv.metrics.committed()
+	}
+	if dirty || f.committed.Load() {
+		// RELEASE is asynchronous to the process, unlike the FLUSH of
+		// close(2): the read of the new rev costs nobody a wait here.
 		f.node.noteOwnChange(ctx)
 	}
 	return 0

@@ -56,7 +56,10 @@ type Options struct {
 	// explicitly, so long timeouts are safe.
 	EntryTimeout time.Duration
 	AttrTimeout  time.Duration
-	// NegativeTimeout caches failed lookups (0: not cached).
+	// NegativeTimeout caches failed lookups (0: the entry timeout; negative:
+	// not cached). Applies invalidate the names they create, so negative
+	// entries are as safe as positive ones, and compilers, git and shells
+	// probe many missing names.
 	NegativeTimeout time.Duration
 
 	// MaxWrite and MaxReadAhead bound request sizes (0: the defaults).
@@ -195,8 +198,8 @@ func Mount(ctx context.Context, dir string, store *vfs.Store, opts Options) (*Se
 		ExternalNodeID: true,
 		Logger:         debugLog,
 	}
-	if opts.NegativeTimeout > 0 {
-		fopts.NegativeTimeout = &opts.NegativeTimeout
+	if opts.NegativeTimeout >= 0 {
+		fopts.NegativeTimeout = opts.timeout(opts.NegativeTimeout, *fopts.EntryTimeout)
 	}
 
 	rawFS := fs.NewNodeFS(s.root, fopts)

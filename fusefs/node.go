@@ -26,6 +26,30 @@ type Node struct {
 	// this node, as far as we know: set at open and after our own commits.
 	// An open that finds the store at the same rev keeps the cache.
 	cacheRev atomic.Int64
+
+	// dirAttr caches this directory's mode and gid (mode<<32 | gid, 0 for
+	// unknown) as last reported, for the setgid rule of Create and Mkdir:
+	// an extra store read per create otherwise. The kernel refreshes it
+	// with a GETATTR after any invalidation.
+	dirAttr atomic.Uint64
+}
+
+func (n *Node) remember(a vfs.Attr) {
+	if a.Kind == vfs.KindDir {
+		n.dirAttr.Store(uint64(a.Mode|syscall.S_IFDIR)<<32 | uint64(a.Gid))
+	}
+}
+
+// parentAttr is the mode and gid new children of n inherit from.
+func (n *Node) parentAttr(ctx context.Context) (vfs.Attr, error) {
+	if v := n.dirAttr.Load(); v != 0 {
+		return vfs.Attr{Mode: uint32(v>>32) & 07777, Gid: uint32(v)}, nil
+	}
+	a, err := n.srv.attr(ctx, n.ino)
+	if err == nil {
+		n.remember(a)
+	}
+	return a, err
 }
 
 var (
@@ -81,7 +105,9 @@ func (s *Server) overlay(a *vfs.Attr) {
 func (n *Node) child(ctx context.Context, a vfs.Attr, out *fuse.EntryOut) *fs.Inode {
 	n.srv.overlay(&a)
 	fillAttr(&out.Attr, a)
-	return n.NewInode(ctx, &Node{srv: n.srv, ino: a.Ino}, fs.StableAttr{
+	c := &Node{srv: n.srv, ino: a.Ino}
+	c.remember(a)
+	return n.NewInode(ctx, c, fs.StableAttr{
 		Mode: kindMode(a.Kind),
 		Ino:  uint64(a.Ino),
 		Gen:  nodeGen,
@@ -124,6 +150,7 @@ func (n *Node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	if err != nil {
 		return toErrno(err)
 	}
+	n.remember(a)
 	fillAttr(&out.Attr, a)
 	return 0
 }
@@ -177,13 +204,14 @@ func (n *Node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		return toErrno(err)
 	}
 	n.cacheRev.Store(a.Rev)
+	n.remember(a)
 	fillAttr(&out.Attr, a)
 	return 0
 }
 
 func (n *Node) Open(ctx context.Context, flags uint32) (_ fs.FileHandle, fuseFlags uint32, errno syscall.Errno) {
 	defer n.srv.metrics.track(opOpen, time.Now(), &errno)
-	fh, a, errno := n.open(context.WithoutCancel(ctx), flags)
+	fh, a, errno := n.open(context.WithoutCancel(ctx), flags, nil)
 	if errno != 0 {
 		return nil, 0, errno
 	}
@@ -194,10 +222,11 @@ func (n *Node) Open(ctx context.Context, flags uint32) (_ fs.FileHandle, fuseFla
 }
 
 // open makes a FUSE handle on the node and returns the node's attributes
-// as of after the open. (The kernel truncates with a SETATTR before OPEN;
+// as of after the open; created, when not nil, holds them already (a node
+// this request created). (The kernel truncates with a SETATTR before OPEN;
 // O_TRUNC arrives here only with a CREATE of a name that appeared since the
 // kernel's lookup.)
-func (n *Node) open(ctx context.Context, flags uint32) (*fileHandle, vfs.Attr, syscall.Errno) {
+func (n *Node) open(ctx context.Context, flags uint32, created *vfs.Attr) (*fileHandle, vfs.Attr, syscall.Errno) {
 	h, err := n.srv.store.OpenHandle(ctx, n.ino)
 	if err != nil {
 		return nil, vfs.Attr{}, toErrno(err)
@@ -206,7 +235,9 @@ func (n *Node) open(ctx context.Context, flags uint32) (*fileHandle, vfs.Attr, s
 		err = h.Truncate(ctx, 0)
 	}
 	var a vfs.Attr
-	if err == nil {
+	if created != nil && err == nil {
+		a = *created
+	} else if err == nil {
 		// Read the node after the handle exists: an unlink that raced with
 		// the open may have removed the node before the store registered
 		// the handle, and a handle on a removed node must not be returned.
@@ -224,12 +255,14 @@ func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	defer n.srv.metrics.track(opCreate, time.Now(), &errno)
 	ctx = context.WithoutCancel(ctx)
 	s := n.srv
-	parent, err := s.store.GetAttr(ctx, n.ino)
+	parent, err := n.parentAttr(ctx)
 	if err != nil {
 		return nil, nil, 0, toErrno(err)
 	}
 	a, err := s.store.Create(ctx, n.ino, name, newNodeAttr(parent, callerOf(ctx), mode, false))
+	created := &a
 	if errors.Is(err, vfs.ErrExist) && flags&syscall.O_EXCL == 0 {
+		created = nil
 		// Created by someone else since the kernel's lookup: open it.
 		a, err = s.store.Lookup(ctx, n.ino, name)
 		if err == nil && a.Kind == vfs.KindDir {
@@ -241,7 +274,7 @@ func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	}
 	child := n.child(ctx, a, out)
 	cn := child.Operations().(*Node)
-	fh, a, errno := cn.open(ctx, flags)
+	fh, a, errno := cn.open(ctx, flags, created)
 	if errno != 0 {
 		return nil, nil, 0, errno
 	}
@@ -252,7 +285,7 @@ func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint3
 func (n *Node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (_ *fs.Inode, errno syscall.Errno) {
 	defer n.srv.metrics.track(opMkdir, time.Now(), &errno)
 	ctx = context.WithoutCancel(ctx)
-	parent, err := n.srv.store.GetAttr(ctx, n.ino)
+	parent, err := n.parentAttr(ctx)
 	if err != nil {
 		return nil, toErrno(err)
 	}
