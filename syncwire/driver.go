@@ -54,7 +54,9 @@ type Driver struct {
 }
 
 // NewDriver returns a driver for local and the peer behind c. peer names
-// the local watermarks kept for that peer.
+// the local watermarks kept for that peer. c must announce local's store id
+// (ClientOptions.Config.StoreID = local.ID()): the peer keys the watermarks
+// it keeps for us by it.
 func NewDriver(local Backend, peer string, c *Client, opts DriverOptions) *Driver {
 	if opts.BatchEntries <= 0 {
 		opts.BatchEntries = BatchEntries
@@ -136,6 +138,10 @@ func (d *Driver) withSession(ctx context.Context, res *Result, op func(context.C
 	s, epoch, err := d.client.Session(ctx)
 	if err != nil {
 		return err
+	}
+	if id := s.Local().StoreID; id != d.local.ID() {
+		// The peer keys the watermarks it keeps for us by this id.
+		return fmt.Errorf("%w: client announces store %q, the driver's store is %q", vfs.ErrInvalid, id, d.local.ID())
 	}
 	if epoch != d.reconciled && !d.opts.noReconcile {
 		if err := d.reconcile(ctx, s, res); err != nil {

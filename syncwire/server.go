@@ -379,8 +379,9 @@ func sendEntries(ctx context.Context, send func(context.Context, []byte) error, 
 			}
 		}
 		if n > MaxPayload/2 {
-			// A manifest this long (a file over ~6 GiB) goes alone; the
-			// frame bound still holds up to MaxPayload.
+			// A manifest this long (a file over ~6 GiB) goes in a message
+			// of its own. One entry must fit one frame: files up to about
+			// 12 GiB (24,000 chunks of 43 bytes or less).
 			if err := flush(); err != nil {
 				return err
 			}
