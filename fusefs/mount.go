@@ -286,7 +286,15 @@ func (s *Server) ForceUnmount() error {
 	if s.dev != 0 {
 		abortConnection(s.dev)
 	}
-	s.fuse.Wait()
+	served := make(chan struct{})
+	go func() { s.fuse.Wait(); close(served) }()
+	select {
+	case <-served:
+	case <-time.After(10 * time.Second):
+		// Without fusectl the loop runs until the last descriptor into the
+		// detached mount closes; stop waiting, the mount is gone already.
+		s.log.Warn("serve loop still running after a forced unmount")
+	}
 	return s.shutdown()
 }
 
