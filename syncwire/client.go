@@ -121,6 +121,26 @@ func (c *Client) Close() error {
 	return nil
 }
 
+// Call makes a unary call of method m on the current session (redialling
+// if it died): for methods other packages register with Server.Handle.
+func (c *Client) Call(ctx context.Context, m Method, body []byte) ([]byte, error) {
+	s, _, err := c.Session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.Call(ctx, m, body)
+}
+
+// Open opens a call of method m on the current session (redialling if it
+// died); see Session.Open.
+func (c *Client) Open(ctx context.Context, m Method, body []byte, stream bool) (*Outgoing, error) {
+	s, _, err := c.Session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return s.Open(ctx, m, body, stream)
+}
+
 // WireCounter accumulates the frame bytes of the calls made under a
 // context carrying it (WithWireCounter).
 type WireCounter struct{ In, Out atomic.Int64 }

@@ -101,7 +101,7 @@ func TestErrorsKeepTheirIdentityAcrossTheWire(t *testing.T) {
 		t.Errorf("unknown method: err = %v", err)
 	}
 	// The session survives call errors.
-	if got, err := s.Call(ctx, methodEcho, []byte("x")); err != nil || string(got) != "x" {
+	if got, err := c.Call(ctx, methodEcho, []byte("x")); err != nil || string(got) != "x" {
 		t.Errorf("echo after errors = %q, %v", got, err)
 	}
 }
