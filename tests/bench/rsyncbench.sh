@@ -24,7 +24,7 @@
 #
 # WSYNC_BENCH_WAIT_QUIET=SECONDS waits (up to SECONDS, before each repetition) for other jobs to leave the CPUs idle.
 # Other knobs: WSYNC_BENCH_TREES (default "small big"), WSYNC_RSYNC_DISK_DIR=DIR also times the small tree's
-# initial rsync onto DIR (a disk), WSYNC_BENCH_TMPFS_SIZE (default 4g), WSYNC_BENCH_KIND=random|text (tree contents).
+# initial rsync onto DIR (a disk; plain and with --fsync), WSYNC_BENCH_TMPFS_SIZE (default 4g), WSYNC_BENCH_KIND=random|text (tree contents).
 set -euo pipefail
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 REPO=$(cd "$HERE/../.." && pwd)
@@ -114,10 +114,11 @@ RESULTS=$BASE/results.txt
 : >"$RESULTS"
 record() { echo "$1 $2 $3 $4" >>"$RESULTS"; } # record TREE WHAT REP SECONDS
 
-time_rsync() { # time_rsync TREE DST: prints seconds
-	local t0 t1
+time_rsync() { # time_rsync TREE DST [RSYNC_OPTION...]: prints seconds
+	local t0 t1 tree=$1 dst=$2
+	shift 2
 	bench_now t0
-	rsync -a "rsync://127.0.0.1:$PORT/$1/" "$2/"
+	rsync -a "$@" "rsync://127.0.0.1:$PORT/$tree/" "$dst/"
 	bench_now t1
 	bench_fmt_us $((t1 - t0))
 }
@@ -187,6 +188,7 @@ for ((rep = 1; rep <= REPS; rep++)); do
 	done
 done
 
+med() { awk -v t="$1" -v w="$2" '$1 == t && $2 == w { print $4 }' "$RESULTS" | bench_median; }
 DISK_LINE=
 if [[ -n ${WSYNC_RSYNC_DISK_DIR:-} && " ${TREES[*]} " == *" small "* ]]; then
 	ddst=$(mktemp -d "$WSYNC_RSYNC_DISK_DIR/wsync-rsyncbench-disk.XXXXXX")
@@ -195,13 +197,16 @@ if [[ -n ${WSYNC_RSYNC_DISK_DIR:-} && " ${TREES[*]} " == *" small "* ]]; then
 		sync
 		record small rsync_disk "$rep" "$(time_rsync small "$ddst/$rep")"
 		rm -rf -- "${ddst:?}/$rep"
+		mkdir "$ddst/$rep"
+		sync
+		record small rsync_disk_fsync "$rep" "$(time_rsync small "$ddst/$rep" --fsync)"
+		rm -rf -- "${ddst:?}/$rep"
 	done
 	rmdir "$ddst"
-	DISK_LINE="small tree onto disk ($WSYNC_RSYNC_DISK_DIR), initial rsync -a, median: $(awk '$2 == "rsync_disk" { print $4 }' "$RESULTS" | bench_median) s"
+	DISK_LINE="small tree onto disk ($WSYNC_RSYNC_DISK_DIR), initial rsync -a: $(med small rsync_disk) s (into the page cache), with --fsync: $(med small rsync_disk_fsync) s"
 fi
 
 # --- report ---------------------------------------------------------------------------------------------------------
-med() { awk -v t="$1" -v w="$2" '$1 == t && $2 == w { print $4 }' "$RESULTS" | bench_median; }
 rng() { awk -v t="$1" -v w="$2" '$1 == t && $2 == w { print $4 }' "$RESULTS" | sort -g | awk '{ v[NR] = $1 } END { if (NR) printf "%.3f-%.3f", v[1], v[NR]; else print "-" }'; }
 echo
 echo "rsyncbench $(date -u +%Y-%m-%dT%H:%M:%SZ); $(bench_machine); $(rsync --version | head -n 1)"
