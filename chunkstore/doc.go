@@ -61,12 +61,13 @@
 //
 // # Why the threshold
 //
-// Blob bytes through modernc SQLite cost about 3 us per KiB, a chunk file a
-// fixed 20 us (tmpfs) to 1 ms (disk, two fsyncs) plus well under 1 us per
-// KiB, and reading a row costs a query and a walk of its overflow pages
-// where a file read is one pread on a cached descriptor. With fsync, rows
-// win writes up to 256 KiB but reads degrade past 64 KiB, hence
-// DefaultInlineMax = 64 KiB; without fsync files win from about 8 KiB
+// Blob bytes through modernc SQLite cost 3.5-5 us per KiB; a chunk file
+// costs a fixed 20 us on tmpfs and about 1 ms on disk once fsynced, plus
+// well under 1 us per KiB. Reading a row costs a query and a walk of its
+// overflow pages where a file read is one pread on a cached descriptor
+// (64 us against 4 us for 64 KiB). With fsync, rows win writes up to
+// 128 KiB and tie at 256 KiB, but reads degrade past 64 KiB: hence
+// DefaultInlineMax = 64 KiB. Without fsync files win from about 8 KiB
 // (DefaultInlineMaxNoSync). docs/PERFORMANCE.md has the figures;
 // bench_test.go reproduces them.
 package chunkstore

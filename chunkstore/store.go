@@ -21,9 +21,9 @@ type Querier interface {
 // DefaultInlineMax is the largest chunk kept as a row in the database by
 // default; larger chunks live in files under Options.Dir. The figures
 // behind it are BenchmarkStoreChunks and BenchmarkReadAt (bench_test.go,
-// docs/PERFORMANCE.md "chunkstore"): when chunk files are fsynced, a file
-// costs an fsync of itself and of its directory, and rows are cheaper to
-// write up to 256 KiB; past 64 KiB a row costs too much to read.
+// docs/PERFORMANCE.md "chunkstore"): when chunk files are fsynced, each
+// file pays its own fsync and rows are cheaper to write up to 128 KiB;
+// past 64 KiB a row costs too much to read.
 const DefaultInlineMax = 64 << 10
 
 // DefaultInlineMaxNoSync is the default threshold with Options.NoSync
