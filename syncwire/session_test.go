@@ -534,3 +534,55 @@ func TestRawChunksTravelUncompressed(t *testing.T) {
 		t.Errorf("raw chunk took %d wire bytes, want about %d (no base64, no inflation)", in, chunkstore.ChunkSize)
 	}
 }
+
+// TestSlowPullerBoundsTheChunkProducer runs a 1 GiB FetchObjects against a
+// consumer that takes each chunk only once the producer is blocked on
+// credit: the chunks read from the backend but not yet consumed stay within
+// one window.
+func TestSlowPullerBoundsTheChunkProducer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("1 GiB transfer")
+	}
+	fb := newFake("s")
+	chunk := make([]byte, chunkstore.ChunkSize)
+	rand.NewChaCha8([32]byte{3}).Read(chunk)
+	fb.chunkFn = func(chunkstore.Hash) ([]byte, error) { return chunk, nil }
+	var producer atomic.Pointer[Session]
+	srv := testServer(t, fb, ServerOptions{})
+	srv.Handle(305, func(ctx context.Context, c *Incoming) error {
+		producer.Store(c.Session())
+		return c.Reply(nil)
+	})
+	_, url := wsServerWith(t, srv)
+	c := wsClient(t, url, "")
+	s := session(t, c)
+	ctx := tctx(t, 120*time.Second)
+	if _, err := s.Call(ctx, 305, nil); err != nil {
+		t.Fatal(err)
+	}
+	const n = 2048 // 1 GiB
+	hs := make([]chunkstore.Hash, n)
+	for i := range hs {
+		hs[i][0], hs[i][1] = byte(i), byte(i>>8)
+	}
+	var consumed, maxAhead int64
+	err := s.FetchObjects(ctx, hs, func(o Object) error {
+		consumed++
+		waitFor(t, "producer to block", 10*time.Second, func() bool {
+			return fb.reads.Load() >= n || producer.Load().Stats().BlockedSenders > 0
+		})
+		maxAhead = max(maxAhead, fb.reads.Load()-consumed)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	window := int64(s.cfg.Window) / chunkstore.ChunkSize
+	t.Logf("1 GiB FetchObjects: at most %d chunks (%d MiB) read ahead of the consumer; window %d chunks",
+		maxAhead, maxAhead/2, window)
+	// In flight: one window of frames, a frame being packed (up to two
+	// chunks), the chunk being read, and a decoded message on our side.
+	if maxAhead > window+5 {
+		t.Errorf("producer ran %d chunks ahead; window is %d", maxAhead, window)
+	}
+}
