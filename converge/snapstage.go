@@ -1,0 +1,617 @@
+package converge
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/google/uuid"
+	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/syncwire"
+	"github.com/wsync/wsync/vfs"
+	"github.com/wsync/wsync/watermark"
+)
+
+// snapReceiver stages a snapshot apart from the live store: in a SQLite
+// database of its own beside the store's (store path + ".snapshot"; in
+// memory for an in-memory store), holding the declared root, the staged
+// records in order and the chunk bytes they reference. Every page commits
+// with its records, so an interrupted snapshot resumes from the staged
+// count. Nothing touches the live store before the staged tree hashes to
+// the declared root.
+type snapReceiver struct {
+	r  *Responder
+	mu sync.Mutex // one snapshot call at a time
+	db *sql.DB
+}
+
+const stagingSchema = `
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value ANY) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS records(seq INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE, entry BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS chunks(hash BLOB PRIMARY KEY, data BLOB NOT NULL) WITHOUT ROWID;
+`
+
+// StagingPath is where the snapshot staging database of a store lives.
+func StagingPath(store *vfs.Store) string {
+	if store.Path() == vfs.Memory {
+		return ""
+	}
+	return store.Path() + ".snapshot"
+}
+
+func (s *snapReceiver) open(ctx context.Context) (*sql.DB, error) {
+	if s.db != nil {
+		return s.db, nil
+	}
+	var dsn string
+	if p := StagingPath(s.r.store); p == "" {
+		dsn = "file:wsync-snapshot-" + uuid.NewString() + "?mode=memory"
+	} else {
+		dsn = "file:" + p + "?_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=busy_timeout(10000)"
+	}
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot staging: %w", err)
+	}
+	db.SetMaxOpenConns(1)
+	db.SetMaxIdleConns(1)
+	db.SetConnMaxLifetime(0)
+	db.SetConnMaxIdleTime(0)
+	if _, err := db.ExecContext(ctx, stagingSchema); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("snapshot staging: %w", err)
+	}
+	s.db = db
+	return db, nil
+}
+
+// Close closes the staging database (it stays on disk for a resume).
+func (s *snapReceiver) close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.db == nil {
+		return nil
+	}
+	err := s.db.Close()
+	s.db = nil
+	return err
+}
+
+// discard removes the staging database.
+func (s *snapReceiver) discard() {
+	if s.db != nil {
+		s.db.Close()
+		s.db = nil
+	}
+	if p := StagingPath(s.r.store); p != "" {
+		for _, suffix := range []string{"", "-wal", "-shm"} {
+			os.Remove(p + suffix)
+		}
+	}
+}
+
+type stagedMeta struct {
+	root     Hash
+	rev      int64
+	total    int
+	staged   int
+	peer     string
+	valid    bool
+	verified bool // the staged tree hashed to root; installing
+}
+
+func readMeta(ctx context.Context, db *sql.DB) (stagedMeta, error) {
+	var m stagedMeta
+	rows, err := db.QueryContext(ctx, `SELECT key, value FROM meta`)
+	if err != nil {
+		return m, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var k string
+		var v any
+		if err := rows.Scan(&k, &v); err != nil {
+			return m, err
+		}
+		switch k {
+		case "root":
+			if b, ok := v.([]byte); ok && len(b) == len(m.root) {
+				copy(m.root[:], b)
+				m.valid = true
+			}
+		case "rev":
+			m.rev, _ = v.(int64)
+		case "total":
+			t, _ := v.(int64)
+			m.total = int(t)
+		case "verified":
+			x, _ := v.(int64)
+			m.verified = x == 1
+		case "peer":
+			m.peer, _ = v.(string)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return m, err
+	}
+	var n int64
+	if err := db.QueryRowContext(ctx, `SELECT count(*) FROM records`).Scan(&n); err != nil {
+		return m, err
+	}
+	m.staged = int(n)
+	return m, nil
+}
+
+// begin: root, rev, total -> records already staged for this root.
+func (s *snapReceiver) begin(ctx context.Context, c *syncwire.Incoming) error {
+	r := reader{b: c.Body}
+	root := r.hash()
+	rev := int64(r.bounded("rev", 1<<62))
+	total := int(r.bounded("total", MaxSnapshotRecords))
+	if err := r.done(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	db, err := s.open(ctx)
+	if err != nil {
+		return err
+	}
+	m, err := readMeta(ctx, db)
+	if err != nil {
+		return fmt.Errorf("snapshot begin: %w", err)
+	}
+	if m.valid && m.root == root && m.rev == rev && m.total == total {
+		// The same snapshot: resume (an install in progress continues too,
+		// so the live store may hold part of it already).
+		w := writer{}
+		w.uvarint(uint64(m.staged))
+		return c.Reply(w.b)
+	}
+	empty, err := s.r.store.Empty(ctx)
+	if err != nil {
+		return err
+	}
+	if !empty {
+		return fmt.Errorf("%w: the store already holds a tree", ErrNotEmpty)
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	for _, q := range []string{`DELETE FROM meta`, `DELETE FROM records`, `DELETE FROM chunks`} {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return err
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO meta(key, value) VALUES('root', ?), ('rev', ?), ('total', ?), ('peer', ?)`,
+		root[:], rev, total, c.Session().Peer().StoreID); err != nil {
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	s.r.log.Info("snapshot staging", "root", root, "rev", rev, "records", total)
+	w := writer{}
+	w.uvarint(0)
+	return c.Reply(w.b)
+}
+
+// stagedHas reports which hashes the staging database or the live store
+// holds.
+func (s *snapReceiver) stagedHas(ctx context.Context, db *sql.DB, hs []chunkstore.Hash) ([]bool, error) {
+	out := make([]bool, len(hs))
+	live, err := s.r.store.Has(ctx, hs)
+	if err != nil {
+		return nil, err
+	}
+	got := make(map[chunkstore.Hash]bool, len(live))
+	for _, h := range live {
+		got[h] = true
+	}
+	for i, h := range hs {
+		if got[h] {
+			out[i] = true
+			continue
+		}
+		var one int
+		err := db.QueryRowContext(ctx, `SELECT 1 FROM chunks WHERE hash = ?`, h[:]).Scan(&one)
+		switch {
+		case err == nil:
+			out[i] = true
+		case !errors.Is(err, sql.ErrNoRows):
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func (s *snapReceiver) have(ctx context.Context, c *syncwire.Incoming) error {
+	hs, err := syncwire.DecodeHashes(c.Body)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	db, err := s.open(ctx)
+	if err != nil {
+		return err
+	}
+	bits, err := s.stagedHas(ctx, db, hs)
+	if err != nil {
+		return err
+	}
+	return c.Reply(appendBitmap(nil, bits))
+}
+
+// objects stages chunk bytes, each checked against its hash.
+func (s *snapReceiver) objects(ctx context.Context, c *syncwire.Incoming) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	db, err := s.open(ctx)
+	if err != nil {
+		return err
+	}
+	if m, err := readMeta(ctx, db); err != nil {
+		return err
+	} else if !m.valid {
+		return badRequest("snapshot objects before begin")
+	}
+	n := 0
+	for {
+		p, err := c.Recv(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		objs, err := DecodeObjects(p)
+		if err != nil {
+			return err
+		}
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		for _, o := range objs {
+			if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO chunks(hash, data) VALUES(?, ?)`, o.Hash[:], o.Data); err != nil {
+				tx.Rollback()
+				return err
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+		n += len(objs)
+	}
+	w := writer{}
+	w.uvarint(uint64(n))
+	return c.Reply(w.b)
+}
+
+// page stages one page of records: first, count, raw length, zstd bytes.
+func (s *snapReceiver) page(ctx context.Context, c *syncwire.Incoming) error {
+	r := reader{b: c.Body}
+	first := int(r.bounded("first record", MaxSnapshotRecords))
+	n := int(r.bounded("records", MaxPageRecords))
+	raw := int(r.bounded("page length", MaxPageRaw))
+	if r.err != nil {
+		return r.err
+	}
+	b, err := unzstd(r.b, raw, MaxPageRaw)
+	if err != nil {
+		return fmt.Errorf("snapshot page at %d: %w", first, err)
+	}
+	es, err := DecodeRecords(b, n)
+	if err != nil {
+		return fmt.Errorf("snapshot page at %d: %w", first, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	db, err := s.open(ctx)
+	if err != nil {
+		return err
+	}
+	m, err := readMeta(ctx, db)
+	if err != nil {
+		return err
+	}
+	switch {
+	case !m.valid:
+		return badRequest("snapshot page before begin")
+	case m.verified:
+		return badRequest("snapshot page after commit")
+	case first != m.staged:
+		return malformed("page starts at record %d, %d staged", first, m.staged)
+	case first+n > m.total:
+		return malformed("page runs to record %d of %d", first+n, m.total)
+	}
+	// Every chunk a record names must be here before the record is: the
+	// staged count then implies the bytes too.
+	need := chunkHashes(es)
+	for start := 0; start < len(need); start += syncwire.MaxHashes {
+		part := need[start:min(start+syncwire.MaxHashes, len(need))]
+		bits, err := s.stagedHas(ctx, db, part)
+		if err != nil {
+			return err
+		}
+		if i := slices.Index(bits, false); i >= 0 {
+			return fmt.Errorf("snapshot page at %d: chunk %s: %w", first, part[i], chunkstore.ErrUnknownHash)
+		}
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	for i, e := range es {
+		rec, err := syncwire.AppendEntries(nil, []vfs.ChangeEntry{e})
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO records(seq, path, entry) VALUES(?, ?, ?)`, first+i, e.Path, rec); err != nil {
+			if strings.Contains(err.Error(), "UNIQUE") {
+				return malformed("record %d: path %q staged twice", first+i, e.Path)
+			}
+			return err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	w := writer{}
+	w.uvarint(uint64(first + n))
+	w.uvarint(uint64(m.total))
+	return c.Reply(w.b)
+}
+
+// commit checks the staged tree against the declared root and installs it.
+func (s *snapReceiver) commit(ctx context.Context, c *syncwire.Incoming) error {
+	r := reader{b: c.Body}
+	root := r.hash()
+	if err := r.done(); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	db, err := s.open(ctx)
+	if err != nil {
+		return err
+	}
+	m, err := readMeta(ctx, db)
+	if err != nil {
+		return err
+	}
+	switch {
+	case !m.valid:
+		return badRequest("snapshot commit before begin")
+	case m.root != root:
+		return badRequest("commit names root %s, staging holds %s", root, m.root)
+	case m.staged != m.total:
+		return badRequest("commit with %d of %d records staged", m.staged, m.total)
+	}
+	if !m.verified {
+		got, err := stagedRoot(ctx, db)
+		if err != nil {
+			s.discard()
+			return fmt.Errorf("snapshot commit: %w", err)
+		}
+		if got != m.root {
+			s.discard()
+			return fmt.Errorf("%w: staged records hash to %s, the sender declared %s", ErrRootMismatch, got, m.root)
+		}
+		if _, err := db.ExecContext(ctx, `INSERT OR REPLACE INTO meta(key, value) VALUES('verified', 1)`); err != nil {
+			return err
+		}
+	}
+	before := s.r.store.CurrentRev()
+	if err := s.install(ctx, db, m); err != nil {
+		return fmt.Errorf("snapshot install: %w", err)
+	}
+	s.r.Forget()
+	t, err := s.r.Tree(ctx, []string{})
+	if err != nil {
+		return err
+	}
+	if t.Root != m.root {
+		return fmt.Errorf("snapshot install: %w: live tree hashes to %s after install", ErrRootMismatch, t.Root)
+	}
+	s.discard()
+	s.r.log.Info("snapshot installed", "root", m.root, "records", m.total, "rev", s.r.store.CurrentRev())
+	w := writer{}
+	w.uvarint(uint64(before))
+	w.uvarint(uint64(s.r.store.CurrentRev()))
+	return c.Reply(w.b)
+}
+
+// stagedRecords calls fn for each staged record in order.
+func stagedRecords(ctx context.Context, db *sql.DB, fn func(seq int, e vfs.ChangeEntry) error) error {
+	rows, err := db.QueryContext(ctx, `SELECT seq, entry FROM records ORDER BY seq`)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var seq int
+		var b []byte
+		if err := rows.Scan(&seq, &b); err != nil {
+			return err
+		}
+		es, err := syncwire.DecodeEntries(b)
+		if err != nil || len(es) != 1 {
+			return malformed("staged record %d does not decode", seq)
+		}
+		if err := fn(seq, es[0]); err != nil {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// stagedRoot rebuilds the Merkle root of the staged records. Records come
+// parents first; a record whose parent is not a staged directory, or a
+// path staged twice, is malformed.
+func stagedRoot(ctx context.Context, db *sql.DB) (Hash, error) {
+	type sdir struct{ kids []Child; subs map[string]*sdir }
+	root := &sdir{subs: map[string]*sdir{}}
+	dirs := map[string]*sdir{"": root}
+	err := stagedRecords(ctx, db, func(seq int, e vfs.ChangeEntry) error {
+		d := dirs[parentOf(e.Path)]
+		if d == nil {
+			return malformed("record %d: parent of %q is not a staged directory", seq, e.Path)
+		}
+		c := Child{Name: baseOf(e.Path), Mode: e.Mode}
+		switch e.Kind {
+		case vfs.EntryFile:
+			c.Kind = vfs.KindFile
+			c.Hash = sha256Sum(chunkstore.AppendManifest(nil, e.Chunks))
+		case vfs.EntrySymlink:
+			c.Kind = vfs.KindSymlink
+			c.Hash = sha256Sum([]byte(e.Target))
+		case vfs.EntryDir:
+			c.Kind = vfs.KindDir
+			if dirs[e.Path] != nil {
+				return malformed("record %d: %q staged twice", seq, e.Path)
+			}
+			sub := &sdir{subs: map[string]*sdir{}}
+			dirs[e.Path] = sub
+			d.subs[c.Name] = sub
+		}
+		d.kids = append(d.kids, c)
+		return nil
+	})
+	if err != nil {
+		return Hash{}, err
+	}
+	var fold func(d *sdir) (Hash, error)
+	fold = func(d *sdir) (Hash, error) {
+		slices.SortFunc(d.kids, func(a, b Child) int { return strings.Compare(a.Name, b.Name) })
+		for i := range d.kids {
+			if i > 0 && d.kids[i].Name == d.kids[i-1].Name {
+				return Hash{}, malformed("name %q staged twice", d.kids[i].Name)
+			}
+			if d.kids[i].Kind == vfs.KindDir {
+				h, err := fold(d.subs[d.kids[i].Name])
+				if err != nil {
+					return Hash{}, err
+				}
+				d.kids[i].Hash = h
+			}
+		}
+		return ChildrenHash(d.kids), nil
+	}
+	return fold(root)
+}
+
+// install replaces the live tree with the staged one: live paths the
+// snapshot does not hold are deleted, then the records apply as upstream
+// in batches, each with the chunks it needs from staging. Apply is
+// idempotent, so an install cut short runs again from the start on the
+// next commit and skips what it already applied.
+func (s *snapReceiver) install(ctx context.Context, db *sql.DB, m stagedMeta) error {
+	store := s.r.store
+	live, err := BuildTree(ctx, store, vfs.NewIgnore([]string{}))
+	if err != nil {
+		return err
+	}
+	var dels []vfs.ChangeEntry
+	err = live.walk(func(p string, n *node) error {
+		var one int
+		err := db.QueryRowContext(ctx, `SELECT 1 FROM records WHERE path = ?`, p).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			dels = append(dels, vfs.ChangeEntry{Kind: vfs.EntryDelete, Path: p, Rev: m.rev})
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if len(dels) > 0 {
+		if _, err := store.Apply(ctx, dels, vfs.ApplyOptions{Source: vfs.Upstream}); err != nil {
+			return err
+		}
+	}
+	ws, err := store.Watermarks(ctx, m.peer)
+	if err != nil {
+		return err
+	}
+	ws.AppliedPush, ws.Fetch = watermark.At(m.rev), watermark.At(m.rev)
+	for seq := 0; seq < m.total; {
+		batch, err := stagedBatch(ctx, db, seq, syncwire.BatchEntries)
+		if err != nil {
+			return err
+		}
+		if len(batch) == 0 {
+			return malformed("staged records end at %d of %d", seq, m.total)
+		}
+		seq += len(batch)
+		if err := s.applyStaged(ctx, db, batch, m, &ws, seq == m.total); err != nil {
+			return err
+		}
+	}
+	if m.total == 0 {
+		return store.SetWatermarks(ctx, m.peer, ws)
+	}
+	return nil
+}
+
+// stagedBatch reads up to n staged records from seq on.
+func stagedBatch(ctx context.Context, db *sql.DB, seq, n int) ([]vfs.ChangeEntry, error) {
+	rows, err := db.QueryContext(ctx, `SELECT seq, entry FROM records WHERE seq >= ? ORDER BY seq LIMIT ?`, seq, n)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []vfs.ChangeEntry
+	for rows.Next() {
+		var got int
+		var b []byte
+		if err := rows.Scan(&got, &b); err != nil {
+			return nil, err
+		}
+		es, err := syncwire.DecodeEntries(b)
+		if err != nil || len(es) != 1 || got != seq+len(out) {
+			return nil, malformed("staged record %d does not decode", got)
+		}
+		out = append(out, es[0])
+	}
+	return out, rows.Err()
+}
+
+// applyStaged applies one batch of staged records with the chunks it needs
+// from staging; the last batch writes the watermarks in its transaction.
+func (s *snapReceiver) applyStaged(ctx context.Context, db *sql.DB, batch []vfs.ChangeEntry, m stagedMeta, ws *watermark.Set, last bool) error {
+	store := s.r.store
+	stage := store.Chunks().NewStage()
+	defer stage.Release()
+	need := chunkHashes(batch)
+	have, err := store.Has(ctx, need)
+	if err != nil {
+		return err
+	}
+	for _, h := range subtract(need, have) {
+		var data []byte
+		if err := db.QueryRowContext(ctx, `SELECT data FROM chunks WHERE hash = ?`, h[:]).Scan(&data); err != nil {
+			return fmt.Errorf("staged chunk %s: %w", h, chunkstore.ErrUnknownHash)
+		}
+		if err := stage.Put(ctx, h, data); err != nil {
+			return err
+		}
+	}
+	opts := vfs.ApplyOptions{Source: vfs.Upstream, Stage: stage}
+	if last {
+		opts.Peer, opts.Watermarks = m.peer, ws
+	}
+	_, err = store.Apply(ctx, batch, opts)
+	return err
+}
+
