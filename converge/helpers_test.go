@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -54,7 +55,7 @@ type rig struct {
 func newRig(t testing.TB, server, cont *vfs.Store) *rig {
 	t.Helper()
 	srv := syncwire.NewServer(cont, syncwire.ServerOptions{Config: testConfig()})
-	resp := Register(srv, cont, nil)
+	resp := Register(srv, cont, slog.New(slog.DiscardHandler))
 	return serveRig(t, server, cont, srv, resp)
 }
 

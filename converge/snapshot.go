@@ -172,6 +172,11 @@ type BootstrapOptions struct {
 	// Progress, if set, is called after each page the peer staged with
 	// the records staged so far and the total.
 	Progress func(staged, total int)
+
+	// For tests: a page size other than pageTarget, and a root to declare
+	// instead of ours.
+	pageBytes int
+	claim     *Hash
 }
 
 // BootstrapReport is what one Bootstrap did.
@@ -197,9 +202,8 @@ type BootstrapReport struct {
 // the same root stopped), checks the staged tree against our root, and
 // installs it in place of its (empty) tree. Afterwards our push cursor is
 // at the snapshot's rev, so the next push sends only later changes.
-func Bootstrap(ctx context.Context, local *vfs.Store, sess *syncwire.Session, opts BootstrapOptions) (BootstrapReport, error) {
+func Bootstrap(ctx context.Context, local *vfs.Store, sess *syncwire.Session, opts BootstrapOptions) (rep BootstrapReport, _ error) {
 	start := time.Now()
-	var rep BootstrapReport
 	var st callStats
 	var wc syncwire.WireCounter
 	ctx = syncwire.WithWireCounter(ctx, &wc)
@@ -224,7 +228,15 @@ func Bootstrap(ctx context.Context, local *vfs.Store, sess *syncwire.Session, op
 	t.walk(func(p string, n *node) error { recs = append(recs, rec{p, n}); return nil })
 	rep.Root, rep.Rev, rep.Total = t.Root, t.Rev, len(recs)
 
-	next, err := snapBegin(ctx, sess, &st, t.Root, t.Rev, len(recs))
+	declared := t.Root
+	if opts.claim != nil {
+		declared = *opts.claim
+	}
+	pageBytes := pageTarget
+	if opts.pageBytes > 0 {
+		pageBytes = opts.pageBytes
+	}
+	next, err := snapBegin(ctx, sess, &st, declared, t.Rev, len(recs))
 	if err != nil {
 		return rep, fmt.Errorf("bootstrap: %w", err)
 	}
@@ -232,7 +244,7 @@ func Bootstrap(ctx context.Context, local *vfs.Store, sess *syncwire.Session, op
 	for i := next; i < len(recs); {
 		var raw []byte
 		var es []vfs.ChangeEntry
-		for j := i; j < len(recs) && len(es) < MaxPageRecords && len(raw) < pageTarget; j++ {
+		for j := i; j < len(recs) && len(es) < MaxPageRecords && len(raw) < pageBytes; j++ {
 			e, err := recs[j].n.entry(recs[j].path, t.Rev)
 			if err != nil {
 				return rep, fmt.Errorf("bootstrap: %w", err)
@@ -261,7 +273,7 @@ func Bootstrap(ctx context.Context, local *vfs.Store, sess *syncwire.Session, op
 			opts.Progress(staged, total)
 		}
 	}
-	before, after, err := snapCommit(ctx, sess, &st, t.Root)
+	before, after, err := snapCommit(ctx, sess, &st, declared)
 	if err != nil {
 		return rep, fmt.Errorf("bootstrap: %w", err)
 	}

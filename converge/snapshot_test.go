@@ -1,0 +1,226 @@
+package converge
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/syncwire"
+	"github.com/wsync/wsync/vfs"
+	"github.com/wsync/wsync/watermark"
+)
+
+// emptyRoot is the root of a store with nothing in it.
+var emptyRoot = ChildrenHash(nil)
+
+func assertEmpty(t *testing.T, s *vfs.Store) {
+	t.Helper()
+	empty, err := s.Empty(context.Background())
+	must(t, err)
+	if !empty || root(t, s, []string{}) != emptyRoot || s.CurrentRev() != 0 {
+		t.Fatalf("live store touched: empty %v, rev %d", empty, s.CurrentRev())
+	}
+}
+
+func TestSnapshotBootstrap(t *testing.T) {
+	if testing.Short() {
+		t.Skip("50,000-file tree")
+	}
+	ctx := context.Background()
+	server := templateStore(t, 50_000, "server")
+	_, err := server.WriteFile(ctx, "node_modules/../x", nil, 0o644) // refused: never a write
+	if err == nil {
+		t.Fatal("bad path written")
+	}
+	must(t, server.SymlinkPath(ctx, "d000/s0/f000", "link"))
+	cont := newStore(t, "container")
+	r := newRig(t, server, cont)
+	sess := r.session(t)
+	var progress [][2]int
+	rep, err := Bootstrap(ctx, server, sess, BootstrapOptions{Peer: peerName, Progress: func(staged, total int) {
+		progress = append(progress, [2]int{staged, total})
+	}})
+	must(t, err)
+	want := 50_000 + 500 + 50 + 1
+	if rep.Total != want || rep.Sent != want || rep.ResumedAt != 0 {
+		t.Errorf("total %d, sent %d, resumed at %d; want %d records from 0", rep.Total, rep.Sent, rep.ResumedAt, want)
+	}
+	if len(progress) != rep.Pages || progress[len(progress)-1] != [2]int{want, want} {
+		t.Errorf("progress = %v over %d pages", progress, rep.Pages)
+	}
+	if a, b := root(t, server, []string{}), root(t, cont, []string{}); a != b || a != rep.Root {
+		t.Fatalf("roots after bootstrap: server %s, container %s, snapshot %s", a, b, rep.Root)
+	}
+	got, err := cont.ReadFile(ctx, "d010/s3/f077")
+	must(t, err)
+	if string(got) != string(contents[(10*1000+3*100+77)%len(contents)]) {
+		t.Errorf("file content = %q", got)
+	}
+	t.Logf("bootstrap: %d records in %d pages, %d raw -> %d compressed bytes, %d wire bytes, %v",
+		rep.Total, rep.Pages, rep.RawBytes, rep.PageBytes, rep.WireBytes, rep.Duration)
+
+	// The watermarks take over: the next push has nothing to send, the
+	// invariant holds, and verify agrees.
+	drv := syncwire.NewDriver(server, peerName, r.client, syncwire.DriverOptions{})
+	res, err := drv.Tick(ctx)
+	must(t, err)
+	if res.Push.Entries != 0 || res.Pull.Applied != 0 {
+		t.Errorf("tick after bootstrap: pushed %d, pulled and applied %d", res.Push.Entries, res.Pull.Applied)
+	}
+	vr, err := Verify(ctx, server, sess, nil)
+	must(t, err)
+	if !vr.Converged {
+		t.Errorf("verify after bootstrap: %q", diffPaths(vr.Differences))
+	}
+	// A second bootstrap into the now full store is refused.
+	if _, err := Bootstrap(ctx, server, sess, BootstrapOptions{Peer: peerName, claim: &Hash{3}}); !errors.Is(err, vfs.ErrNotEmpty) {
+		t.Errorf("bootstrap into a full store: err = %v, want ENOTEMPTY", err)
+	}
+}
+
+func TestSnapshotResumesFromItsCursor(t *testing.T) {
+	server := newStore(t, "server")
+	applyAll(t, server, genEntries(5_000))
+	cont := newStore(t, "container")
+	r := newRig(t, server, cont)
+	sess := r.session(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	pages := 0
+	_, err := Bootstrap(ctx, server, sess, BootstrapOptions{Peer: peerName, pageBytes: 16 << 10, Progress: func(staged, total int) {
+		if pages++; pages == 3 {
+			cancel()
+		}
+	}})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("interrupted bootstrap: err = %v", err)
+	}
+	assertEmpty(t, cont)
+	rep, err := Bootstrap(context.Background(), server, sess, BootstrapOptions{Peer: peerName, pageBytes: 16 << 10})
+	must(t, err)
+	if rep.ResumedAt == 0 || rep.ResumedAt+rep.Sent != rep.Total {
+		t.Fatalf("resumed at %d, sent %d of %d", rep.ResumedAt, rep.Sent, rep.Total)
+	}
+	if a, b := root(t, server, []string{}), root(t, cont, []string{}); a != b {
+		t.Fatalf("roots after resumed bootstrap: %s / %s", a, b)
+	}
+}
+
+func TestSnapshotWrongRootRefused(t *testing.T) {
+	ctx := context.Background()
+	server := newStore(t, "server")
+	applyAll(t, server, smallTree())
+	cont := newStore(t, "container")
+	r := newRig(t, server, cont)
+	sess := r.session(t)
+	wrong := Hash{0xba, 0xd}
+	_, err := Bootstrap(ctx, server, sess, BootstrapOptions{Peer: peerName, claim: &wrong})
+	if !errors.Is(err, ErrRootMismatch) && !errors.Is(err, chunkstore.ErrHashMismatch) {
+		t.Fatalf("err = %v, want EHASH_MISMATCH", err)
+	}
+	assertEmpty(t, cont)
+	// The refused staging is gone; the right root installs.
+	_, err = Bootstrap(ctx, server, sess, BootstrapOptions{Peer: peerName})
+	must(t, err)
+	if a, b := root(t, server, []string{}), root(t, cont, []string{}); a != b {
+		t.Fatalf("roots: %s / %s", a, b)
+	}
+}
+
+func TestSnapshotCorruptPageRefused(t *testing.T) {
+	ctx := context.Background()
+	server := newStore(t, "server")
+	applyAll(t, server, smallTree())
+	cont := newStore(t, "container")
+	r := newRig(t, server, cont)
+	sess := r.session(t)
+	tree, err := BuildTree(ctx, server, vfs.NewIgnore([]string{}))
+	must(t, err)
+	var st callStats
+	_, err = snapBegin(ctx, sess, &st, tree.Root, tree.Rev, tree.Len())
+	must(t, err)
+	var raw []byte
+	n := 0
+	var es []vfs.ChangeEntry
+	tree.walk(func(p string, nd *node) error {
+		if n == 10 {
+			return nil
+		}
+		e, err := nd.entry(p, tree.Rev)
+		must(t, err)
+		raw, err = appendRecord(raw, e)
+		must(t, err)
+		es = append(es, e)
+		n++
+		return nil
+	})
+	var rep BootstrapReport
+	must(t, sendChunks(ctx, sess, &st, server, es, &rep))
+	send := func(body []byte) error {
+		_, err := call(ctx, sess, &st, MethodSnapPage, body)
+		return err
+	}
+	page := func(first, count int, raw []byte, mangle func([]byte)) []byte {
+		w := writer{}
+		w.uvarint(uint64(first))
+		w.uvarint(uint64(count))
+		w.uvarint(uint64(len(raw)))
+		z := zenc().EncodeAll(raw, nil)
+		if mangle != nil {
+			mangle(z)
+		}
+		return append(w.b, z...)
+	}
+	hashFlipped := append([]byte(nil), raw...)
+	hashFlipped[len(hashFlipped)-10] ^= 0xff // inside the last record's chunk hash
+	tests := []struct {
+		name string
+		body []byte
+		want error
+	}{
+		{"flipped compressed byte", page(0, n, raw, func(z []byte) { z[len(z)-6] ^= 0x55 }), syncwire.ErrProtocol},
+		{"truncated", page(0, n, raw, nil)[:20], syncwire.ErrProtocol},
+		{"truncated record", page(0, n, raw[:len(raw)-3], nil), syncwire.ErrProtocol},
+		{"flipped chunk hash", page(0, n, hashFlipped, nil), chunkstore.ErrUnknownHash},
+		{"record count too high", page(0, n+1, raw, nil), syncwire.ErrProtocol},
+		{"out of order", page(5, n, raw, nil), syncwire.ErrProtocol},
+		{"declared length wrong", func() []byte {
+			w := writer{}
+			w.uvarint(0)
+			w.uvarint(uint64(n))
+			w.uvarint(uint64(len(raw) + 1))
+			return append(w.b, zenc().EncodeAll(raw, nil)...)
+		}(), syncwire.ErrProtocol},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := send(tt.body)
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("err = %v, want %v", err, tt.want)
+			}
+			assertEmpty(t, cont)
+		})
+	}
+	// An incomplete snapshot does not commit.
+	if _, _, err := snapCommit(ctx, sess, &st, tree.Root); !errors.Is(err, vfs.ErrInvalid) {
+		t.Errorf("commit of an incomplete snapshot: err = %v, want EINVAL", err)
+	}
+	assertEmpty(t, cont)
+	// A page whose chunks were never sent is refused.
+	other := newStore(t, "other")
+	_, err = other.WriteFile(ctx, "unsent", []byte("bytes the container never got"), 0o644)
+	must(t, err)
+	es2, err := other.EntriesAt(ctx, []string{"unsent"})
+	must(t, err)
+	raw2, err := appendRecord(nil, es2[0])
+	must(t, err)
+	if err := send(page(0, 1, raw2, nil)); !errors.Is(err, chunkstore.ErrUnknownHash) {
+		t.Errorf("page with unsent chunks: err = %v, want EUNKNOWN_HASH", err)
+	}
+	// Watermarks were not written either.
+	ws, err := cont.Watermarks(ctx, server.ID())
+	must(t, err)
+	if ws != (watermark.Set{}) {
+		t.Errorf("container watermarks = %+v", ws)
+	}
+}
