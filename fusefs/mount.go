@@ -299,10 +299,15 @@ func (s *Server) ForceUnmount() error {
 }
 
 // abortConnection writes to fusectl's abort file of the connection whose
-// device is dev, if fusectl is mounted; errors are of no use to the caller.
+// device is dev, mounting fusectl where it is not (systemd mounts it; a
+// container often does not); errors are of no use to the caller.
 func abortConnection(dev uint64) {
+	const ctl = "/sys/fs/fuse/connections"
 	minor := (dev & 0xff) | ((dev >> 12) & 0xfff00)
-	name := fmt.Sprintf("/sys/fs/fuse/connections/%d/abort", minor)
+	name := fmt.Sprintf("%s/%d/abort", ctl, minor)
+	if _, err := os.Stat(name); err != nil {
+		_ = syscall.Mount("fusectl", ctl, "fusectl", 0, "")
+	}
 	_ = os.WriteFile(name, []byte("1"), 0o200)
 }
 

@@ -192,18 +192,30 @@ func (n *Node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		req.sa.Size = req.size
 	}
 	sa := req.sa
+	// Tools restate what is already so (tar and cp -p chown and chmod every
+	// file they make): a no-op costs no write transaction.
+	if sa.Mode != nil && *sa.Mode == cur.Mode {
+		sa.Mode = nil
+	}
+	if sa.Uid != nil && *sa.Uid == cur.Uid {
+		sa.Uid = nil
+	}
+	if sa.Gid != nil && *sa.Gid == cur.Gid {
+		sa.Gid = nil
+	}
+	if sa.Size != nil && *sa.Size == cur.Size {
+		sa.Size = nil
+	}
+	a := cur
 	if sa.Mode != nil || sa.Uid != nil || sa.Gid != nil || sa.Atime != nil || sa.Mtime != nil || sa.Size != nil {
 		// An mtime set on a dirty open file (cp -p sets times through the
 		// descriptor before close) is kept by the store for its commit.
-		if _, err := s.store.SetAttr(ctx, n.ino, sa); err != nil {
+		if a, err = s.store.SetAttr(ctx, n.ino, sa); err != nil {
 			return toErrno(err)
 		}
+		s.overlay(&a)
+		n.cacheRev.Store(a.Rev)
 	}
-	a, err := s.attr(ctx, n.ino)
-	if err != nil {
-		return toErrno(err)
-	}
-	n.cacheRev.Store(a.Rev)
 	n.remember(a)
 	fillAttr(&out.Attr, a)
 	return 0

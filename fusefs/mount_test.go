@@ -1,0 +1,75 @@
+package fusefs
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/wsync/wsync/vfs"
+)
+
+func mounted(t *testing.T, dir string) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mounts")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Contains(string(b), " "+dir+" ")
+}
+
+func TestUnmountBusyThenForce(t *testing.T) {
+	RequireFUSE(t)
+	ctx := context.Background()
+	store, err := vfs.Open(ctx, filepath.Join(t.TempDir(), "state.db"), vfs.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	dir := t.TempDir()
+	srv, err := Mount(ctx, dir, store, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(dir, "busy"))
+	if err != nil {
+		srv.ForceUnmount()
+		t.Fatal(err)
+	}
+	f.WriteString("kept")
+	if err := srv.Unmount(); err == nil {
+		t.Error("clean unmount succeeded with a file open")
+	}
+	if !mounted(t, dir) {
+		t.Fatal("a failed unmount left no mount")
+	}
+	if err := srv.ForceUnmount(); err != nil {
+		t.Fatalf("force unmount: %v", err)
+	}
+	if mounted(t, dir) {
+		t.Error("still mounted after a forced unmount")
+	}
+	f.Close() // ENOTCONN now; nothing to check but that it returns
+	// The write reached the store before the mount went away: shutdown
+	// committed the handle the kernel never released.
+	if got, err := store.ReadFile(ctx, "busy"); err != nil || string(got) != "kept" {
+		t.Errorf("store has %q, %v", got, err)
+	}
+	if err := srv.Unmount(); err != nil {
+		t.Errorf("second unmount: %v", err)
+	}
+}
+
+func TestMountRootOwner(t *testing.T) {
+	m := NewTestMount(t, TestMountOptions{Options: Options{Owner: &Owner{Uid: 1234, Gid: 5678}}})
+	if st := stat(t, m.Dir); st.Uid != 1234 || st.Gid != 5678 {
+		t.Errorf("root owned by %d:%d, want 1234:5678", st.Uid, st.Gid)
+	}
+	if err := os.Chown(m.Dir, 42, 43); err != nil {
+		t.Fatal(err)
+	}
+	if st := stat(t, m.Dir); st.Uid != 42 || st.Gid != 43 {
+		t.Errorf("root owned by %d:%d after chown, want 42:43", st.Uid, st.Gid)
+	}
+}
