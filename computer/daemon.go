@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/wsync/wsync/converge"
 	"github.com/wsync/wsync/execrpc"
 	"github.com/wsync/wsync/execrun"
 	"github.com/wsync/wsync/fusefs"
@@ -114,6 +115,7 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	d.sync = syncwire.NewServer(d.store, syncwire.ServerOptions{Token: cfg.Token, Config: syncwire.Config{StoreID: d.store.ID(), Logger: log}})
 	execrpc.Register(d.sync, d.runner, log)
+	converge.Register(d.sync, d.store, log)
 
 	d.http = &http.Server{Handler: d.routes(), ReadHeaderTimeout: 10 * time.Second}
 	go func() { d.served <- d.http.Serve(ln) }()

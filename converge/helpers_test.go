@@ -106,7 +106,9 @@ func must(t testing.TB, err error) {
 // contents are the tiny chunks generated trees share.
 var contents = [][]byte{[]byte("alpha content 01"), []byte("bravo content 02"), []byte("charlie content3"), []byte("delta content 04")}
 
-func ref(b []byte) chunkstore.Ref { return chunkstore.Ref{Hash: chunkstore.Sum(b), Size: uint32(len(b))} }
+func ref(b []byte) chunkstore.Ref {
+	return chunkstore.Ref{Hash: chunkstore.Sum(b), Size: uint32(len(b))}
+}
 
 // genEntries returns the entries of a generated tree of about n files:
 // top/sub/file, fan-out top x 10 x per.

@@ -59,6 +59,7 @@ func Repair(ctx context.Context, local *vfs.Store, sess *syncwire.Session, opts 
 		opts.MaxPaths = 1 << 20
 	}
 	before, tree, err := verify(ctx, local, sess, opts.Ignore, opts.MaxPaths)
+	observeVerify(before, err)
 	rr.Before = before
 	if err != nil || before.Converged {
 		rr.Duration = time.Since(start)
@@ -72,6 +73,8 @@ func Repair(ctx context.Context, local *vfs.Store, sess *syncwire.Session, opts 
 		rr.Duration = time.Since(start)
 		return rr, fmt.Errorf("repair: %w", err)
 	}
+	metricRepaired.WithLabelValues("local").Add(float64(rr.LocalWins))
+	metricRepaired.WithLabelValues("peer").Add(float64(rr.PeerWins))
 	rr.After, err = Verify(ctx, local, sess, opts.Ignore)
 	rr.WireBytes = rp.wc.In.Load() + rp.wc.Out.Load() + rp.st.WireBytes
 	rr.Duration = time.Since(start)

@@ -263,6 +263,7 @@ func Bootstrap(ctx context.Context, local *vfs.Store, sess *syncwire.Session, op
 		}
 		rep.Pages++
 		rep.Sent += len(es)
+		metricSnapshotRecords.WithLabelValues("sent").Add(float64(len(es)))
 		rep.RawBytes += int64(len(raw))
 		rep.PageBytes += int64(z)
 		i += len(es)
@@ -426,4 +427,3 @@ func snapCommit(ctx context.Context, sess *syncwire.Session, st *callStats, root
 	}
 	return before, after, nil
 }
-

@@ -299,21 +299,11 @@ func (s *snapReceiver) objects(ctx context.Context, c *syncwire.Incoming) error 
 
 // page stages one page of records: first, count, raw length, zstd bytes.
 func (s *snapReceiver) page(ctx context.Context, c *syncwire.Incoming) error {
-	r := reader{b: c.Body}
-	first := int(r.bounded("first record", MaxSnapshotRecords))
-	n := int(r.bounded("records", MaxPageRecords))
-	raw := int(r.bounded("page length", MaxPageRaw))
-	if r.err != nil {
-		return r.err
-	}
-	b, err := unzstd(r.b, raw, MaxPageRaw)
+	first, es, err := DecodePage(c.Body)
 	if err != nil {
-		return fmt.Errorf("snapshot page at %d: %w", first, err)
+		return err
 	}
-	es, err := DecodeRecords(b, n)
-	if err != nil {
-		return fmt.Errorf("snapshot page at %d: %w", first, err)
-	}
+	n := len(es)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	db, err := s.open(ctx)
@@ -367,10 +357,34 @@ func (s *snapReceiver) page(ctx context.Context, c *syncwire.Incoming) error {
 	if err := tx.Commit(); err != nil {
 		return err
 	}
+	metricSnapshotRecords.WithLabelValues("staged").Add(float64(n))
 	w := writer{}
 	w.uvarint(uint64(first + n))
 	w.uvarint(uint64(m.total))
 	return c.Reply(w.b)
+}
+
+// DecodePage decodes a MethodSnapPage body: the index of its first record,
+// then its records (see DecodeRecords).
+//
+//	uvarint(first) uvarint(count) uvarint(raw length) zstd(records)
+func DecodePage(p []byte) (int, []vfs.ChangeEntry, error) {
+	r := reader{b: p}
+	first := int(r.bounded("first record", MaxSnapshotRecords))
+	n := int(r.bounded("records", MaxPageRecords))
+	raw := int(r.bounded("page length", MaxPageRaw))
+	if r.err != nil {
+		return 0, nil, r.err
+	}
+	b, err := unzstd(r.b, raw, MaxPageRaw)
+	if err != nil {
+		return 0, nil, fmt.Errorf("snapshot page at %d: %w", first, err)
+	}
+	es, err := DecodeRecords(b, n)
+	if err != nil {
+		return 0, nil, fmt.Errorf("snapshot page at %d: %w", first, err)
+	}
+	return first, es, nil
 }
 
 // commit checks the staged tree against the declared root and installs it.
@@ -406,6 +420,7 @@ func (s *snapReceiver) commit(ctx context.Context, c *syncwire.Incoming) error {
 		}
 		if got != m.root {
 			s.discard()
+			metricSnapshots.WithLabelValues("refused").Inc()
 			return fmt.Errorf("%w: staged records hash to %s, the sender declared %s", ErrRootMismatch, got, m.root)
 		}
 		if _, err := db.ExecContext(ctx, `INSERT OR REPLACE INTO meta(key, value) VALUES('verified', 1)`); err != nil {
@@ -425,6 +440,7 @@ func (s *snapReceiver) commit(ctx context.Context, c *syncwire.Incoming) error {
 		return fmt.Errorf("snapshot install: %w: live tree hashes to %s after install", ErrRootMismatch, t.Root)
 	}
 	s.discard()
+	metricSnapshots.WithLabelValues("installed").Inc()
 	s.r.log.Info("snapshot installed", "root", m.root, "records", m.total, "rev", s.r.store.CurrentRev())
 	w := writer{}
 	w.uvarint(uint64(before))
@@ -460,7 +476,10 @@ func stagedRecords(ctx context.Context, db *sql.DB, fn func(seq int, e vfs.Chang
 // parents first; a record whose parent is not a staged directory, or a
 // path staged twice, is malformed.
 func stagedRoot(ctx context.Context, db *sql.DB) (Hash, error) {
-	type sdir struct{ kids []Child; subs map[string]*sdir }
+	type sdir struct {
+		kids []Child
+		subs map[string]*sdir
+	}
 	root := &sdir{subs: map[string]*sdir{}}
 	dirs := map[string]*sdir{"": root}
 	err := stagedRecords(ctx, db, func(seq int, e vfs.ChangeEntry) error {
@@ -614,4 +633,3 @@ func (s *snapReceiver) applyStaged(ctx context.Context, db *sql.DB, batch []vfs.
 	_, err = store.Apply(ctx, batch, opts)
 	return err
 }
-

@@ -54,7 +54,17 @@ type Report struct {
 // first MaxDifferences differing paths.
 func Verify(ctx context.Context, local *vfs.Store, sess *syncwire.Session, ignore []string) (Report, error) {
 	rep, _, err := verify(ctx, local, sess, ignore, MaxDifferences)
+	observeVerify(rep, err)
 	return rep, err
+}
+
+// Paths returns the differing paths in workspace form (leading "/").
+func (r Report) Paths() []string {
+	out := make([]string, len(r.Differences))
+	for i, d := range r.Differences {
+		out[i] = "/" + d.Path
+	}
+	return out
 }
 
 // verify is Verify with a bound on the differences (0: none) that also

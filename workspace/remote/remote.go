@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/wsync/wsync/converge"
 	"github.com/wsync/wsync/execrpc"
 	"github.com/wsync/wsync/syncwire"
 	"github.com/wsync/wsync/vfs"
@@ -226,7 +227,41 @@ func (r *Remote) Status(ctx context.Context) (workspace.RemoteStatus, error) {
 	return st, nil
 }
 
-// Verify is not implemented yet: the convergence calls are future work.
+// Verify compares the server's Merkle root with the container's (one round
+// trip when they agree) and, when they differ, walks both trees to name the
+// first differing paths. Both trees leave out the default ignore list.
 func (r *Remote) Verify(ctx context.Context) (workspace.VerifyReport, error) {
-	return workspace.VerifyReport{}, workspace.ErrNotSupported
+	sess, _, err := r.client.Session(ctx)
+	if err != nil {
+		return workspace.VerifyReport{}, r.note(fmt.Errorf("verify: %w", err))
+	}
+	rep, err := converge.Verify(ctx, r.store, sess, nil)
+	if err != nil {
+		return workspace.VerifyReport{}, r.note(err)
+	}
+	return workspace.VerifyReport{
+		Converged: rep.Converged, ServerRoot: rep.LocalRoot.String(), ContainerRoot: rep.PeerRoot.String(),
+		Differences: rep.Paths(), CheckedAt: time.Now(),
+	}, r.note(nil)
+}
+
+// Repair is verify --repair: it walks both trees as Verify does, re-sends
+// the winning side's entries for every differing path (the server wins
+// unless only the container changed the path since the last sync; see
+// converge.Repair), and reports the verdict after the repair.
+func (r *Remote) Repair(ctx context.Context) (workspace.VerifyReport, error) {
+	sess, _, err := r.client.Session(ctx)
+	if err != nil {
+		return workspace.VerifyReport{}, r.note(fmt.Errorf("repair: %w", err))
+	}
+	rr, err := converge.Repair(ctx, r.store, sess, converge.RepairOptions{Peer: Peer})
+	if err != nil {
+		return workspace.VerifyReport{}, r.note(err)
+	}
+	r.log.Info("repaired drift", "paths", len(rr.Before.Differences), "server_wins", rr.LocalWins,
+		"container_wins", rr.PeerWins, "pushed", rr.Pushed, "pulled", rr.Pulled, "converged", rr.After.Converged)
+	return workspace.VerifyReport{
+		Converged: rr.After.Converged, ServerRoot: rr.After.LocalRoot.String(), ContainerRoot: rr.After.PeerRoot.String(),
+		Differences: rr.After.Paths(), CheckedAt: time.Now(),
+	}, r.note(nil)
 }

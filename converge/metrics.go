@@ -1,0 +1,49 @@
+package converge
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// Metrics live in the default registry (exposed on /metrics by both
+// binaries).
+var (
+	metricVerify = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsync_converge_verify_total",
+		Help: "Root comparisons, by verdict (converged, diverged, error).",
+	}, []string{"verdict"})
+	metricDiverged = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "wsync_converge_diverged",
+		Help: "1 when the last verify found the roots unequal, 0 when equal.",
+	})
+	metricNodes = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "wsync_converge_nodes_requested_total",
+		Help: "Directory pages requested from the peer by verify and repair walks.",
+	})
+	metricRepaired = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsync_converge_repaired_paths_total",
+		Help: "Differing paths repaired, by the side that won (local, peer).",
+	}, []string{"winner"})
+	metricSnapshotRecords = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsync_converge_snapshot_records_total",
+		Help: "Snapshot records sent (sender) or staged (receiver).",
+	}, []string{"role"})
+	metricSnapshots = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsync_converge_snapshots_total",
+		Help: "Snapshot commits on the receiver, by result (installed, refused).",
+	}, []string{"result"})
+)
+
+func observeVerify(rep Report, err error) {
+	metricNodes.Add(float64(rep.Nodes))
+	switch {
+	case err != nil:
+		metricVerify.WithLabelValues("error").Inc()
+	case rep.Converged:
+		metricVerify.WithLabelValues("converged").Inc()
+		metricDiverged.Set(0)
+	default:
+		metricVerify.WithLabelValues("diverged").Inc()
+		metricDiverged.Set(1)
+	}
+}
