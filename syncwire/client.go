@@ -276,9 +276,7 @@ type ObjectStats struct {
 func (s *Session) PushObjects(ctx context.Context, stage uint64, hs []chunkstore.Hash,
 	read func(context.Context, chunkstore.Hash) ([]byte, error)) (ObjectStats, error) {
 	var st ObjectStats
-	var e enc
-	e.uvarint(stage)
-	o, done, err := s.open(ctx, MethodPushObjects, e.b, true)
+	o, done, err := s.open(ctx, MethodPushObjects, PushObjectsRequest{Stage: stage}.appendTo(nil), true)
 	if err != nil {
 		return st, err
 	}
@@ -303,11 +301,12 @@ func (s *Session) PushObjects(ctx context.Context, stage uint64, hs []chunkstore
 	if err != nil {
 		return st, fmt.Errorf("push objects: %w", err)
 	}
-	d := dec{b: b}
-	d.uvarint()
-	d.uvarint()
-	if err := d.done(); err != nil {
+	resp, err := DecodePushObjectsResponse(b)
+	if err != nil {
 		return st, fmt.Errorf("push objects: %w", err)
+	}
+	if resp.Chunks != int64(st.Chunks) || resp.Bytes != st.RawBytes {
+		return st, protoErr("push objects: peer staged %d chunks (%d bytes), we sent %d (%d bytes)", resp.Chunks, resp.Bytes, st.Chunks, st.RawBytes)
 	}
 	return st, nil
 }

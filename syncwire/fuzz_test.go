@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/wsync/wsync/chunkstore"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/watermark"
@@ -48,7 +49,7 @@ func seedFrames() [][]byte {
 }
 
 func seedHellos() [][]byte {
-	h := Hello{Protocol: ProtocolName, MinVersion: 1, MaxVersion: 3, Features: []string{"zstd", "exec"}, RuntimeID: RuntimeID, StoreID: "store-1", Window: defaultWindow, MaxCalls: 64}
+	h := Hello{Protocol: ProtocolName, MinVersion: 1, MaxVersion: 3, Features: []string{"zstd", "exec"}, RuntimeID: uuid.MustParse("6f1c1f5e-2d3b-4c1a-9d7e-0a1b2c3d4e5f"), StoreID: "store-1", Window: defaultWindow, MaxCalls: 64}
 	return [][]byte{AppendHello(nil, h), append(AppendHello(nil, h), 1, 2, 3), AppendHello(nil, Hello{Protocol: "other"})}
 }
 
@@ -90,6 +91,7 @@ func seedMessages() [][]byte {
 	add(FetchResponse{Current: watermark.At(7), AppliedPush: watermark.Within(3, "z")}.appendTo(nil))
 	add(PeerState{StoreID: "s", CurrentRev: 8, Set: watermark.Set{Push: watermark.At(1), Fetch: watermark.Within(2, "p"), AppliedPush: watermark.At(3)}}.appendTo(nil))
 	out = append(out, encodeError(fmt.Errorf("x: %w", chunkstore.ErrUnknownHash)))
+	out = append(out, PushObjectsRequest{Stage: 5}.appendTo(nil), PushObjectsResponse{Chunks: 3, Bytes: 1 << 20}.appendTo(nil))
 	return out
 }
 
@@ -221,6 +223,16 @@ func FuzzDecodeMessage(f *testing.F) {
 		if r, err := DecodePeerState(b); err == nil {
 			if r2, err := DecodePeerState(mustAppend(r.appendTo(nil))); err != nil || r2 != r {
 				t.Fatalf("peer state: %+v vs %+v, %v", r, r2, err)
+			}
+		}
+		if r, err := DecodePushObjectsRequest(b); err == nil {
+			if r2, err := DecodePushObjectsRequest(r.appendTo(nil)); err != nil || r2 != r {
+				t.Fatalf("push objects request: %+v vs %+v, %v", r, r2, err)
+			}
+		}
+		if r, err := DecodePushObjectsResponse(b); err == nil {
+			if r2, err := DecodePushObjectsResponse(r.appendTo(nil)); err != nil || r2 != r {
+				t.Fatalf("push objects response: %+v vs %+v, %v", r, r2, err)
 			}
 		}
 		if code, msg, err := decodeError(b); err == nil {

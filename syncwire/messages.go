@@ -231,10 +231,42 @@ type PushObjectsRequest struct {
 	Stage uint64 // nonzero; later named by PushRequest.Stage
 }
 
+func (r PushObjectsRequest) appendTo(b []byte) []byte {
+	e := enc{b: b}
+	e.uvarint(r.Stage)
+	return e.b
+}
+
+// DecodePushObjectsRequest decodes a PushObjects request body.
+func DecodePushObjectsRequest(p []byte) (PushObjectsRequest, error) {
+	d := dec{b: p}
+	r := PushObjectsRequest{Stage: d.uvarint()}
+	if d.err == nil && r.Stage == 0 {
+		d.fail("push objects: stage 0")
+	}
+	return r, d.done()
+}
+
 // PushObjectsResponse reports what the receiver staged.
 type PushObjectsResponse struct {
 	Chunks int64
 	Bytes  int64
+}
+
+func (r PushObjectsResponse) appendTo(b []byte) []byte {
+	e := enc{b: b}
+	e.uvarint(uint64(r.Chunks))
+	e.uvarint(uint64(r.Bytes))
+	return e.b
+}
+
+// DecodePushObjectsResponse decodes a PushObjects response body.
+func DecodePushObjectsResponse(p []byte) (PushObjectsResponse, error) {
+	d := dec{b: p}
+	var r PushObjectsResponse
+	r.Chunks = int64(d.bounded("chunks", 1<<40))
+	r.Bytes = int64(d.bounded("bytes", 1<<60))
+	return r, d.done()
 }
 
 // AppendEntries appends one entry-stream message: a count, then the

@@ -473,14 +473,11 @@ func sendObjects(ctx context.Context, send func(context.Context, []byte) error, 
 // is hashed before it is staged; one mismatch fails the call and discards
 // the whole stage, so the batch applies nothing.
 func (ss *serverSession) pushObjects(ctx context.Context, c *Incoming) error {
-	d := dec{b: c.Body}
-	id := d.uvarint()
-	if err := d.done(); err != nil {
+	req, err := DecodePushObjectsRequest(c.Body)
+	if err != nil {
 		return err
 	}
-	if id == 0 {
-		return protoErr("push objects: stage 0")
-	}
+	id := req.Stage
 	st, err := ss.stage(id, true)
 	if err != nil {
 		return err
@@ -518,8 +515,5 @@ func (ss *serverSession) pushObjects(ctx context.Context, c *Incoming) error {
 		ss.dropStage(id)
 		return fmt.Errorf("push objects: %w", err)
 	}
-	var e enc
-	e.uvarint(uint64(resp.Chunks))
-	e.uvarint(uint64(resp.Bytes))
-	return c.Reply(e.b)
+	return c.Reply(resp.appendTo(nil))
 }
