@@ -39,6 +39,7 @@ const (
 	opListxattr
 	opRemovexattr
 	opStatfs
+	opCopyFileRange
 	numOps
 )
 
@@ -49,7 +50,7 @@ var opNames = [numOps]string{
 	opMkdir: "mkdir", opRmdir: "rmdir", opUnlink: "unlink", opRename: "rename",
 	opSymlink: "symlink", opReadlink: "readlink", opLink: "link", opGetxattr: "getxattr",
 	opSetxattr: "setxattr", opListxattr: "listxattr", opRemovexattr: "removexattr",
-	opStatfs: "statfs",
+	opStatfs: "statfs", opCopyFileRange: "copy_file_range",
 }
 
 func (o op) String() string { return opNames[o] }

@@ -475,3 +475,29 @@ func TestReaddirStableOrder(t *testing.T) {
 	}
 	_ = filepath.Join
 }
+
+func TestCopyFileRange(t *testing.T) {
+	m := NewTestMount(t, TestMountOptions{})
+	data := bytes.Repeat([]byte("0123456789abcdef"), 200000) // 3.2 MB: several chunks
+	if err := os.WriteFile(m.Path("src"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sh(t, m.Dir, `cp src whole`)
+	if got := readFile(t, m.Path("whole")); got != string(data) {
+		t.Errorf("cp copy differs (len %d)", len(got))
+	}
+	in, _ := os.Open(m.Path("src"))
+	defer in.Close()
+	out, _ := os.Create(m.Path("part"))
+	defer out.Close()
+	offIn, offOut := int64(1000), int64(10)
+	n, err := unix.CopyFileRange(int(in.Fd()), &offIn, int(out.Fd()), &offOut, 1<<20, 0)
+	if err != nil || n != 1<<20 {
+		t.Fatalf("copy_file_range: %d %v", n, err)
+	}
+	out.Close()
+	want := append(make([]byte, 10), data[1000:1000+1<<20]...)
+	if got := storeFile(t, m, "part"); got != string(want) {
+		t.Errorf("partial copy differs (len %d, want %d)", len(got), len(want))
+	}
+}
