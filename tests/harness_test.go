@@ -54,24 +54,35 @@ func freePort(t testing.TB) string {
 	return ln.Addr().String()
 }
 
-// proc is a daemon under test.
+// proc is a daemon under test. Its output goes to a file, not a pipe, so
+// waiting for it never depends on a grandchild closing an inherited pipe.
 type proc struct {
-	t    testing.TB
-	name string
-	cmd  *exec.Cmd
-	log  *bytes.Buffer
-	done chan struct{}
-	err  error
+	t       testing.TB
+	name    string
+	cmd     *exec.Cmd
+	logPath string
+	done    chan struct{}
+	err     error
+}
+
+func (p *proc) output() string {
+	b, _ := os.ReadFile(p.logPath)
+	return string(b)
 }
 
 // start runs a daemon, recording its output, and stops it (SIGTERM, then
 // SIGKILL) at cleanup.
 func start(t testing.TB, name string, args []string, env ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, name: name, log: new(bytes.Buffer), done: make(chan struct{})}
+	logf, err := os.CreateTemp(t.TempDir(), name+"-*.log")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	p := &proc{t: t, name: name, logPath: logf.Name(), done: make(chan struct{})}
 	p.cmd = exec.Command(args[0], args[1:]...)
 	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -80,7 +91,7 @@ func start(t testing.TB, name string, args []string, env ...string) *proc {
 	t.Cleanup(func() {
 		p.stop(syscall.SIGTERM)
 		if t.Failed() {
-			t.Logf("%s output:\n%s", name, p.log.String())
+			t.Logf("%s output:\n%s", name, p.output())
 		}
 	})
 	return p
@@ -114,7 +125,7 @@ func waitHealthy(t testing.TB, url string, p *proc) {
 	for time.Now().Before(deadline) {
 		select {
 		case <-p.done:
-			t.Fatalf("%s exited: %v\n%s", p.name, p.err, p.log.String())
+			t.Fatalf("%s exited: %v\n%s", p.name, p.err, p.output())
 		default:
 		}
 		resp, err := http.Get(url + "/health")
@@ -126,7 +137,7 @@ func waitHealthy(t testing.TB, url string, p *proc) {
 		}
 		time.Sleep(20 * time.Millisecond) // polling a condition with a deadline
 	}
-	t.Fatalf("%s not healthy at %s within 30s:\n%s", p.name, url, p.log.String())
+	t.Fatalf("%s not healthy at %s within 30s:\n%s", p.name, url, p.output())
 }
 
 // pair is a workspace-server (with embedded or separate computerd) and the
