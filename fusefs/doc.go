@@ -25,7 +25,8 @@
 // Writes go into the handle, which hashes and stores each 512 KiB chunk in
 // the background as it fills, so a long write holds a few chunks of memory.
 // The store commits the manifest as one rev on flush (every close(2)), fsync
-// and the last release; truncation and fallocate commit at once. Because
+// and the last release; truncation and fallocate commit at once.
+// copy_file_range(2) (cp) is done inside the daemon in one request. Because
 // close commits, a file is in the change feed when its writer has closed it,
 // even though the kernel's RELEASE comes later. For files still open by
 // running processes, the flush rule applies: vfs.Store.FlushAll (or
