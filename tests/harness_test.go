@@ -158,8 +158,8 @@ type pair struct {
 }
 
 type pairOpts struct {
-	// separate runs computerd as its own process with this --state
-	// (vfs.Memory or a path; "" means embedded).
+	// separate runs computerd as its own process: "disk" for on-disk state
+	// in the scratch dir, or a --state value (vfs.Memory); "" is embedded.
 	separate string
 }
 
@@ -177,7 +177,12 @@ func newPair(t testing.TB, o pairOpts) *pair {
 		syscall.Unmount(p.mount, syscall.MNT_DETACH)
 	})
 	p.env = []string{"WSYNC_TOKEN_FILE=" + tokenFile}
-	if o.separate != "" {
+	switch o.separate {
+	case "":
+	case "disk":
+		p.cdState = filepath.Join(dir, "computerd.db")
+		p.startComputerd()
+	default:
 		p.cdState = o.separate
 		p.startComputerd()
 	}
@@ -290,3 +295,5 @@ func (p *pair) ls(path string, recursive bool) []fileInfo {
 	}
 	return out
 }
+
+func syscallUnmount(dir string) { syscall.Unmount(dir, syscall.MNT_DETACH) }
