@@ -72,6 +72,7 @@ func New(store *vfs.Store, url, token string, ignore []string, log *slog.Logger)
 // Close ends the session.
 func (r *Remote) Close() error { return r.client.Close() }
 
+// note records the last error for Status and gives it its wire code.
 func (r *Remote) note(err error) error {
 	r.mu.Lock()
 	if err != nil {
@@ -80,7 +81,23 @@ func (r *Remote) note(err error) error {
 		r.lastErr = ""
 	}
 	r.mu.Unlock()
-	return err
+	if err == nil {
+		return nil
+	}
+	return &wireError{err}
+}
+
+// wireError names a sync error by its wire code ("EAUTH", "EEXEC_BUSY")
+// for the API (workspace.Errnoer); errors.Is still sees the cause.
+type wireError struct{ err error }
+
+func (e *wireError) Error() string { return e.err.Error() }
+func (e *wireError) Unwrap() error { return e.err }
+func (e *wireError) Errno() string {
+	if c := syncwire.CodeOf(e.err); c != syncwire.CodeUnknown {
+		return c.String()
+	}
+	return ""
 }
 
 func (r *Remote) runtimeID(ctx context.Context) string {
