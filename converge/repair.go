@@ -36,8 +36,10 @@ type RepairReport struct {
 	// Chunks and ChunkBytes are the chunks that crossed the wire.
 	Chunks     int
 	ChunkBytes int64
-	WireBytes  int64
-	Duration   time.Duration
+	// WireBytes are the frame bytes of the whole repair, both walks
+	// included.
+	WireBytes int64
+	Duration  time.Duration
 }
 
 // Repair walks both trees as Verify does, then re-sends the winning side's
@@ -76,7 +78,7 @@ func Repair(ctx context.Context, local *vfs.Store, sess *syncwire.Session, opts 
 	metricRepaired.WithLabelValues("local").Add(float64(rr.LocalWins))
 	metricRepaired.WithLabelValues("peer").Add(float64(rr.PeerWins))
 	rr.After, err = Verify(ctx, local, sess, opts.Ignore)
-	rr.WireBytes = rp.wc.In.Load() + rp.wc.Out.Load() + rp.st.WireBytes
+	rr.WireBytes = rp.wc.In.Load() + rp.wc.Out.Load() + rp.st.WireBytes + rr.Before.WireBytes + rr.After.WireBytes
 	rr.Duration = time.Since(start)
 	return rr, err
 }

