@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/wsync/wsync/vfs"
 )
 
@@ -71,5 +73,31 @@ func TestMountRootOwner(t *testing.T) {
 	}
 	if st := stat(t, m.Dir); st.Uid != 42 || st.Gid != 43 {
 		t.Errorf("root owned by %d:%d after chown, want 42:43", st.Uid, st.Gid)
+	}
+}
+
+func TestMetricsExposed(t *testing.T) {
+	m := NewTestMount(t, TestMountOptions{})
+	writeFile(t, m.Path("f"), "data")
+	readFile(t, m.Path("f"))
+	st := m.Server.Stats()
+	if st.Ops["create"].Count == 0 || st.Ops["read"].Count == 0 || st.WrittenBytes != 4 || st.Commits == 0 {
+		t.Errorf("stats: %+v", st)
+	}
+	families, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"wsync_fuse_ops_total": false, "wsync_fuse_op_duration_seconds": false,
+		"wsync_fuse_dirty_handles": false, "wsync_fuse_open_handles": false, "wsync_fuse_written_bytes_total": false}
+	for _, f := range families {
+		if _, ok := want[f.GetName()]; ok {
+			want[f.GetName()] = true
+		}
+	}
+	for name, seen := range want {
+		if !seen {
+			t.Errorf("%s not exposed", name)
+		}
 	}
 }
