@@ -13,6 +13,7 @@ import (
 
 	"github.com/wsync/wsync/execrun"
 	"github.com/wsync/wsync/fusefs"
+	"github.com/wsync/wsync/internal/bearer"
 	"github.com/wsync/wsync/syncwire"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/watermark"
@@ -26,9 +27,10 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, map[string]any{"ok": true})
 	})
+	token := bearer.New(d.cfg.Token)
 	auth := func(h http.HandlerFunc) http.HandlerFunc {
 		return func(w http.ResponseWriter, r *http.Request) {
-			if !authorized(r, d.cfg.Token) {
+			if !token.Check(r) {
 				http.Error(w, "unauthorized", http.StatusUnauthorized)
 				return
 			}

@@ -2,19 +2,17 @@ package syncwire
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
 	"iter"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/coder/websocket"
 	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/internal/bearer"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/watermark"
 )
@@ -49,8 +47,9 @@ type ServerOptions struct {
 // Server serves a Backend's sync methods, plus any registered with Handle,
 // on GET /sync (ServeHTTP) or on any Conn (ServeConn).
 type Server struct {
-	b    Backend
-	opts ServerOptions
+	b     Backend
+	opts  ServerOptions
+	token bearer.Token
 
 	mu      sync.RWMutex
 	methods map[Method]Handler
@@ -70,7 +69,7 @@ func NewServer(b Backend, opts ServerOptions) *Server {
 	}
 	opts.Config = opts.Config.withDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{b: b, opts: opts, methods: map[Method]Handler{}, ctx: ctx, cancel: cancel}
+	return &Server{b: b, opts: opts, token: bearer.New(opts.Token), methods: map[Method]Handler{}, ctx: ctx, cancel: cancel}
 }
 
 // Handle registers h for method m (m >= FirstExtensionMethod). Handlers
@@ -94,20 +93,6 @@ func (s *Server) Close() error {
 	return nil
 }
 
-// authorized checks the bearer token in constant time. Both sides are
-// hashed first so the comparison does not leak the token's length.
-func (s *Server) authorized(r *http.Request) bool {
-	if s.opts.Token == "" {
-		return true
-	}
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if !ok {
-		return false
-	}
-	a, b := sha256.Sum256([]byte(got)), sha256.Sum256([]byte(s.opts.Token))
-	return subtle.ConstantTimeCompare(a[:], b[:]) == 1
-}
-
 // ServeHTTP upgrades GET requests carrying the right bearer token and
 // serves the session until it ends. Refusals are opaque: 401 with a fixed
 // body whatever was wrong.
@@ -117,7 +102,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		return
 	}
-	if !s.authorized(r) {
+	if !s.token.Check(r) {
 		metricRejected.WithLabelValues("auth").Inc()
 		s.opts.Logger.Info("sync upgrade refused", "remote", r.RemoteAddr, "reason", "unauthorized")
 		w.Header().Set("WWW-Authenticate", `Bearer realm="wsync"`)

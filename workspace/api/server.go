@@ -1,8 +1,6 @@
 package api
 
 import (
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,12 +8,12 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/wsync/wsync/internal/bearer"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/workspace"
 )
@@ -45,7 +43,7 @@ type Server struct {
 	opts    Options
 	m       *workspace.Manager
 	log     *slog.Logger
-	token   [32]byte
+	token   bearer.Token
 	mux     *http.ServeMux
 	metrics http.Handler
 }
@@ -69,7 +67,7 @@ func New(opts Options) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{opts: opts, m: opts.Manager, log: log.With("component", "api"), token: sha256.Sum256([]byte(opts.Token))}
+	s := &Server{opts: opts, m: opts.Manager, log: log.With("component", "api"), token: bearer.New(opts.Token)}
 	s.metrics = promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{})
 	s.routes()
 	return s, nil
@@ -114,7 +112,7 @@ func (s *Server) routes() {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rec := &recorder{ResponseWriter: w, status: http.StatusOK}
-	if r.URL.Path != "/health" && !s.authorized(r) {
+	if r.URL.Path != "/health" && !s.token.Check(r) {
 		rec.Header().Set("WWW-Authenticate", `Bearer realm="wsync"`)
 		writeJSON(rec, http.StatusUnauthorized, Error{Error: "missing or wrong bearer token", Errno: ErrnoAuth})
 	} else {
@@ -136,18 +134,6 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Never the headers: they carry the token.
 	s.log.Log(r.Context(), lvl, "request", "method", r.Method, "route", route, "path", r.URL.Path,
 		"status", rec.status, "bytes", rec.bytes, "duration", d)
-}
-
-// authorized checks the bearer token in constant time. Both sides are
-// hashed first, so the comparison does not even leak the token's length.
-func (s *Server) authorized(r *http.Request) bool {
-	h := r.Header.Get("Authorization")
-	scheme, tok, ok := strings.Cut(h, " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return false
-	}
-	got := sha256.Sum256([]byte(strings.TrimSpace(tok)))
-	return subtle.ConstantTimeCompare(got[:], s.token[:]) == 1
 }
 
 // recorder keeps the status and size for logs and metrics.
