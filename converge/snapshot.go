@@ -177,6 +177,7 @@ type BootstrapOptions struct {
 	// instead of ours.
 	pageBytes int
 	claim     *Hash
+	noCommit  bool
 }
 
 // BootstrapReport is what one Bootstrap did.
@@ -273,6 +274,9 @@ func Bootstrap(ctx context.Context, local *vfs.Store, sess *syncwire.Session, op
 		if opts.Progress != nil {
 			opts.Progress(staged, total)
 		}
+	}
+	if opts.noCommit {
+		return rep, nil
 	}
 	before, after, err := snapCommit(ctx, sess, &st, declared)
 	if err != nil {

@@ -96,6 +96,9 @@ func TestSnapshotResumesFromItsCursor(t *testing.T) {
 		t.Fatalf("interrupted bootstrap: err = %v", err)
 	}
 	assertEmpty(t, cont)
+	// computerd restarts: a new responder finds the staging on disk.
+	r = newRig(t, server, cont)
+	sess = r.session(t)
 	rep, err := Bootstrap(context.Background(), server, sess, BootstrapOptions{Peer: peerName, pageBytes: 16 << 10})
 	must(t, err)
 	if rep.ResumedAt == 0 || rep.ResumedAt+rep.Sent != rep.Total {
@@ -222,5 +225,48 @@ func TestSnapshotCorruptPageRefused(t *testing.T) {
 	must(t, err)
 	if ws != (watermark.Set{}) {
 		t.Errorf("container watermarks = %+v", ws)
+	}
+}
+
+func TestSnapshotIntoMemoryStore(t *testing.T) {
+	server := newStore(t, "server")
+	applyAll(t, server, smallTree())
+	cont, err := vfs.Open(context.Background(), vfs.Memory, vfs.Options{})
+	must(t, err)
+	t.Cleanup(func() { cont.Close() })
+	r := newRig(t, server, cont)
+	if _, err := Bootstrap(context.Background(), server, r.session(t), BootstrapOptions{Peer: peerName}); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := root(t, server, []string{}), root(t, cont, []string{}); a != b {
+		t.Fatalf("roots: %s / %s", a, b)
+	}
+}
+
+func TestSnapshotInstallsAsReplace(t *testing.T) {
+	// A commit that finds live state (an install cut short, or a write that
+	// raced the snapshot) replaces it: paths the snapshot lacks go.
+	ctx := context.Background()
+	server := newStore(t, "server")
+	applyAll(t, server, smallTree())
+	cont := newStore(t, "container")
+	r := newRig(t, server, cont)
+	sess := r.session(t)
+	rep, err := Bootstrap(ctx, server, sess, BootstrapOptions{Peer: peerName, noCommit: true})
+	must(t, err)
+	assertEmpty(t, cont)
+	must(t, cont.MkdirPath(ctx, "stray/dir", 0o755, true))
+	must(t, cont.MkdirPath(ctx, "d000/s0", 0o700, true))
+	_, err = cont.WriteFile(ctx, "d000/s0/f000", []byte("a different file"), 0o600)
+	must(t, err)
+	var st callStats
+	if _, _, err := snapCommit(ctx, sess, &st, rep.Root); err != nil {
+		t.Fatal(err)
+	}
+	if a, b := root(t, server, []string{}), root(t, cont, []string{}); a != b {
+		t.Fatalf("roots after replace: %s / %s", a, b)
+	}
+	if _, err := cont.Stat(ctx, "stray"); !errors.Is(err, vfs.ErrNotExist) {
+		t.Errorf("stray directory survived the install: %v", err)
 	}
 }

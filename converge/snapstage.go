@@ -180,6 +180,10 @@ func (s *snapReceiver) begin(ctx context.Context, c *syncwire.Incoming) error {
 		return err
 	}
 	if !empty {
+		if m.valid {
+			// Staging for another snapshot can no longer install here.
+			s.discard()
+		}
 		return fmt.Errorf("%w: the store already holds a tree", ErrNotEmpty)
 	}
 	tx, err := db.BeginTx(ctx, nil)
