@@ -1,11 +1,9 @@
 package vfs
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -185,6 +183,4 @@ func syncInto(t testing.TB, src, dst *Store, after watermark.Cursor, ig Ignore) 
 	return through
 }
 
-func isErr(err, target error) bool { return errors.Is(err, target) }
 
-var _ = bytes.Equal
