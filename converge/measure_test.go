@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"os"
+	"runtime"
 	"testing"
 	"time"
 
@@ -25,10 +26,24 @@ func TestPerformanceFigures(t *testing.T) {
 	// One scan + hash of 100,000 files.
 	s := templateStore(t, 100_000, "scan")
 	for range 2 { // the second run is warm (page cache)
+		var m0, m1 runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&m0)
 		start := time.Now()
 		tr, err := BuildTree(ctx, s, vfs.NewIgnore(nil))
 		must(t, err)
-		t.Logf("scan+hash %d names: %v", tr.Len(), time.Since(start))
+		took := time.Since(start)
+		lean, err := buildTree(ctx, s, vfs.NewIgnore(nil), false)
+		must(t, err)
+		runtime.GC()
+		var ml runtime.MemStats
+		runtime.ReadMemStats(&ml)
+		t.Logf("full + lean trees: %.1f MiB", float64(ml.HeapAlloc-m0.HeapAlloc)/(1<<20))
+		runtime.KeepAlive(lean)
+		runtime.GC()
+		runtime.ReadMemStats(&m1)
+		t.Logf("scan+hash %d names: %v, tree holds %.1f MiB", tr.Len(), took, float64(m1.HeapAlloc-m0.HeapAlloc)/(1<<20))
+		runtime.KeepAlive(tr)
 	}
 	measureKeepCurrent(t, s)
 
@@ -53,9 +68,9 @@ func TestPerformanceFigures(t *testing.T) {
 		}
 		r := newRig(t, server, cont)
 		sess := r.session(t)
-		cold, _, err := verify(ctx, server, sess, nil, 0)
+		cold, _, err := verify(ctx, server, sess, nil, 0, false)
 		must(t, err)
-		warm, _, err := verify(ctx, server, sess, nil, 0)
+		warm, _, err := verify(ctx, server, sess, nil, 0, false)
 		must(t, err)
 		t.Logf("verify %s differing: cold %v (local scan %v), warm %v; %d requests, %d node pages, %d wire bytes, %d differences",
 			c.name, cold.Duration, cold.Scan, warm.Duration, warm.Requests, warm.Nodes, warm.WireBytes, len(warm.Differences))

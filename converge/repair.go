@@ -60,7 +60,7 @@ func Repair(ctx context.Context, local *vfs.Store, sess *syncwire.Session, opts 
 	if opts.MaxPaths <= 0 {
 		opts.MaxPaths = 1 << 20
 	}
-	before, tree, err := verify(ctx, local, sess, opts.Ignore, opts.MaxPaths)
+	before, tree, err := verify(ctx, local, sess, opts.Ignore, opts.MaxPaths, true)
 	observeVerify(before, err)
 	rr.Before = before
 	if err != nil || before.Converged {

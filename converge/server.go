@@ -74,7 +74,7 @@ func (r *Responder) Tree(ctx context.Context, ignore []string) (*Tree, error) {
 			return c.tree, nil
 		}
 	}
-	t, err := BuildTree(ctx, r.store, vfs.NewIgnore(ignore))
+	t, err := buildTree(ctx, r.store, vfs.NewIgnore(ignore), false)
 	if err != nil {
 		return nil, err
 	}

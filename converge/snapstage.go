@@ -546,7 +546,7 @@ func stagedRoot(ctx context.Context, db *sql.DB) (Hash, error) {
 // next commit and skips what it already applied.
 func (s *snapReceiver) install(ctx context.Context, db *sql.DB, m stagedMeta) error {
 	store := s.r.store
-	live, err := BuildTree(ctx, store, vfs.NewIgnore([]string{}))
+	live, err := buildTree(ctx, store, vfs.NewIgnore([]string{}), false)
 	if err != nil {
 		return err
 	}

