@@ -3,6 +3,7 @@ package converge
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"testing"
 
@@ -108,6 +109,22 @@ func TestDriftNamedAndRepaired(t *testing.T) {
 			must(t, err)
 			must(t, cont.RemovePath(ctx, "link", false))
 		}, []string{"link", "z/new.txt"}, true},
+		{"container made a subtree after the last fetch", func(t *testing.T, server, cont *vfs.Store) {
+			must(t, cont.MkdirPath(ctx, "build/out/obj", 0o755, true))
+			for _, p := range []string{"build/a", "build/out/b", "build/out/obj/c"} {
+				_, err := cont.WriteFile(ctx, p, []byte("built "+p), 0o644)
+				must(t, err)
+			}
+			must(t, cont.SymlinkPath(ctx, "out/b", "build/link"))
+		}, []string{"build"}, true},
+		{"kinds swapped on both sides before the last sync", func(t *testing.T, server, cont *vfs.Store) {
+			// The container holds a file where the server has a directory
+			// (no rev says so): the server's directory wins with its subtree.
+			execRaw(t, cont, `DELETE FROM dirents WHERE parent = 1 AND name = 'z'`)
+			_, err := cont.WriteFile(ctx, "z", []byte("not a directory"), 0o644)
+			must(t, err)
+			markSynced(t, server, cont)
+		}, []string{"z"}, false},
 		{"server wrote after the last push", func(t *testing.T, server, cont *vfs.Store) {
 			must(t, server.MkdirPath(ctx, "fresh/deep", 0o755, true))
 			_, err := server.WriteFile(ctx, "fresh/deep/a", []byte("server side"), 0o644)
@@ -335,4 +352,53 @@ func TestResponderValidatesRequests(t *testing.T) {
 	if want := []string{"d000", "empty", "link", "z"}; !slices.Equal(names, want) {
 		t.Errorf("paged root = %q, want %q", names, want)
 	}
+}
+
+func TestHostileEntriesRefused(t *testing.T) {
+	// A peer that wins a path but answers Entries with another path, or
+	// Revs with the wrong count, fails the repair with EPROTOCOL.
+	ctx := context.Background()
+	for _, tt := range []struct {
+		name          string
+		revs, entries syncwire.Handler
+	}{
+		{"entries for other paths", nil, func(ctx context.Context, c *syncwire.Incoming) error {
+			if err := c.ReplyStream(nil); err != nil {
+				return err
+			}
+			b, err := syncwire.AppendEntries(nil, []vfs.ChangeEntry{{Kind: vfs.EntryDir, Path: "elsewhere", Mode: 0o755}})
+			must(t, err)
+			return c.Send(ctx, b)
+		}},
+		{"revs of the wrong count", func(ctx context.Context, c *syncwire.Incoming) error {
+			return c.Reply(appendRevs(nil, []int64{1, 2, 3}))
+		}, nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			server, cont := syncedPair(t, smallTree())
+			_, err := cont.WriteFile(ctx, "z/new.txt", []byte("container side"), 0o644)
+			must(t, err)
+			srv := syncwire.NewServer(cont, syncwire.ServerOptions{Config: testConfig()})
+			resp := &Responder{store: cont, log: slog.New(slog.DiscardHandler)}
+			srv.Handle(MethodRoot, resp.root)
+			srv.Handle(MethodNode, resp.node)
+			srv.Handle(MethodRevs, or(tt.revs, resp.revs))
+			srv.Handle(MethodEntries, or(tt.entries, resp.entries))
+			r := serveRig(t, server, cont, srv, resp)
+			_, err = Repair(ctx, server, r.session(t), RepairOptions{Peer: peerName})
+			if !errors.Is(err, syncwire.ErrProtocol) {
+				t.Fatalf("err = %v, want EPROTOCOL", err)
+			}
+			if _, err := server.Stat(ctx, "z/new.txt"); !errors.Is(err, vfs.ErrNotExist) {
+				t.Errorf("server took the hostile answer: %v", err)
+			}
+		})
+	}
+}
+
+func or(h, def syncwire.Handler) syncwire.Handler {
+	if h != nil {
+		return h
+	}
+	return def
 }
