@@ -301,3 +301,35 @@ func procStatusKB(t *testing.T, field string) int64 {
 	t.Fatalf("no %s in /proc/self/status", field)
 	return 0
 }
+
+// TestKeepCache: a second open of an unchanged file is served from the
+// kernel's page cache (no READ reaches us); after our own write, and after
+// an upstream apply, the new bytes are read.
+func TestKeepCache(t *testing.T) {
+	m := NewTestMount(t, TestMountOptions{Options: Options{EntryTimeout: time.Hour, AttrTimeout: time.Hour}})
+	data := strings.Repeat("k", 1<<20)
+	writeFile(t, m.Path("f"), data)
+	reads := func() uint64 { return m.Server.Stats().Ops["read"].Count }
+
+	readFile(t, m.Path("f"))
+	readFile(t, m.Path("f")) // the first open after the write may still read
+	before := reads()
+	if got := readFile(t, m.Path("f")); got != data {
+		t.Fatal("content differs")
+	}
+	if after := reads(); after != before {
+		t.Errorf("re-reading an unchanged file sent %d READs, want 0", after-before)
+	}
+
+	writeFile(t, m.Path("f"), "local change")
+	if got := readFile(t, m.Path("f")); got != "local change" {
+		t.Errorf("after a local write: %q", got)
+	}
+	applyFiles(t, m.Store, 1, map[string]string{"f": "upstream change"})
+	if err := m.Server.WaitInvalidated(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, m.Path("f")); got != "upstream change" {
+		t.Errorf("after an apply: %q", got)
+	}
+}
