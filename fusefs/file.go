@@ -60,21 +60,18 @@ func (s *Server) OpenHandles() int {
 }
 
 // Flush commits every dirty file open through the mount: the flush rule's
-// mount-side half, the same as vfs.Store.FlushAll for this store. Call
+// mount-side half, vfs.Store.FlushAll with this mount's commit count. Call
 // either before answering a feed, so a pull sees what still-running
 // processes wrote.
 func (s *Server) Flush(ctx context.Context) error {
-	var errs []error
-	for _, fh := range s.fileHandles() {
-		if fh.h.Dirty() {
-			if err := fh.h.Flush(ctx); err != nil {
-				errs = append(errs, err)
-			} else {
-				s.metrics.committed()
-			}
+	dirty := s.DirtyHandles()
+	err := s.store.FlushAll(ctx)
+	if err == nil {
+		for range dirty {
+			s.metrics.committed()
 		}
 	}
-	return errors.Join(errs...)
+	return err
 }
 
 // releaseAll commits and closes handles the kernel left open at unmount (it
