@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -331,5 +332,62 @@ func TestKeepCache(t *testing.T) {
 	}
 	if got := readFile(t, m.Path("f")); got != "upstream change" {
 		t.Errorf("after an apply: %q", got)
+	}
+}
+
+// TestAppliesWhileBusy applies upstream batches in a loop while processes
+// read, create, list and remove in the same directory: invalidations and
+// FUSE requests must not deadlock, and the last applied state must show.
+func TestAppliesWhileBusy(t *testing.T) {
+	m := NewTestMount(t, TestMountOptions{Options: Options{EntryTimeout: time.Hour, AttrTimeout: time.Hour}})
+	applyFiles(t, m.Store, 1, map[string]string{"dir/a0": "0"})
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for rev := int64(2); ; rev++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			files := map[string]string{}
+			for i := range 10 {
+				files[fmt.Sprintf("dir/a%d", i)] = strconv.FormatInt(rev, 10)
+			}
+			if rev%7 == 0 {
+				files["dir/a9"] = "" // deletes too
+			}
+			applyFiles(t, m.Store, rev, files)
+		}
+	}()
+	finished := make(chan string, 1)
+	go func() {
+		out, err := shErr(m.Dir, `for i in $(seq 80); do
+			cat dir/a* >/dev/null 2>&1 || true
+			echo x > dir/local$i; ls dir >/dev/null; mv dir/local$i dir/moved$i; rm -f dir/moved$i
+		done`)
+		if err != nil {
+			out += err.Error()
+		}
+		finished <- out
+	}()
+	select {
+	case out := <-finished:
+		if out != "" {
+			t.Errorf("shell: %s", out)
+		}
+	case <-time.After(45 * time.Second):
+		t.Fatal("no progress in 45 s: deadlock between applies and FUSE requests?")
+	}
+	close(done)
+	wg.Wait()
+	applyFiles(t, m.Store, 1<<40, map[string]string{"dir/a0": "final"})
+	if err := m.Server.WaitInvalidated(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, m.Path("dir/a0")); got != "final" {
+		t.Errorf("dir/a0 = %q after the last apply", got)
 	}
 }
