@@ -5,16 +5,27 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	"github.com/wsync/wsync/syncwire"
 	"github.com/wsync/wsync/vfs"
 )
 
 // callStats counts what the calls of one operation cost.
+// It is safe for concurrent use; read its fields once the calls are over.
 type callStats struct {
+	mu        sync.Mutex
 	Requests  int   // calls made
 	Nodes     int   // Node pages requested
 	WireBytes int64 // frame bytes, both directions
+}
+
+func (st *callStats) add(requests, nodes int, wire int64) {
+	st.mu.Lock()
+	st.Requests += requests
+	st.Nodes += nodes
+	st.WireBytes += wire
+	st.mu.Unlock()
 }
 
 // call is a unary call with accounting.
@@ -26,8 +37,7 @@ func call(ctx context.Context, sess *syncwire.Session, st *callStats, m syncwire
 	defer o.Close()
 	b, err := o.Reply(ctx)
 	in, out := o.WireBytes()
-	st.Requests++
-	st.WireBytes += in + out
+	st.add(1, 0, in+out)
 	return b, err
 }
 
@@ -51,7 +61,7 @@ func peerRoot(ctx context.Context, sess *syncwire.Session, st *callStats, ignore
 func peerNode(ctx context.Context, sess *syncwire.Session, st *callStats, path, after string, ignore []string) (nodePage, error) {
 	req := nodeRequest{Path: path, After: after, Limit: MaxChildren, Ignore: ignore}
 	b, err := call(ctx, sess, st, MethodNode, appendNodeRequest(nil, req))
-	st.Nodes++
+	st.add(0, 1, 0)
 	if err != nil {
 		return nodePage{}, fmt.Errorf("node /%s: %w", path, err)
 	}
@@ -127,8 +137,7 @@ func peerEntryPage(ctx context.Context, sess *syncwire.Session, st *callStats, p
 	defer func() {
 		o.Close()
 		in, out := o.WireBytes()
-		st.Requests++
-		st.WireBytes += in + out
+		st.add(1, 0, in+out)
 	}()
 	var es []vfs.ChangeEntry
 	for {

@@ -31,8 +31,11 @@
 // hashes differ it asks for the peer's children (MethodNode, at most
 // MaxChildren per page, paged by name), merges them with its own, and
 // descends only into directories present on both sides with different
-// hashes. Everything else that differs is a Difference. The cost is the
-// differing directories times their fan-out, not the tree.
+// hashes. Everything else that differs is a Difference. The walk goes level
+// by level, the differing directories of a level compared at once (a
+// bounded number of Node calls in flight), so its latency is the depth in
+// round trips. The cost is the differing directories times their pages,
+// not the tree.
 //
 // Bounds hold on both ends. The responder validates every request (path
 // through vfs.ValidatePath, depth at most MaxWalkDepth, page limit

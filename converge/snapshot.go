@@ -329,8 +329,7 @@ func sendChunks(ctx context.Context, sess *syncwire.Session, st *callStats, loca
 			defer func() {
 				o.Close()
 				in, out := o.WireBytes()
-				st.Requests++
-				st.WireBytes += in + out
+				st.add(1, 0, in+out)
 			}()
 			var objs []syncwire.Object
 			size := 0

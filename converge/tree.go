@@ -260,7 +260,7 @@ func (n *node) walk(path string, fn func(path string, n *node) error) error {
 	return nil
 }
 
-// Walk calls fn for every name of the tree in pre-order.
+// walk calls fn for every name of the tree in pre-order.
 func (t *Tree) walk(fn func(path string, n *node) error) error {
 	for i := range t.root.children {
 		c := &t.root.children[i]

@@ -3,6 +3,7 @@ package converge
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/wsync/wsync/syncwire"
@@ -31,9 +32,9 @@ type Report struct {
 	PeerRev   int64
 	// LocalNames and PeerNames count the names in each tree.
 	LocalNames, PeerNames int
-	// Differences are the first differing paths in pre-order (parents
-	// before children, names sorted); Truncated says the walk stopped at
-	// the bound with more to find.
+	// Differences are the first differing paths, shallowest first (in
+	// tree order within a level); Truncated says the walk stopped at the
+	// bound with more to find.
 	Differences []Difference
 	Truncated   bool
 	// Requests counts the calls made to the peer, Nodes the directory
@@ -94,12 +95,8 @@ func verify(ctx context.Context, local *vfs.Store, sess *syncwire.Session, ignor
 		rep.Converged = true
 		return rep, t, nil
 	}
-	w := &walker{ctx: ctx, sess: sess, st: &st, ignore: ignore, limit: limit}
-	err = w.dir("", t.root, 0)
-	if err == errWalkFull {
-		rep.Truncated, err = true, nil
-	}
-	rep.Differences = w.diffs
+	w := &walker{ctx: ctx, sess: sess, st: &st, ignore: ignore}
+	rep.Differences, rep.Truncated, err = w.walk(t.root, limit)
 	if err != nil {
 		return rep, t, fmt.Errorf("verify: %w", err)
 	}
@@ -111,81 +108,112 @@ type walker struct {
 	sess   *syncwire.Session
 	st     *callStats
 	ignore []string
-	limit  int
-	diffs  []Difference
 }
 
-var errWalkFull = fmt.Errorf("walk bound reached")
+// walkConcurrency bounds the Node calls a walk has in flight.
+const walkConcurrency = 8
 
-func (w *walker) add(path string, l *node, p *Child) error {
-	if w.limit > 0 && len(w.diffs) >= w.limit {
-		return errWalkFull
-	}
-	d := Difference{Path: path, Peer: p}
-	if l != nil {
-		c := l.Child
-		d.Local = &c
-	}
-	w.diffs = append(w.diffs, d)
-	return nil
+// pendingDir is a directory whose hashes differ on the two sides.
+type pendingDir struct {
+	path  string
+	local *dir
+	depth int
 }
 
-// dir compares the peer's children of path with the local directory ld,
-// page by page in name order, and descends into directories present on
-// both sides whose hashes differ.
-func (w *walker) dir(path string, ld *dir, depth int) error {
-	if depth >= MaxWalkDepth {
-		return malformed("walk deeper than %d levels at /%s", MaxWalkDepth, path)
+// dirResult is what comparing one directory found.
+type dirResult struct {
+	diffs   []Difference
+	descend []pendingDir
+	err     error
+}
+
+// walk compares the trees level by level from the root: every differing
+// directory of a level is compared at once (at most walkConcurrency Node
+// calls in flight), so a walk costs one round of calls per level rather
+// than one per directory. Differences come shallowest first, in tree order
+// (parents in order, then names) within a level. With limit > 0 the walk stops after the level at which
+// the limit was reached and reports the first limit differences.
+func (w *walker) walk(root *dir, limit int) ([]Difference, bool, error) {
+	var diffs []Difference
+	level := []pendingDir{{path: "", local: root}}
+	sem := make(chan struct{}, walkConcurrency)
+	for len(level) > 0 {
+		results := make([]dirResult, len(level))
+		var wg sync.WaitGroup
+		for i, p := range level {
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				results[i] = w.compare(p)
+			})
+		}
+		wg.Wait()
+		var next []pendingDir
+		for _, r := range results {
+			if r.err != nil {
+				return diffs, false, r.err
+			}
+			diffs = append(diffs, r.diffs...)
+			next = append(next, r.descend...)
+		}
+		if limit > 0 && len(diffs) >= limit {
+			return diffs[:limit], len(diffs) > limit || len(next) > 0, nil
+		}
+		level = next
+	}
+	return diffs, false, nil
+}
+
+// compare pages through the peer's children of one directory, merging them
+// in name order with the local ones: a name on one side only, or with a
+// different kind, mode or content, is a difference; a directory on both
+// sides with a different hash is to be descended into.
+func (w *walker) compare(p pendingDir) (res dirResult) {
+	if p.depth >= MaxWalkDepth {
+		res.err = malformed("walk deeper than %d levels at /%s", MaxWalkDepth, p.path)
+		return res
+	}
+	ld := p.local
+	add := func(name string, l *node, pc *Child) {
+		d := Difference{Path: joinPath(p.path, name), Peer: pc}
+		if l != nil {
+			c := l.Child
+			d.Local = &c
+		}
+		res.diffs = append(res.diffs, d)
 	}
 	i := 0
-	var descend []*node
-	// Descents wait for the page's comparison so one directory's pages are
-	// read in one pass, but they run in name order, keeping pre-order.
-	flush := func() error {
-		for _, n := range descend {
-			if err := w.dir(joinPath(path, n.Name), n.dir, depth+1); err != nil {
-				return err
-			}
-		}
-		descend = descend[:0]
-		return nil
-	}
-	err := peerChildren(w.ctx, w.sess, w.st, path, w.ignore, func(pc Child) error {
+	res.err = peerChildren(w.ctx, w.sess, w.st, p.path, w.ignore, func(pc Child) error {
 		for i < len(ld.children) && ld.children[i].Name < pc.Name {
-			if err := w.add(joinPath(path, ld.children[i].Name), &ld.children[i], nil); err != nil {
-				return err
-			}
+			add(ld.children[i].Name, &ld.children[i], nil)
 			i++
 		}
-		p := pc
+		c := pc
 		if i == len(ld.children) || ld.children[i].Name != pc.Name {
-			return w.add(joinPath(path, pc.Name), nil, &p)
+			add(pc.Name, nil, &c)
+			return nil
 		}
 		l := &ld.children[i]
 		i++
-		if l.Child == pc {
-			return nil
-		}
-		if l.Kind == vfs.KindDir && pc.Kind == vfs.KindDir {
+		switch {
+		case l.Child == pc:
+		case l.Kind == vfs.KindDir && pc.Kind == vfs.KindDir:
 			if l.Mode != pc.Mode {
-				if err := w.add(joinPath(path, pc.Name), l, &p); err != nil {
-					return err
-				}
+				add(pc.Name, l, &c)
 			}
 			if l.Hash != pc.Hash {
-				descend = append(descend, l)
+				res.descend = append(res.descend, pendingDir{path: joinPath(p.path, pc.Name), local: l.dir, depth: p.depth + 1})
 			}
-			return nil
+		default:
+			add(pc.Name, l, &c)
 		}
-		return w.add(joinPath(path, pc.Name), l, &p)
+		return nil
 	})
-	if err != nil {
-		return err
+	if res.err != nil {
+		return res
 	}
 	for ; i < len(ld.children); i++ {
-		if err := w.add(joinPath(path, ld.children[i].Name), &ld.children[i], nil); err != nil {
-			return err
-		}
+		add(ld.children[i].Name, &ld.children[i], nil)
 	}
-	return flush()
+	return res
 }
