@@ -169,19 +169,6 @@ func (n *Node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if err := checkSetattr(callerOf(ctx), cur, req); err != nil {
 		return toErrno(err)
 	}
-	if n.ino == vfs.RootIno && s.opts.Owner != nil {
-		// The root's reported owner is ours; a chown moves it and is kept
-		// in the store too.
-		s.mu.Lock()
-		if req.sa.Uid != nil {
-			s.rootOwner.Uid = *req.sa.Uid
-		}
-		if req.sa.Gid != nil {
-			s.rootOwner.Gid = *req.sa.Gid
-		}
-		s.mu.Unlock()
-	}
-
 	if req.size != nil {
 		switch cur.Kind {
 		case vfs.KindDir:
@@ -214,6 +201,18 @@ func (n *Node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		// descriptor before close) is kept by the store for its commit.
 		if a, err = s.store.SetAttr(ctx, n.ino, sa); err != nil {
 			return toErrno(err)
+		}
+		if n.ino == vfs.RootIno {
+			// The root's reported owner may be ours (Options.Owner); a
+			// chown moves it as well as the store's.
+			s.mu.Lock()
+			if o := s.rootOwner; o != nil && sa.Uid != nil {
+				o.Uid = *sa.Uid
+			}
+			if o := s.rootOwner; o != nil && sa.Gid != nil {
+				o.Gid = *sa.Gid
+			}
+			s.mu.Unlock()
 		}
 		s.overlay(&a)
 		n.cacheRev.Store(a.Rev)
