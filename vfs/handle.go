@@ -21,7 +21,46 @@ var bufPool = sync.Pool{New: func() any { b := make([]byte, cs); return &b }}
 
 func getBuf() *[]byte { return bufPool.Get().(*[]byte) }
 
-func putBuf(b *[]byte) { bufPool.Put(b) }
+// putBuf returns a full-size image to the pool; smaller ones are dropped.
+func putBuf(b *[]byte) {
+	if cap(*b) == cs {
+		*b = (*b)[:cs]
+		bufPool.Put(b)
+	}
+}
+
+// newImage returns an image buffer of length l. Full chunks come from the
+// pool; a small file's chunk gets a buffer sized to its data, so writing a
+// 200-byte file does not clear half a megabyte.
+func newImage(l int64) *[]byte {
+	if l >= cs {
+		return getBuf()
+	}
+	c := int64(4096)
+	for c < l {
+		c <<= 1
+	}
+	b := make([]byte, l, c)
+	return &b
+}
+
+// extendImage makes an image at least n bytes long; new bytes are zero.
+func extendImage(b *[]byte, n int64) {
+	old := int64(len(*b))
+	if old >= n {
+		return
+	}
+	if int64(cap(*b)) >= n {
+		*b = (*b)[:n]
+		clear((*b)[old:])
+		return
+	}
+	nb := newImage(n)
+	copy(*nb, *b)
+	*nb = (*nb)[:n]
+	clear((*nb)[old:])
+	*b = *nb
+}
 
 // openFile is the shared write state of one inode while any handle has it
 // open: every handle of the inode reads and writes through it, so two
@@ -31,9 +70,10 @@ func putBuf(b *[]byte) { bufPool.Put(b) }
 // image being hashed and stored in flight, a chunk stored since the last
 // commit in stored, the committed manifest in base, or zeros (a hole).
 type openFile struct {
-	s    *Store
-	ino  Ino
-	refs int // handles; guarded by Store.openMu
+	s      *Store
+	ino    Ino
+	refs   int  // handles; guarded by Store.openMu
+	orphan bool // its last name went while open; guarded by Store.openMu
 
 	mu       sync.Mutex
 	loaded   bool
@@ -90,6 +130,21 @@ func (s *Store) OpenHandle(ctx context.Context, ino Ino) (*Handle, error) {
 	f.refs++
 	s.openMu.Unlock()
 	return &Handle{f: f}, nil
+}
+
+// markOrphan notes that an open file lost its last name, so its last
+// Release deletes the node; it reports whether the file is open. The check
+// and the mark are one step under openMu, so a Release racing with the
+// unlink either sees the mark or has already closed the file (and the
+// unlink deletes the node itself).
+func (s *Store) markOrphan(ino Ino) bool {
+	s.openMu.Lock()
+	defer s.openMu.Unlock()
+	f := s.open[ino]
+	if f != nil {
+		f.orphan = true
+	}
+	return f != nil
 }
 
 func (s *Store) isOpen(ino Ino) bool {
@@ -185,7 +240,7 @@ func (f *openFile) image(ctx context.Context, i int64) (*[]byte, error) {
 		f.touchLRU(i)
 		return b, nil
 	}
-	b := getBuf()
+	b := newImage(chunkLen(f.size, i))
 	buf := *b
 	if err := f.readChunk(ctx, i, buf, 0, f.size); err != nil {
 		putBuf(b)
@@ -235,7 +290,11 @@ func (f *openFile) readChunk(ctx context.Context, i int64, p []byte, off int64, 
 	}
 	p = p[:n]
 	if b, ok := f.bufs[i]; ok {
-		copy(p, (*b)[off:])
+		k := 0
+		if off < int64(len(*b)) {
+			k = copy(p, (*b)[off:])
+		}
+		clear(p[k:])
 		return nil
 	}
 	if fl, ok := f.flights[i]; ok {
@@ -302,8 +361,8 @@ func (f *openFile) resize(ctx context.Context, size int64) error {
 		if int64(len(f.base)) > limit {
 			f.base = f.base[:limit]
 		}
-		if edge >= 0 {
-			clear((*f.bufs[edge])[size-edge*cs:])
+		if b := f.bufs[edge]; edge >= 0 && int64(len(*b)) > size-edge*cs {
+			*b = (*b)[:size-edge*cs]
 		}
 	}
 	f.size = size
@@ -359,7 +418,9 @@ func (h *Handle) WriteAt(ctx context.Context, p []byte, off int64) (int, error) 
 			f.mu.Unlock()
 			return written, err
 		}
-		k := copy((*b)[pos-i*cs:], p[written:])
+		within := pos - i*cs
+		extendImage(b, min(within+int64(len(p)-written), cs))
+		k := copy((*b)[within:], p[written:])
 		written += k
 		if pos+int64(k) == (i+1)*cs {
 			full = append(full, i)
@@ -402,6 +463,7 @@ func (f *openFile) launch(idx []int64) []launched {
 		if f.stage == nil {
 			f.stage = f.s.chunks.NewStage()
 		}
+		extendImage(b, chunkLen(f.size, i))
 		fl := &flight{buf: b, n: int(chunkLen(f.size, i)), done: make(chan struct{})}
 		f.flights[i] = fl
 		out = append(out, launched{i, fl})
@@ -557,6 +619,7 @@ func (f *openFile) commit(ctx context.Context) error {
 		l := chunkLen(f.size, i)
 		switch b, isBuf := f.bufs[i]; {
 		case isBuf:
+			extendImage(b, l)
 			ref, err := f.stage.PutHashed(ctx, (*b)[:l])
 			if err != nil {
 				return fmt.Errorf("flush inode %d: %w", f.ino, err)
@@ -632,6 +695,7 @@ func (h *Handle) Release(ctx context.Context) error {
 	if last {
 		delete(s.open, f.ino)
 	}
+	orphan := f.orphan
 	s.openMu.Unlock()
 	if !last {
 		return err
@@ -647,6 +711,9 @@ func (h *Handle) Release(ctx context.Context) error {
 		f.stage = nil
 	}
 	f.mu.Unlock()
+	if !orphan {
+		return err
+	}
 	derr := s.update(context.WithoutCancel(ctx), func(t *wtx) error {
 		n, err := getNode(ctx, t.tx, f.ino)
 		if errors.Is(err, ErrNotExist) {

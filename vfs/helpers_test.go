@@ -182,5 +182,3 @@ func syncInto(t testing.TB, src, dst *Store, after watermark.Cursor, ig Ignore) 
 	flush()
 	return through
 }
-
-

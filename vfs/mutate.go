@@ -47,7 +47,7 @@ func (t *wtx) touchNode(ino Ino) error {
 	if _, err := t.exec(`UPDATE nodes SET rev = ? WHERE ino = ?`, t.stamp(), ino); err != nil {
 		return err
 	}
-	paths, err := nodePaths(t.ctx, t.tx, ino)
+	paths, err := t.nodePaths(ino)
 	if err != nil {
 		return err
 	}
@@ -188,7 +188,7 @@ func (t *wtx) unref(ino Ino, k int) error {
 	if err := t.tx.QueryRowContext(t.ctx, `UPDATE nodes SET nlink = nlink - ?, ctime = ? WHERE ino = ? RETURNING nlink`, k, t.now, ino).Scan(&nlink); err != nil {
 		return fmt.Errorf("unlink inode %d: %w", ino, err)
 	}
-	if nlink > 0 || t.s.isOpen(ino) {
+	if nlink > 0 || t.s.markOrphan(ino) {
 		return nil
 	}
 	return t.deleteNode(ino)

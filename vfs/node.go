@@ -183,37 +183,58 @@ func indexByte(s string, c byte) int {
 }
 
 // dirPath returns the store-form path of a directory ("" for the root).
-func dirPath(ctx context.Context, q chunkstore.Querier, ino Ino) (string, error) {
-	var segs []string
-	for ino != RootIno {
+// Paths come from the store's cache of directory paths (guarded by the
+// writer lock, since only write transactions use it); what this
+// transaction learns joins the cache when it commits, so a rolled-back
+// transaction (whose inode numbers may be handed out again) leaves no trace.
+func (t *wtx) dirPath(ino Ino) (string, error) {
+	for depth := 0; ; depth++ {
+		if ino == RootIno {
+			return "", nil
+		}
+		if p, ok := t.s.dirCache[ino]; ok {
+			return p, nil
+		}
+		if p, ok := t.dirAdds[ino]; ok {
+			return p, nil
+		}
+		if depth > MaxPathLen/2 {
+			return "", fmt.Errorf("inode %d: %w: directory cycle", ino, ErrLoop)
+		}
 		var parent Ino
 		var name string
-		err := q.QueryRowContext(ctx, `SELECT parent, name FROM dirents WHERE child = ? LIMIT 1`, ino).Scan(&parent, &name)
+		err := t.tx.QueryRowContext(t.ctx, `SELECT parent, name FROM dirents WHERE child = ? LIMIT 1`, ino).Scan(&parent, &name)
 		if errors.Is(err, sql.ErrNoRows) {
 			return "", ErrNotExist
 		}
 		if err != nil {
 			return "", err
 		}
-		segs = append(segs, name)
-		ino = parent
-		if len(segs) > MaxPathLen/2 {
-			return "", fmt.Errorf("inode %d: %w: directory cycle", ino, ErrLoop)
+		pp, err := t.dirPath(parent)
+		if err != nil {
+			return "", err
 		}
+		p := joinPath(pp, name)
+		if t.dirAdds == nil {
+			t.dirAdds = make(map[Ino]string)
+		}
+		t.dirAdds[ino] = p
+		return p, nil
 	}
-	p := ""
-	for i := len(segs) - 1; i >= 0; i-- {
-		p = joinPath(p, segs[i])
-	}
-	return p, nil
+}
+
+// forgetDirPaths drops every cached directory path: a directory moved.
+func (t *wtx) forgetDirPaths() {
+	clear(t.s.dirCache)
+	t.dirAdds = nil
 }
 
 // nodePaths returns every path of a node: one per hardlink name.
-func nodePaths(ctx context.Context, q chunkstore.Querier, ino Ino) ([]string, error) {
+func (t *wtx) nodePaths(ino Ino) ([]string, error) {
 	if ino == RootIno {
 		return nil, nil
 	}
-	rows, err := q.QueryContext(ctx, `SELECT parent, name FROM dirents WHERE child = ?`, ino)
+	rows, err := t.tx.QueryContext(t.ctx, `SELECT parent, name FROM dirents WHERE child = ?`, ino)
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +257,7 @@ func nodePaths(ctx context.Context, q chunkstore.Querier, ino Ino) ([]string, er
 	}
 	paths := make([]string, 0, len(names))
 	for _, x := range names {
-		dp, err := dirPath(ctx, q, x.parent)
+		dp, err := t.dirPath(x.parent)
 		if err != nil {
 			return nil, err
 		}

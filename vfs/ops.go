@@ -97,7 +97,7 @@ func (s *Store) create(ctx context.Context, parent Ino, name string, nn newNode)
 		} else if !errors.Is(err, ErrNotExist) {
 			return err
 		}
-		dp, err := dirPath(ctx, t.tx, parent)
+		dp, err := t.dirPath(parent)
 		if err != nil {
 			return err
 		}
@@ -170,7 +170,7 @@ func (s *Store) Link(ctx context.Context, ino, newParent Ino, newName string) (A
 		if _, err := t.exec(`UPDATE nodes SET nlink = nlink + 1, ctime = ? WHERE ino = ?`, t.now, ino); err != nil {
 			return err
 		}
-		dp, err := dirPath(ctx, t.tx, newParent)
+		dp, err := t.dirPath(newParent)
 		if err != nil {
 			return err
 		}
@@ -204,7 +204,7 @@ func (s *Store) remove(ctx context.Context, parent Ino, name string, dir bool) e
 		if err != nil {
 			return err
 		}
-		dp, err := dirPath(ctx, t.tx, parent)
+		dp, err := t.dirPath(parent)
 		if err != nil {
 			return err
 		}
@@ -273,11 +273,11 @@ func (t *wtx) rename(parent Ino, name string, newParent Ino, newName string, fla
 			}
 		}
 	}
-	oldDir, err := dirPath(ctx, t.tx, parent)
+	oldDir, err := t.dirPath(parent)
 	if err != nil {
 		return err
 	}
-	newDir, err := dirPath(ctx, t.tx, newParent)
+	newDir, err := t.dirPath(newParent)
 	if err != nil {
 		return err
 	}
@@ -315,6 +315,7 @@ func (t *wtx) rename(parent Ino, name string, newParent Ino, newName string, fla
 		if sub, err = t.subtree(src.ino); err != nil {
 			return err
 		}
+		t.forgetDirPaths()
 	}
 	if _, err := t.exec(`UPDATE dirents SET parent = ?, name = ? WHERE parent = ? AND name = ?`, newParent, newName, parent, name); err != nil {
 		return fmt.Errorf("rename: move entry: %w", err)

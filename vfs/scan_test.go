@@ -80,4 +80,6 @@ func TestEmptyChangeRevsEntriesAt(t *testing.T) {
 	}
 }
 
-func decodeManifestBytes(b []byte) (chunkstore.Manifest, []byte, error) { return chunkstore.DecodeManifest(b) }
+func decodeManifestBytes(b []byte) (chunkstore.Manifest, []byte, error) {
+	return chunkstore.DecodeManifest(b)
+}

@@ -48,8 +48,9 @@ type Store struct {
 	id     string
 	memory bool
 
-	wmu sync.Mutex   // serialises write transactions
-	rev atomic.Int64 // last committed rev
+	wmu      sync.Mutex     // serialises write transactions
+	dirCache map[Ino]string // directory paths; guarded by wmu
+	rev      atomic.Int64   // last committed rev
 
 	openMu sync.Mutex
 	open   map[Ino]*openFile
@@ -62,13 +63,16 @@ type Store struct {
 	closed atomic.Bool
 }
 
+// maxDirCache bounds the cache of directory paths.
+const maxDirCache = 1 << 16
+
 // Memory is the path that opens a store held entirely in memory.
 const Memory = ":memory:"
 
 // Open opens (creating if needed) the store at path, or an in-memory store
 // for Memory. It migrates an older schema and refuses a newer one.
 func Open(ctx context.Context, path string, opts Options) (*Store, error) {
-	s := &Store{path: path, opts: opts, open: make(map[Ino]*openFile), hashSem: make(chan struct{}, 3)}
+	s := &Store{path: path, opts: opts, open: make(map[Ino]*openFile), hashSem: make(chan struct{}, 3), dirCache: make(map[Ino]string)}
 	s.log = opts.Logger
 	if s.log == nil {
 		s.log = slog.Default()
@@ -283,19 +287,20 @@ type Invalidation struct {
 // wtx is one write transaction. A mutation inside it stamps one rev; Apply
 // runs many mutations (one per entry) in one transaction.
 type wtx struct {
-	ctx   context.Context
-	s     *Store
-	sqltx *sql.Tx
-	tx    *txQuerier
-	last  int64 // highest rev assigned in this transaction
-	cur   int64 // rev of the current mutation, 0 before its first stamp
-	inval []Invalidation
-	now   int64
-	after []func()         // run after commit
-	dirty map[Ino]struct{} // directories whose times change at commit
-	dirs  map[string]Ino   // directory paths resolved by this transaction
-	adds  []chunkstore.Ref // chunk references to take at commit
-	drops []chunkstore.Ref // and to release
+	ctx     context.Context
+	s       *Store
+	sqltx   *sql.Tx
+	tx      *txQuerier
+	last    int64 // highest rev assigned in this transaction
+	cur     int64 // rev of the current mutation, 0 before its first stamp
+	inval   []Invalidation
+	now     int64
+	after   []func()         // run after commit
+	dirty   map[Ino]struct{} // directories whose times change at commit
+	dirs    map[string]Ino   // directory paths resolved by this transaction
+	adds    []chunkstore.Ref // chunk references to take at commit
+	drops   []chunkstore.Ref // and to release
+	dirAdds map[Ino]string   // directory paths learnt, cached at commit
 	// missing are the chunks an Apply batch names that are not present.
 	missing map[chunkstore.Hash]struct{}
 }
@@ -358,6 +363,12 @@ func (t *wtx) commit() error {
 		return fmt.Errorf("commit: %w", err)
 	}
 	t.s.rev.Store(t.last)
+	if len(t.s.dirCache)+len(t.dirAdds) > maxDirCache {
+		clear(t.s.dirCache)
+	}
+	for ino, p := range t.dirAdds {
+		t.s.dirCache[ino] = p
+	}
 	return nil
 }
 
