@@ -77,7 +77,11 @@
 // it installs: live paths the snapshot lacks are deleted and the records
 // applied in batches as upstream, the last batch writing the watermarks
 // (the snapshot's rev as applied push and fetch cursors). Apply is
-// idempotent, so an install cut short runs again on the next commit.
+// idempotent, so an install cut short runs again on the next commit. The
+// staging holds every chunk of the snapshot until the install copies it
+// into the live chunk store, so a bootstrap needs the tree's size twice on
+// disk for a while; that is the price of resuming and of a live store that
+// stays untouched until the check.
 //
 // # Methods
 //

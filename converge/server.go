@@ -86,6 +86,11 @@ func (r *Responder) Tree(ctx context.Context, ignore []string) (*Tree, error) {
 	return t, nil
 }
 
+// Close releases the responder's snapshot staging database (a staged
+// snapshot stays on disk and resumes under the next responder). Serve no
+// more calls after it.
+func (r *Responder) Close() error { return r.snap.close() }
+
 // Forget drops the cached trees.
 func (r *Responder) Forget() {
 	r.mu.Lock()

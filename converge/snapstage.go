@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -54,7 +55,7 @@ func (s *snapReceiver) open(ctx context.Context) (*sql.DB, error) {
 	if p := StagingPath(s.r.store); p == "" {
 		dsn = "file:wsync-snapshot-" + uuid.NewString() + "?mode=memory"
 	} else {
-		dsn = "file:" + p + "?_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=busy_timeout(10000)"
+		dsn = "file:" + (&url.URL{Path: p}).EscapedPath() + "?_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)&_pragma=busy_timeout(10000)"
 	}
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
@@ -72,7 +73,7 @@ func (s *snapReceiver) open(ctx context.Context) (*sql.DB, error) {
 	return db, nil
 }
 
-// Close closes the staging database (it stays on disk for a resume).
+// close closes the staging database (it stays on disk for a resume).
 func (s *snapReceiver) close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -209,23 +210,13 @@ func (s *snapReceiver) begin(ctx context.Context, c *syncwire.Incoming) error {
 	return c.Reply(w.b)
 }
 
-// stagedHas reports which hashes the staging database or the live store
-// holds.
+// stagedHas reports which hashes the staging database holds. The live
+// store is not asked: it is empty when a snapshot starts, and whatever
+// chunk rows it has then are unreferenced and may be collected before the
+// install; the staging holds every chunk the snapshot names.
 func (s *snapReceiver) stagedHas(ctx context.Context, db *sql.DB, hs []chunkstore.Hash) ([]bool, error) {
 	out := make([]bool, len(hs))
-	live, err := s.r.store.Has(ctx, hs)
-	if err != nil {
-		return nil, err
-	}
-	got := make(map[chunkstore.Hash]bool, len(live))
-	for _, h := range live {
-		got[h] = true
-	}
 	for i, h := range hs {
-		if got[h] {
-			out[i] = true
-			continue
-		}
 		var one int
 		err := db.QueryRowContext(ctx, `SELECT 1 FROM chunks WHERE hash = ?`, h[:]).Scan(&one)
 		switch {
