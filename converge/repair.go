@@ -134,7 +134,16 @@ func (rp *repairer) run(diffs []Difference) error {
 			return err
 		}
 	}
+	pushBefore := ws.Push
 	if err := rp.pull(pull, &ws); err != nil {
+		return err
+	}
+	if len(push) == 0 && ws.Push != pushBefore {
+		// Bounce suppression moved our push cursor over revs the peer never
+		// got from us; tell it, so its applied-push cursor keeps covering
+		// ours (as the pull driver does).
+		req := syncwire.PushRequest{SenderRev: max(rp.local.CurrentRev(), 1), SenderCursor: ws.Push}
+		_, err := rp.sess.Push(rp.ctx, req, nil)
 		return err
 	}
 	return rp.push(push, &ws)

@@ -156,6 +156,14 @@ func TestDriftNamedAndRepaired(t *testing.T) {
 			if a, b := root(t, server, nil), root(t, cont, nil); a != b {
 				t.Errorf("roots differ after repair: %s / %s", a, b)
 			}
+			// The sync driver takes over without a reset, and moves nothing
+			// it would not have moved anyway.
+			drv := syncwire.NewDriver(server, peerName, r.client, syncwire.DriverOptions{})
+			tr, err := drv.Tick(ctx)
+			must(t, err)
+			if tr.Pull.Resets+tr.Push.Resets != 0 || tr.Pull.Applied+tr.Push.Applied != 0 {
+				t.Errorf("tick after repair: %+v", tr)
+			}
 			// A second repair finds nothing.
 			again, err := Repair(ctx, server, sess, RepairOptions{Peer: peerName})
 			must(t, err)
