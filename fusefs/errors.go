@@ -8,13 +8,8 @@ import (
 	"github.com/wsync/wsync/vfs"
 )
 
-// Sentinel errors of this package.
-var (
-	// ErrNoFUSE: /dev/fuse is missing or the process may not mount.
-	ErrNoFUSE = errors.New("fuse is not available")
-	// ErrUnmounted: the mount was already torn down.
-	ErrUnmounted = errors.New("not mounted")
-)
+// ErrNoFUSE: /dev/fuse is missing, so nothing can be mounted.
+var ErrNoFUSE = errors.New("fuse is not available")
 
 // toErrno is the one place an error becomes an errno for the kernel. Store
 // errors map through vfs.Errno (its sentinels, or a wrapped syscall.Errno);
