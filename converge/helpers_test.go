@@ -151,7 +151,16 @@ func applyAll(t testing.TB, s *vfs.Store, es []vfs.ChangeEntry) {
 	}
 }
 
-var templates sync.Map // n -> path of a closed store file holding genEntries(n)
+var (
+	templates    sync.Map // n -> path of a closed store file holding genEntries(n)
+	templateDirs sync.Map // directories to remove when the tests are done
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	templateDirs.Range(func(k, _ any) bool { os.RemoveAll(k.(string)); return true })
+	os.Exit(code)
+}
 
 // templateStore returns a fresh copy of a store holding genEntries(n), built
 // once per test binary, with a store id of its own.
@@ -162,6 +171,7 @@ func templateStore(t testing.TB, n int, name string) *vfs.Store {
 		if err != nil {
 			return "", err
 		}
+		templateDirs.Store(dir, true)
 		p := filepath.Join(dir, "t.db")
 		s, err := vfs.Open(context.Background(), p, vfs.Options{NoSync: true})
 		if err != nil {
