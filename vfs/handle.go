@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/wsync/wsync/chunkstore"
@@ -102,7 +103,7 @@ type flight struct {
 // Flush commits the manifest as one rev.
 type Handle struct {
 	f      *openFile
-	closed bool
+	closed atomic.Bool
 }
 
 // OpenHandle opens a file for reading and writing through buffered state.
@@ -111,16 +112,9 @@ func (s *Store) OpenHandle(ctx context.Context, ino Ino) (*Handle, error) {
 	if s.closed.Load() {
 		return nil, ErrClosed
 	}
-	n, err := getNode(ctx, s.rq, ino)
-	if err != nil {
-		return nil, err
-	}
-	switch n.kind {
-	case KindDir:
-		return nil, ErrIsDir
-	case KindSymlink:
-		return nil, ErrInvalid
-	}
+	// Register the open before reading the node: an unlink committing in
+	// between then sees the file open and keeps the node (markOrphan), and
+	// one that committed before makes the read fail.
 	s.openMu.Lock()
 	f := s.open[ino]
 	if f == nil {
@@ -129,7 +123,40 @@ func (s *Store) OpenHandle(ctx context.Context, ino Ino) (*Handle, error) {
 	}
 	f.refs++
 	s.openMu.Unlock()
-	return &Handle{f: f}, nil
+	h := &Handle{f: f}
+	// The read waits for a write transaction in progress, so an unlink
+	// that missed the registration above has committed before it.
+	s.wmu.Lock()
+	n, err := getNode(ctx, s.rq, ino)
+	s.wmu.Unlock()
+	switch {
+	case err == nil && n.kind == KindDir:
+		err = ErrIsDir
+	case err == nil && n.kind == KindSymlink:
+		err = ErrInvalid
+	}
+	if err != nil {
+		s.unregister(f)
+		return nil, err
+	}
+	if n.nlink == 0 {
+		// Opened by inode after its last name went: its last release
+		// deletes it.
+		s.openMu.Lock()
+		f.orphan = true
+		s.openMu.Unlock()
+	}
+	return h, nil
+}
+
+// unregister drops one open of f without committing anything.
+func (s *Store) unregister(f *openFile) {
+	s.openMu.Lock()
+	f.refs--
+	if f.refs == 0 && s.open[f.ino] == f {
+		delete(s.open, f.ino)
+	}
+	s.openMu.Unlock()
 }
 
 // markOrphan notes that an open file lost its last name, so its last
@@ -370,7 +397,7 @@ func (f *openFile) resize(ctx context.Context, size int64) error {
 }
 
 func (h *Handle) file(ctx context.Context) (*openFile, error) {
-	if h.closed {
+	if h.closed.Load() {
 		return nil, ErrClosed
 	}
 	f := h.f
@@ -583,7 +610,7 @@ func (h *Handle) Dirty() bool {
 // transaction writes the manifest, size and mtime and stamps one rev on the
 // node and all its names.
 func (h *Handle) Flush(ctx context.Context) error {
-	if h.closed {
+	if h.closed.Load() {
 		return ErrClosed
 	}
 	return h.f.commit(ctx)
@@ -683,11 +710,10 @@ func (f *openFile) commit(ctx context.Context) error {
 // Release flushes and closes the handle. The last release of a file whose
 // names are all gone deletes its node.
 func (h *Handle) Release(ctx context.Context) error {
-	if h.closed {
+	if h.closed.Swap(true) {
 		return nil
 	}
 	err := h.f.commit(ctx)
-	h.closed = true
 	f, s := h.f, h.f.s
 	s.openMu.Lock()
 	f.refs--

@@ -56,7 +56,7 @@ type Store struct {
 	open   map[Ino]*openFile
 
 	obsMu     sync.Mutex
-	observers []func([]Invalidation)
+	observers []*observer
 
 	hashSem chan struct{} // bounds chunks being hashed and stored in the background
 
@@ -257,12 +257,26 @@ func (s *Store) Path() string { return s.path }
 
 // Observe registers fn, called after every commit that Apply made (not local
 // writes), outside every store lock, with the inodes and entries to
-// invalidate. fn must not call back into the store synchronously.
-func (s *Store) Observe(fn func([]Invalidation)) {
+// invalidate. fn must not call back into the store synchronously. The
+// returned cancel unregisters it.
+func (s *Store) Observe(fn func([]Invalidation)) (cancel func()) {
+	o := &observer{fn: fn}
 	s.obsMu.Lock()
-	s.observers = append(s.observers, fn)
+	s.observers = append(s.observers, o)
 	s.obsMu.Unlock()
+	return func() {
+		s.obsMu.Lock()
+		defer s.obsMu.Unlock()
+		for i, x := range s.observers {
+			if x == o {
+				s.observers = append(s.observers[:i:i], s.observers[i+1:]...)
+				return
+			}
+		}
+	}
 }
+
+type observer struct{ fn func([]Invalidation) }
 
 func (s *Store) notify(inv []Invalidation) {
 	if len(inv) == 0 {
@@ -271,8 +285,8 @@ func (s *Store) notify(inv []Invalidation) {
 	s.obsMu.Lock()
 	obs := s.observers
 	s.obsMu.Unlock()
-	for _, fn := range obs {
-		fn(inv)
+	for _, o := range obs {
+		o.fn(inv)
 	}
 }
 
