@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -237,5 +238,32 @@ func TestOpenFileWhileAnotherExecPulls(t *testing.T) {
 	}
 	if got := p.ok("read", "/held.log"); got != "first\nsecond\n" {
 		t.Errorf("after close, server has %q", got)
+	}
+}
+
+func TestVerifyFindsAndRepairsDrift(t *testing.T) {
+	p := newPair(t, pairOpts{separate: "disk"})
+	p.sh(`mkdir -p a/b && echo one > a/b/f && echo two > g && chmod 600 g`)
+	if r := p.cli("", "verify"); r.code != 0 || !strings.Contains(r.stdout, "converged") {
+		t.Fatalf("verify of a synced pair: %+v", r)
+	}
+	// Drift that no revision describes: change a mode in the server's
+	// database behind its back.
+	p.server.stop(15)
+	db := filepath.Join(p.data, "default", "store.db")
+	out, err := exec.Command("sqlite3", db, `UPDATE nodes SET mode = 448 WHERE ino = (SELECT child FROM dirents WHERE name = 'f')`).CombinedOutput()
+	if err != nil {
+		t.Fatalf("sqlite3: %v: %s", err, out)
+	}
+	p.startServer()
+	r := p.cli("", "verify")
+	if r.code != 3 || !strings.Contains(r.stdout, "/a/b/f") {
+		t.Fatalf("verify after drift: exit %d, want 3 naming /a/b/f:\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	if r := p.cli("", "verify", "--repair"); r.code != 0 {
+		t.Fatalf("verify --repair: %+v", r)
+	}
+	if r := p.cli("", "verify"); r.code != 0 {
+		t.Errorf("verify after repair: %+v", r)
 	}
 }

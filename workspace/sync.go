@@ -92,16 +92,44 @@ func (w *Workspace) Tick(ctx context.Context) (TickReport, error) {
 // Verify asks the remote for a convergence verdict, through the FIFO so it
 // never compares a tree halfway through a sync.
 func (w *Workspace) Verify(ctx context.Context) (VerifyReport, error) {
+	return w.verify(ctx, false)
+}
+
+// Repairer is a Remote that can also repair drift (verify --repair): walk
+// both trees as Verify does, re-send the winning side's entries for every
+// differing path, and report the verdict afterwards.
+type Repairer interface {
+	Repair(ctx context.Context) (VerifyReport, error)
+}
+
+// Repair is verify --repair, through the FIFO like every sync.
+func (w *Workspace) Repair(ctx context.Context) (VerifyReport, error) {
+	return w.verify(ctx, true)
+}
+
+func (w *Workspace) verify(ctx context.Context, repair bool) (VerifyReport, error) {
 	r, err := w.remoteFor()
 	if err != nil {
 		return VerifyReport{}, err
 	}
+	op := r.Verify
+	if repair {
+		rp, ok := r.(Repairer)
+		if !ok {
+			return VerifyReport{}, fmt.Errorf("repair: %w", ErrNotSupported)
+		}
+		op = rp.Repair
+	}
 	var rep VerifyReport
 	err = w.q.do(ctx, func() error {
-		rep, err = r.Verify(ctx)
+		rep, err = op(ctx)
 		return err
 	})
-	metricSyncs.WithLabelValues("verify", result(err)).Inc()
+	name := "verify"
+	if repair {
+		name = "repair"
+	}
+	metricSyncs.WithLabelValues(name, result(err)).Inc()
 	if err != nil {
 		return rep, err
 	}

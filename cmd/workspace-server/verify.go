@@ -8,10 +8,12 @@ import (
 )
 
 func runVerify(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	c := newCommand("verify", "verify [--json]",
-		"  workspace-server verify && echo same    # exit 0: converged, 3: the sides differ\n", stdout, stderr)
+	c := newCommand("verify", "verify [--repair] [--json]",
+		"  workspace-server verify && echo same    # exit 0: converged, 3: the sides differ\n"+
+			"  workspace-server verify --repair        # re-send the winning side of every differing path\n", stdout, stderr)
 	cf := c.clientFlags()
 	asJSON := c.fs.Bool("json", false, "print the verdict as JSON (the exit code still tells)")
+	repair := c.fs.Bool("repair", false, "repair the drift (the server wins unless only the container changed a path since the last sync), then report")
 	pos, code, ok := c.parse(args, true)
 	if !ok {
 		return code
@@ -23,7 +25,11 @@ func runVerify(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	if err != nil {
 		return c.fail(err)
 	}
-	rep, err := ws.Verify(ctx)
+	verify := ws.Verify
+	if *repair {
+		verify = ws.Repair
+	}
+	rep, err := verify(ctx)
 	if err != nil {
 		return c.fail(err)
 	}

@@ -241,8 +241,13 @@ func (s *Server) status(w http.ResponseWriter, r *http.Request, ws *workspace.Wo
 	respond(w, st, err)
 }
 
+// verify answers the convergence verdict; ?repair=1 repairs drift first.
 func (s *Server) verify(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
-	rep, err := ws.Verify(r.Context())
+	op := ws.Verify
+	if v := r.URL.Query().Get("repair"); v == "1" || v == "true" {
+		op = ws.Repair
+	}
+	rep, err := op(r.Context())
 	respond(w, rep, err)
 }
 

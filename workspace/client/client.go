@@ -352,6 +352,14 @@ func (w *Workspace) Verify(ctx context.Context) (workspace.VerifyReport, error) 
 	return rep, err
 }
 
+// Repair is verify --repair: the remote repairs the drift it finds and the
+// verdict after the repair comes back.
+func (w *Workspace) Repair(ctx context.Context) (workspace.VerifyReport, error) {
+	var rep workspace.VerifyReport
+	err := w.call(ctx, http.MethodPost, "/verify", url.Values{"repair": {"1"}}, nil, &rep)
+	return rep, err
+}
+
 // Exec runs the exec bracket on the server (push, command, pull). out is
 // called with each piece of output as the stream brings it; with a nil out
 // the output is collected in the report's Events. The error is non-nil when

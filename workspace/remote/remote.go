@@ -28,6 +28,7 @@ const Peer = "computerd"
 // Remote drives one workspace's computerd.
 type Remote struct {
 	store  *vfs.Store
+	ignore []string // the pull's ignore list; verify compares under it too
 	client *syncwire.Client
 	drv    *syncwire.Driver
 	log    *slog.Logger
@@ -63,6 +64,7 @@ func New(store *vfs.Store, url, token string, ignore []string, log *slog.Logger)
 	c := syncwire.NewClient(syncwire.ClientOptions{Config: cfg, URL: url, Token: token})
 	return &Remote{
 		store:  store,
+		ignore: ignore,
 		client: c,
 		drv:    syncwire.NewDriver(store, Peer, c, syncwire.DriverOptions{Ignore: ignore, Logger: log}),
 		log:    log,
@@ -246,13 +248,13 @@ func (r *Remote) Status(ctx context.Context) (workspace.RemoteStatus, error) {
 
 // Verify compares the server's Merkle root with the container's (one round
 // trip when they agree) and, when they differ, walks both trees to name the
-// first differing paths. Both trees leave out the default ignore list.
+// first differing paths. Both trees leave out the workspace's ignore list.
 func (r *Remote) Verify(ctx context.Context) (workspace.VerifyReport, error) {
 	sess, _, err := r.client.Session(ctx)
 	if err != nil {
 		return workspace.VerifyReport{}, r.note(fmt.Errorf("verify: %w", err))
 	}
-	rep, err := converge.Verify(ctx, r.store, sess, nil)
+	rep, err := converge.Verify(ctx, r.store, sess, r.ignore)
 	if err != nil {
 		return workspace.VerifyReport{}, r.note(err)
 	}
@@ -271,7 +273,7 @@ func (r *Remote) Repair(ctx context.Context) (workspace.VerifyReport, error) {
 	if err != nil {
 		return workspace.VerifyReport{}, r.note(fmt.Errorf("repair: %w", err))
 	}
-	rr, err := converge.Repair(ctx, r.store, sess, converge.RepairOptions{Peer: Peer})
+	rr, err := converge.Repair(ctx, r.store, sess, converge.RepairOptions{Peer: Peer, Ignore: r.ignore})
 	if err != nil {
 		return workspace.VerifyReport{}, r.note(err)
 	}
