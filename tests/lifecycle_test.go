@@ -103,6 +103,9 @@ func TestComputerdRestartInMemoryRebaselines(t *testing.T) {
 	if !r.Rebaselined {
 		t.Errorf("push to a reset container = %+v, want a re-baseline", r)
 	}
+	if !strings.Contains(p.server.output(), "bootstrapped an empty container") {
+		t.Error("the empty container was not bootstrapped from a snapshot")
+	}
 	if got := p.sh(`cat src/f99 server.txt`); got != "99\nserver side\n" {
 		t.Errorf("container after re-baseline: %q", got)
 	}

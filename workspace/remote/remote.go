@@ -117,11 +117,52 @@ func report(res syncwire.Result, start time.Time, runtime string) workspace.Sync
 	}
 }
 
-// Push sends the server's changes.
+// Push sends the server's changes. A container whose store is empty (a
+// fresh one, or one restarted with :memory: state) gets the whole tree as a
+// verified snapshot first; the push then sends whatever came after it.
 func (r *Remote) Push(ctx context.Context) (workspace.SyncReport, error) {
 	start := time.Now()
+	boot, booted, err := r.bootstrap(ctx)
+	if err != nil {
+		return workspace.SyncReport{Duration: time.Since(start)}, r.note(err)
+	}
 	res, err := r.drv.PushOnce(ctx)
-	return report(res, start, r.runtimeID(ctx)), r.note(err)
+	rep := report(res, start, r.runtimeID(ctx))
+	if booted {
+		rep.Entries += boot.Total
+		rep.Objects += boot.Chunks
+		rep.Bytes += boot.ChunkBytes
+		rep.Batches += boot.Pages
+		rep.Rebaselined = true
+	}
+	return rep, r.note(err)
+}
+
+// bootstrap sends a snapshot when the container's store is empty and ours
+// is not. It reports whether it did; when the container turns out not to be
+// empty, the ordinary push carries on.
+func (r *Remote) bootstrap(ctx context.Context) (converge.BootstrapReport, bool, error) {
+	if r.store.CurrentRev() == 0 {
+		return converge.BootstrapReport{}, false, nil
+	}
+	sess, _, err := r.client.Session(ctx)
+	if err != nil {
+		return converge.BootstrapReport{}, false, nil // the push reports the session error
+	}
+	ps, err := sess.Watermarks(ctx)
+	if err != nil || ps.CurrentRev != 0 {
+		return converge.BootstrapReport{}, false, nil
+	}
+	rep, err := converge.Bootstrap(ctx, r.store, sess, converge.BootstrapOptions{Peer: Peer})
+	if errors.Is(err, converge.ErrNotEmpty) {
+		return rep, false, nil
+	}
+	if err != nil {
+		return rep, false, fmt.Errorf("bootstrap: %w", err)
+	}
+	r.log.Info("bootstrapped an empty container from a snapshot", "records", rep.Total, "chunks", rep.Chunks,
+		"page_bytes", rep.PageBytes, "duration", rep.Duration)
+	return rep, true, nil
 }
 
 // Pull fetches the container's changes. The ignore list is the workspace's,
