@@ -143,31 +143,34 @@ func waitHealthy(t testing.TB, url string, p *proc) {
 // pair is a workspace-server (with embedded or separate computerd) and the
 // environment the CLI needs to reach it.
 type pair struct {
-	t       testing.TB
-	dir     string // scratch: data, mount, token
-	addr    string
-	url     string
-	token   string
-	mount   string
-	data    string
-	server  *proc
-	cd      *proc // a separate computerd, when not embedded
-	cdState string
-	cdAddr  string
-	env     []string
+	t          testing.TB
+	dir        string // scratch: data, mount, token
+	addr       string
+	url        string
+	token      string
+	mount      string
+	data       string
+	server     *proc
+	cd         *proc // a separate computerd, when not embedded
+	cdState    string
+	cdAddr     string
+	env        []string
+	serverArgs []string
 }
 
 type pairOpts struct {
 	// separate runs computerd as its own process: "disk" for on-disk state
 	// in the scratch dir, or a --state value (vfs.Memory); "" is embedded.
 	separate string
+	// serverArgs are extra flags for serve.
+	serverArgs []string
 }
 
 func newPair(t testing.TB, o pairOpts) *pair {
 	t.Helper()
 	fusefs.RequireFUSE(t)
 	dir := t.TempDir()
-	p := &pair{t: t, dir: dir, token: "e2e-secret-token", mount: filepath.Join(dir, "workspace"), data: filepath.Join(dir, "data")}
+	p := &pair{t: t, dir: dir, serverArgs: o.serverArgs, token: "e2e-secret-token", mount: filepath.Join(dir, "workspace"), data: filepath.Join(dir, "data")}
 	tokenFile := filepath.Join(dir, "token")
 	if err := os.WriteFile(tokenFile, []byte(p.token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -214,7 +217,7 @@ func (p *pair) startServer() {
 	} else {
 		args = append(args, "--mount", p.mount)
 	}
-	p.server = start(p.t, "workspace-server", args)
+	p.server = start(p.t, "workspace-server", append(args, p.serverArgs...))
 	waitHealthy(p.t, p.url, p.server)
 }
 

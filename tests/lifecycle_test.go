@@ -270,3 +270,19 @@ func TestVerifyFindsAndRepairsDrift(t *testing.T) {
 		t.Errorf("verify after repair: %+v", r)
 	}
 }
+
+func TestVerifyAfterSyncReportsInStatus(t *testing.T) {
+	p := newPair(t, pairOpts{serverArgs: []string{"--verify-after-sync"}})
+	p.sh(`mkdir d && echo x > d/y`)
+	var st struct {
+		LastVerify *struct {
+			Converged bool `json:"converged"`
+		} `json:"last_verify"`
+	}
+	if err := json.Unmarshal([]byte(p.ok("status", "--json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.LastVerify == nil || !st.LastVerify.Converged {
+		t.Errorf("status after an exec with --verify-after-sync: last_verify = %+v, want converged", st.LastVerify)
+	}
+}

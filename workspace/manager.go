@@ -42,7 +42,12 @@ type Options struct {
 	// PullTimeout bounds the post-command pull, which runs even when the
 	// caller has gone away (default 10 minutes).
 	PullTimeout time.Duration
-	Logger      *slog.Logger
+	// VerifyAfterSync compares both sides' Merkle roots after every exec's
+	// pull and every explicit pull or tick; the verdict shows in Status and
+	// the metrics. A verify that fails or finds drift never fails the call
+	// it follows.
+	VerifyAfterSync bool
+	Logger          *slog.Logger
 }
 
 // Manager owns the workspaces of one server: their registry, their stores

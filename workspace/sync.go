@@ -67,6 +67,9 @@ func (w *Workspace) Pull(ctx context.Context) (SyncReport, error) {
 		rep, err = w.pull(ctx, r)
 		return err
 	})
+	if err == nil {
+		w.verifyAfterSync(ctx)
+	}
 	return rep, err
 }
 
@@ -86,6 +89,9 @@ func (w *Workspace) Tick(ctx context.Context) (TickReport, error) {
 		return err
 	})
 	metricSyncs.WithLabelValues("tick", result(err)).Inc()
+	if err == nil {
+		w.verifyAfterSync(ctx)
+	}
 	return rep, err
 }
 
@@ -105,6 +111,23 @@ type Repairer interface {
 // Repair is verify --repair, through the FIFO like every sync.
 func (w *Workspace) Repair(ctx context.Context) (VerifyReport, error) {
 	return w.verify(ctx, true)
+}
+
+// verifyAfterSync checks convergence after a sync when the server asks for
+// it (Options.VerifyAfterSync). Drift is logged and reported by Status; it
+// does not fail the sync.
+func (w *Workspace) verifyAfterSync(ctx context.Context) {
+	if !w.m.opts.VerifyAfterSync {
+		return
+	}
+	rep, err := w.verify(ctx, false)
+	switch {
+	case errors.Is(err, ErrNotSupported):
+	case err != nil:
+		w.log.Warn("verify after sync", "err", err)
+	case !rep.Converged:
+		w.log.Warn("diverged after sync", "differences", rep.Differences)
+	}
 }
 
 func (w *Workspace) verify(ctx context.Context, repair bool) (VerifyReport, error) {
@@ -298,6 +321,7 @@ func (w *Workspace) Exec(ctx context.Context, spec ExecSpec, out func(ExecEvent)
 		w.setPending(PendingPull{ExecID: res.ExecID, RuntimeID: runtime, Error: pullErr.Error(), Since: time.Now().UTC()})
 	} else {
 		rep.Sync = SyncComplete
+		w.verifyAfterSync(pctx)
 	}
 	metricExecSeconds.Observe(time.Since(start).Seconds())
 	if execErr != nil {

@@ -41,6 +41,7 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	tokenFile := c.fs.String("token-file", env("WSYNC_TOKEN_FILE", ""), "file holding the API token clients must send (default DATA/token)")
 	mount := c.fs.String("mount", env("WSYNC_MOUNT", "./workspace"), "mount point of the embedded computerd")
 	level := c.fs.String("log-level", env("WSYNC_LOG_LEVEL", "info"), "debug, info, warn or error")
+	verifyAfter := c.fs.Bool("verify-after-sync", env("WSYNC_VERIFY_AFTER_SYNC", "") == "1", "compare both sides' Merkle roots after every pull (env WSYNC_VERIFY_AFTER_SYNC=1)")
 	pos, code, ok := c.parse(args, true)
 	if !ok {
 		return code
@@ -91,6 +92,7 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		DefaultTokenFile: *ctokenFile,
 		DefaultToken:     ctoken,
 		Remote:           factory,
+		VerifyAfterSync:  *verifyAfter,
 		Logger:           root,
 	}, tokenPath)
 	if err := stopEmbedded(); err != nil {
