@@ -30,7 +30,9 @@ func (s *Store) Lookup(ctx context.Context, parent Ino, name string) (Attr, erro
 	if err := ValidateName(name); err != nil {
 		return Attr{}, err
 	}
-	n, err := lookupNode(ctx, s.rq, parent, name)
+	// One query: a miss is ErrNotExist whether or not parent is a
+	// directory (the kernel only looks names up in directories).
+	n, err := lookupChild(ctx, s.rq, parent, name)
 	if err != nil {
 		return Attr{}, err
 	}
