@@ -218,27 +218,3 @@ func decodeRevs(p []byte, n int) ([]int64, error) {
 	}
 	return out, r.done()
 }
-
-func appendBitmap(b []byte, have []bool) []byte {
-	bm := make([]byte, (len(have)+7)/8)
-	for i, ok := range have {
-		if ok {
-			bm[i/8] |= 1 << (i % 8)
-		}
-	}
-	return append(b, bm...)
-}
-
-func decodeBitmap(p []byte, n int) ([]bool, error) {
-	if len(p) != (n+7)/8 {
-		return nil, malformed("bitmap of %d bytes for %d hashes", len(p), n)
-	}
-	out := make([]bool, n)
-	for i := range out {
-		out[i] = p[i/8]&(1<<(i%8)) != 0
-	}
-	if n%8 != 0 && p[len(p)-1]>>(n%8) != 0 {
-		return nil, malformed("bitmap has bits past %d", n)
-	}
-	return out, nil
-}

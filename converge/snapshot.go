@@ -308,7 +308,7 @@ func sendChunks(ctx context.Context, sess *syncwire.Session, st *callStats, loca
 		if err != nil {
 			return fmt.Errorf("snapshot have: %w", err)
 		}
-		have, err := decodeBitmap(b, len(part))
+		have, err := syncwire.DecodeBitmap(b, len(part))
 		if err != nil {
 			return fmt.Errorf("snapshot have: %w", err)
 		}

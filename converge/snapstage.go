@@ -244,7 +244,7 @@ func (s *snapReceiver) have(ctx context.Context, c *syncwire.Incoming) error {
 	if err != nil {
 		return err
 	}
-	return c.Reply(appendBitmap(nil, bits))
+	return c.Reply(syncwire.AppendBitmap(nil, bits))
 }
 
 // objects stages chunk bytes, each checked against its hash.

@@ -384,9 +384,9 @@ func DecodeHashes(p []byte) ([]chunkstore.Hash, error) {
 	return out, d.done()
 }
 
-// appendBitmap encodes which of n requested hashes are present: bit i of
+// AppendBitmap encodes which of n requested hashes are present: bit i of
 // byte i/8 (least significant first).
-func appendBitmap(b []byte, have []bool) []byte {
+func AppendBitmap(b []byte, have []bool) []byte {
 	bm := make([]byte, (len(have)+7)/8)
 	for i, ok := range have {
 		if ok {

@@ -394,7 +394,7 @@ func (ss *serverSession) hasObjects(ctx context.Context, c *Incoming) error {
 	for i, h := range hs {
 		bits[i] = set[h]
 	}
-	return c.Reply(appendBitmap(nil, bits))
+	return c.Reply(AppendBitmap(nil, bits))
 }
 
 func (ss *serverSession) fetchObjects(ctx context.Context, c *Incoming) error {
