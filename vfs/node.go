@@ -187,40 +187,40 @@ func indexByte(s string, c byte) int {
 // writer lock, since only write transactions use it); what this
 // transaction learns joins the cache when it commits, so a rolled-back
 // transaction (whose inode numbers may be handed out again) leaves no trace.
-func (t *wtx) dirPath(ino Ino) (string, error) {
-	for depth := 0; ; depth++ {
-		if ino == RootIno {
-			return "", nil
-		}
-		if p, ok := t.s.dirCache[ino]; ok {
-			return p, nil
-		}
-		if p, ok := t.dirAdds[ino]; ok {
-			return p, nil
-		}
-		if depth > MaxPathLen/2 {
-			return "", fmt.Errorf("inode %d: %w: directory cycle", ino, ErrLoop)
-		}
-		var parent Ino
-		var name string
-		err := t.tx.QueryRowContext(t.ctx, `SELECT parent, name FROM dirents WHERE child = ? LIMIT 1`, ino).Scan(&parent, &name)
-		if errors.Is(err, sql.ErrNoRows) {
-			return "", ErrNotExist
-		}
-		if err != nil {
-			return "", err
-		}
-		pp, err := t.dirPath(parent)
-		if err != nil {
-			return "", err
-		}
-		p := joinPath(pp, name)
-		if t.dirAdds == nil {
-			t.dirAdds = make(map[Ino]string)
-		}
-		t.dirAdds[ino] = p
+func (t *wtx) dirPath(ino Ino) (string, error) { return t.dirPathAt(ino, 0) }
+
+func (t *wtx) dirPathAt(ino Ino, depth int) (string, error) {
+	if ino == RootIno {
+		return "", nil
+	}
+	if p, ok := t.s.dirCache[ino]; ok {
 		return p, nil
 	}
+	if p, ok := t.dirAdds[ino]; ok {
+		return p, nil
+	}
+	if depth > MaxPathLen/2 {
+		return "", fmt.Errorf("inode %d: %w: directory cycle", ino, ErrLoop)
+	}
+	var parent Ino
+	var name string
+	err := t.tx.QueryRowContext(t.ctx, `SELECT parent, name FROM dirents WHERE child = ? LIMIT 1`, ino).Scan(&parent, &name)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", ErrNotExist
+	}
+	if err != nil {
+		return "", err
+	}
+	pp, err := t.dirPathAt(parent, depth+1)
+	if err != nil {
+		return "", err
+	}
+	p := joinPath(pp, name)
+	if t.dirAdds == nil {
+		t.dirAdds = make(map[Ino]string)
+	}
+	t.dirAdds[ino] = p
+	return p, nil
 }
 
 // forgetDirPaths drops every cached directory path: a directory moved.
