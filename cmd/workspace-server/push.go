@@ -43,7 +43,12 @@ func runSync(ctx context.Context, name, what string, args []string, stdout, stde
 	if err != nil {
 		return c.fail(err)
 	}
+	stop := func() {}
+	if !*asJSON {
+		stop = progress(stderr, name+"ing")
+	}
 	rep, summary, err := call(ctx, ws)
+	stop()
 	if err != nil {
 		return c.fail(err)
 	}
