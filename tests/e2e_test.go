@@ -1,12 +1,16 @@
 package tests
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestExecWriteArrivesOnServer(t *testing.T) {
@@ -212,4 +216,43 @@ func TestManyFilesRoundTrip(t *testing.T) {
 			t.Errorf("gen/%d.txt = %q", i, got)
 		}
 	}
+}
+
+func TestChmodFromServerReachesContainer(t *testing.T) {
+	p := newPair(t, pairOpts{})
+	if r := p.cli("#!/bin/sh\necho ran\n", "write", "--mode", "0755", "/tool.sh", "-"); r.code != 0 {
+		t.Fatalf("write --mode: %+v", r)
+	}
+	if got := p.sh(`test -x tool.sh && ./tool.sh`); got != "ran\n" {
+		t.Errorf("server-side mode 0755 in the container: %q", got)
+	}
+	if r := p.cli("#!/bin/sh\n", "write", "--mode", "0644", "/tool.sh", "-"); r.code != 0 {
+		t.Fatalf("write --mode 0644: %+v", r)
+	}
+	if got := p.sh(`test -x tool.sh && echo still-executable || echo plain`); got != "plain\n" {
+		t.Errorf("chmod -x from the server: %q", got)
+	}
+}
+
+func TestInterruptedExecKillsTheCommand(t *testing.T) {
+	p := newPair(t, pairOpts{})
+	cmd := exec.Command(bin.server, "exec", "--", "sh", "-c", "echo started > started; exec sleep 300")
+	cmd.Env = append(os.Environ(), p.env...)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the command to start", time.Minute, func() bool {
+		_, err := os.Stat(filepath.Join(p.mount, "started"))
+		return err == nil
+	})
+	cmd.Process.Signal(syscall.SIGINT)
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 130 {
+		t.Errorf("interrupted exec exited %v, want 130", err)
+	}
+	waitFor(t, "the sleep to be killed", time.Minute, func() bool {
+		out, _ := exec.Command("pgrep", "-f", "sleep 300").Output()
+		return len(strings.TrimSpace(string(out))) == 0
+	})
 }

@@ -202,7 +202,7 @@ func TestTwoWorkspacesStayApart(t *testing.T) {
 	other := &pair{t: t, dir: p.dir, mount: filepath.Join(p.dir, "other-mount"), cdState: filepath.Join(p.dir, "other.db")}
 	other.startComputerd()
 	t.Cleanup(func() { syscallUnmount(other.mount) })
-	p.ok("workspaces", "create", "two", "--computerd", "ws://"+other.cdAddr+"/sync", "--computerd-token-file", p.tokenFile())
+	p.ok("workspaces", "create", "two", "--computerd", "ws://"+other.cdAddr+"/sync", "--computerd-token-file", p.tokenFile(), "--ignore", "build")
 	p.sh(`echo one > only-in-default`)
 	p.ok("exec", "--workspace", "two", "--", "sh", "-c", "echo two > only-in-two")
 	if _, ok := p.stat("/only-in-two"); ok {
@@ -216,6 +216,15 @@ func TestTwoWorkspacesStayApart(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(p.mount, "only-in-two")); err == nil {
 		t.Error("two's file reached default's mount")
+	}
+	// Workspace two's ignore list ("build") replaces the default: its
+	// node_modules syncs, its build stays in the container.
+	p.ok("exec", "--workspace", "two", "--", "sh", "-c", "mkdir -p node_modules build && echo m > node_modules/m && echo b > build/b")
+	if got := p.ok("read", "--workspace", "two", "/node_modules/m"); got != "m\n" {
+		t.Errorf("node_modules under a replaced ignore list: %q", got)
+	}
+	if r := p.cli("", "read", "--workspace", "two", "/build/b"); r.code == 0 {
+		t.Error("build/ reached the server though workspace two ignores it")
 	}
 }
 
