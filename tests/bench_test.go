@@ -151,3 +151,43 @@ func BenchmarkPullTenThousandFiles(b *testing.B) {
 		b.ReportMetric(float64(rs2.Microseconds())/1000, "rsync2-ms")
 	}
 }
+
+// vmHWM is a process's peak resident set, from /proc.
+func vmHWM(b *testing.B, pid int) int64 {
+	b.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			var kb int64
+			fmt.Sscan(strings.TrimSuffix(strings.TrimSpace(v), " kB"), &kb)
+			return kb << 10
+		}
+	}
+	b.Fatal("no VmHWM")
+	return 0
+}
+
+// BenchmarkOneGiB: an exec writes 1 GiB (16 files of 64 MiB of random
+// bytes) through the mount, and the pull brings it to the server. Reports
+// computerd's and the server's peak RSS (SPEC: both under 128 MiB) and the
+// pull's throughput.
+func BenchmarkOneGiB(b *testing.B) {
+	for range b.N {
+		p := newPair(b, pairOpts{separate: "disk"})
+		c := p.client()
+		rep, err := c.Exec(context.Background(), workspace.ExecSpec{
+			Shell:   `mkdir big && for i in $(seq 1 16); do head -c 67108864 /dev/urandom > big/f$i; done`,
+			Timeout: 20 * time.Minute,
+		}, nil)
+		if err != nil || rep.ExitCode != 0 || rep.Sync != workspace.SyncComplete {
+			b.Fatalf("exec: %+v, %v", rep, err)
+		}
+		b.ReportMetric(float64(vmHWM(b, p.cd.cmd.Process.Pid))/(1<<20), "computerd-peak-MiB")
+		b.ReportMetric(float64(vmHWM(b, p.server.cmd.Process.Pid))/(1<<20), "server-peak-MiB")
+		b.ReportMetric(float64(rep.Pulled.Bytes)/rep.Pulled.Duration.Seconds()/1e6, "pull-MB/s")
+		b.ReportMetric(float64(rep.Pulled.Duration.Milliseconds()), "pull-ms")
+	}
+}
