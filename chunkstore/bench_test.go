@@ -56,10 +56,13 @@ func BenchmarkStoreChunks(b *testing.B) {
 		name      string
 		inlineMax int
 		noSync    bool
+		packMax   int
 	}{
-		{"rows", ChunkSize, false},
-		{"files-fsync", 1, false},
-		{"files-nosync", 1, true},
+		{"rows", ChunkSize, false, 0},
+		{"files-fsync", 1, false, 0},
+		{"files-nosync", 1, true, 0},
+		{"packs-fsync", 1, false, ChunkSize},
+		{"packs-nosync", 1, true, ChunkSize},
 	}
 	for _, m := range media() {
 		for _, size := range []int{4 << 10, 8 << 10, 16 << 10, 32 << 10, 64 << 10, 128 << 10, 256 << 10} {
@@ -68,6 +71,7 @@ func BenchmarkStoreChunks(b *testing.B) {
 					dir := m.dir(b)
 					db := openFileDB(b, filepath.Join(dir, "state.db"))
 					s := newTestStore(b, Options{Dir: filepath.Join(dir, "chunks"), InlineMax: l.inlineMax, NoSync: l.noSync})
+					s.packMax = l.packMax
 					benchStore(b, s, db, size)
 				})
 			}
@@ -117,13 +121,19 @@ func BenchmarkPutHashed64MiB(b *testing.B) {
 	for _, m := range media() {
 		for _, fsync := range []bool{true, false} {
 			for _, workers := range []int{1, 2} {
-				name := fmt.Sprintf("%s/fsync=%v/goroutines=%d", m.name, fsync, workers)
-				b.Run(name, func(b *testing.B) {
-					dir := m.dir(b)
-					db := openFileDB(b, filepath.Join(dir, "state.db"))
-					s := newTestStore(b, Options{Dir: filepath.Join(dir, "chunks"), NoSync: !fsync})
-					benchPut64MiB(b, s, db, workers)
-				})
+				for _, layout := range []string{"files", "packs"} {
+					name := fmt.Sprintf("%s/fsync=%v/goroutines=%d/%s", m.name, fsync, workers, layout)
+					b.Run(name, func(b *testing.B) {
+						dir := m.dir(b)
+						db := openFileDB(b, filepath.Join(dir, "state.db"))
+						s := newTestStore(b, Options{Dir: filepath.Join(dir, "chunks"), NoSync: !fsync})
+						s.packMax = ChunkSize - 1
+						if layout == "packs" {
+							s.packMax = ChunkSize
+						}
+						benchPut64MiB(b, s, db, workers)
+					})
+				}
 			}
 		}
 	}
@@ -225,17 +235,23 @@ func BenchmarkReadAt(b *testing.B) {
 		cases = append(cases,
 			readCase{k + "/rows", size, ChunkSize, defaultFDCacheSize, false},
 			readCase{k + "/rows-unprepared", size, ChunkSize, defaultFDCacheSize, true},
-			readCase{k + "/files", size, 1, defaultFDCacheSize, false})
+			readCase{k + "/files", size, 1, defaultFDCacheSize, false},
+			readCase{k + "/packs", size, -1, defaultFDCacheSize, false})
 	}
 	cases = append(cases,
 		readCase{"512K-by-128K/files", ChunkSize, 1, defaultFDCacheSize, false},
-		readCase{"512K-by-128K/files-nocache", ChunkSize, 1, 0, false})
+		readCase{"512K-by-128K/files-nocache", ChunkSize, 1, 0, false},
+		readCase{"512K-by-128K/packs", ChunkSize, -1, defaultFDCacheSize, false})
 	for _, c := range cases {
 		b.Run(c.name, func(b *testing.B) {
 			dir := media()[1].dir(b)
 			db := openFileDB(b, filepath.Join(dir, "state.db"))
-			s := newTestStore(b, Options{Dir: filepath.Join(dir, "chunks"), InlineMax: c.inlineMax, NoSync: true})
+			s := newTestStore(b, Options{Dir: filepath.Join(dir, "chunks"), InlineMax: max(c.inlineMax, 1), NoSync: true})
 			s.fds = newFDCache(c.fdCache)
+			s.packMax = 0 // inlineMax -1: packs
+			if c.inlineMax < 0 {
+				s.packMax = ChunkSize
+			}
 			// 32 chunks read round-robin: within the cache's size.
 			st := s.NewStage()
 			var refs []Ref

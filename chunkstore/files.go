@@ -64,7 +64,7 @@ func (s *Store) writeFile(h Hash, data []byte) error {
 		s.mu.Unlock()
 	}
 	// A damaged file we replaced may still be open in the cache.
-	s.fds.forget(h)
+	s.fds.forget(fdKey{hash: h})
 	return nil
 }
 
@@ -190,12 +190,18 @@ func (s *Store) scanDir() ([]diskFile, error) {
 type fdCache struct {
 	mu  sync.Mutex
 	max int
-	m   map[Hash]*cachedFile
+	m   map[fdKey]*cachedFile
 	lru list.List // of *cachedFile, most recent first
 }
 
+// fdKey names a chunk file (pack 0) or a pack file (hash zero).
+type fdKey struct {
+	pack int64
+	hash Hash
+}
+
 type cachedFile struct {
-	hash    Hash
+	key     fdKey
 	f       *os.File
 	size    int64
 	users   int
@@ -206,12 +212,12 @@ type cachedFile struct {
 const defaultFDCacheSize = 64
 
 func newFDCache(max int) *fdCache {
-	return &fdCache{max: max, m: make(map[Hash]*cachedFile)}
+	return &fdCache{max: max, m: make(map[fdKey]*cachedFile)}
 }
 
 // open returns h's file, from the cache when it is there; the caller calls
 // done when it has finished reading.
-func (c *fdCache) open(h Hash, path string) (*cachedFile, error) {
+func (c *fdCache) open(h fdKey, path string) (*cachedFile, error) {
 	c.mu.Lock()
 	if cf := c.m[h]; cf != nil {
 		cf.users++
@@ -230,7 +236,7 @@ func (c *fdCache) open(h Hash, path string) (*cachedFile, error) {
 		f.Close()
 		return nil, err
 	}
-	cf := &cachedFile{hash: h, f: f, size: fi.Size(), users: 1}
+	cf := &cachedFile{key: h, f: f, size: fi.Size(), users: 1}
 	if c.max <= 0 {
 		cf.evicted = true
 		return cf, nil
@@ -261,7 +267,7 @@ func (c *fdCache) done(cf *cachedFile) {
 }
 
 // forget drops h from the cache (its file was unlinked or replaced).
-func (c *fdCache) forget(h Hash) {
+func (c *fdCache) forget(h fdKey) {
 	if c == nil {
 		return
 	}
@@ -273,7 +279,7 @@ func (c *fdCache) forget(h Hash) {
 }
 
 func (c *fdCache) evictLocked(cf *cachedFile) {
-	delete(c.m, cf.hash)
+	delete(c.m, cf.key)
 	c.lru.Remove(cf.elem)
 	cf.evicted = true
 	if cf.users == 0 {

@@ -12,19 +12,22 @@ import (
 // Tests of the split layout's files; the behaviour every layout shares is
 // in the conformance suite.
 
-func TestSplitLayoutKeepsLargeChunksInFilesAndSmallInRows(t *testing.T) {
+func TestSplitLayoutKeepsFullChunksInFilesSmallerInPacksSmallInRows(t *testing.T) {
 	s, db := splitStore(t, 0, true)
 	m := commitFile(t, s, db, 1, ChunkSize, s.inlineMax+1, s.inlineMax, 10)
 	for i, r := range m {
-		var isFile bool
-		if err := db.QueryRow("SELECT data IS NULL FROM chunks WHERE hash = ?", r.Hash[:]).Scan(&isFile); err != nil {
+		var outside, inPack bool
+		if err := db.QueryRow("SELECT data IS NULL, pack IS NOT NULL FROM chunks WHERE hash = ?", r.Hash[:]).Scan(&outside, &inPack); err != nil {
 			t.Fatal(err)
 		}
 		_, statErr := os.Stat(s.filePath(r.Hash))
-		if got, want := isFile, i < 2; got != want {
+		if got, want := outside, i < 2; got != want {
 			t.Errorf("chunk %d (%d bytes): row without data = %v, want %v", i, r.Size, got, want)
 		}
-		if got, want := statErr == nil, i < 2; got != want {
+		if got, want := inPack, i == 1 || i == 0 && s.packMax >= ChunkSize; got != want {
+			t.Errorf("chunk %d (%d bytes): in a pack = %v, want %v", i, r.Size, got, want)
+		}
+		if got, want := statErr == nil, i < 2 && !inPack; got != want {
 			t.Errorf("chunk %d (%d bytes): file exists = %v, want %v", i, r.Size, got, want)
 		}
 	}

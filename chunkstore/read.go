@@ -27,22 +27,43 @@ func (s *Store) ReadAt(ctx context.Context, q Querier, r Ref, p []byte, off int6
 		}
 		return readSlice(d, p, off)
 	}
-	// Large chunks are files (no SQL on the FUSE read path); the row is the
-	// fallback, for inline chunks and for chunks stored under an older
-	// threshold.
+	// Pack chunks seen before and large chunks in files are read without
+	// SQL (the FUSE read path); the row is the fallback, for inline chunks
+	// and for chunks stored under an older layout or threshold.
+	if s.dir != "" {
+		if loc := s.knownLoc(r.Hash); loc.valid() {
+			if n, err, ok := s.readPack(loc, r, p, off); ok {
+				return n, err
+			}
+			s.forgetLoc(r.Hash, loc)
+		}
+	}
 	triedFile := false
-	if s.dir != "" && !s.inline(int(r.Size)) {
+	if s.dir != "" && !s.inline(int(r.Size)) && !s.packed(int(r.Size)) {
 		if n, err, ok := s.readFile(r, p, off); ok {
 			return n, err
 		}
 		triedFile = true
 	}
 
+	return s.readRow(ctx, q, r, p, off, triedFile, true)
+}
+
+// readRow reads through r's row. A pack record whose pack is gone may have
+// been moved by a compaction that committed after the row was read: retry
+// says to look the row up once more.
+func (s *Store) readRow(ctx context.Context, q Querier, r Ref, p []byte, off int64, triedFile, retry bool) (int, error) {
+	size := int64(r.Size)
 	var rowSize int64
-	var dataLen *int64
+	var dataLen, pack, packOff *int64
 	var data []byte
-	err := s.queryRow(ctx, q, "SELECT size, length(data), substr(data, ?, ?) FROM chunks WHERE hash = ?",
-		off+1, len(p), r.Hash[:]).Scan(&rowSize, &dataLen, &data)
+	err := s.queryRow(ctx, q, "SELECT size, length(data), substr(data, ?, ?), pack, pack_off FROM chunks WHERE hash = ?",
+		off+1, len(p), r.Hash[:]).Scan(&rowSize, &dataLen, &data, &pack, &packOff)
+	if noPackColumns(err) {
+		err = s.queryRow(ctx, q, "SELECT size, length(data), substr(data, ?, ?) FROM chunks WHERE hash = ?",
+			off+1, len(p), r.Hash[:]).Scan(&rowSize, &dataLen, &data)
+	}
+	loc := nullLoc(pack, packOff)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		if !triedFile && s.dir != "" {
@@ -55,6 +76,18 @@ func (s *Store) ReadAt(ctx context.Context, q Querier, r Ref, p []byte, off int6
 		return 0, fmt.Errorf("read chunk %s: %w", r.Hash, err)
 	case rowSize != size:
 		return 0, fmt.Errorf("read chunk %s: %w: stored %d bytes, ref says %d", r.Hash, ErrSizeMismatch, rowSize, size)
+	case loc.valid():
+		n, err, ok := s.readPack(loc, r, p, off)
+		if !ok && retry {
+			return s.readRow(ctx, q, r, p, off, triedFile, false)
+		}
+		if !ok {
+			return 0, fmt.Errorf("read chunk %s: %w: its pack is missing", r.Hash, ErrCorrupt)
+		}
+		if err == nil || err == io.EOF {
+			s.rememberLoc(r.Hash, loc)
+		}
+		return n, err
 	case dataLen == nil:
 		if !triedFile && s.dir != "" {
 			if n, err, ok := s.readFile(r, p, off); ok {
@@ -85,7 +118,7 @@ func readSlice(d, p []byte, off int64) (int, error) {
 
 // readFile reads from r's file; ok is false when there is no file.
 func (s *Store) readFile(r Ref, p []byte, off int64) (n int, err error, ok bool) {
-	cf, err := s.fds.open(r.Hash, s.filePath(r.Hash))
+	cf, err := s.fds.open(fdKey{hash: r.Hash}, s.filePath(r.Hash))
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, nil, false
 	}
@@ -116,17 +149,37 @@ func (s *Store) Get(ctx context.Context, q Querier, h Hash) ([]byte, error) {
 	s.mu.Lock()
 	var staged []byte
 	var stagedFile bool
+	var loc packLoc
 	if p := s.pins[h]; p != nil {
-		staged, stagedFile = p.data, p.onDisk
+		staged, stagedFile, loc = p.data, p.onDisk, p.loc
+	}
+	if !loc.valid() {
+		loc = s.locs[h]
 	}
 	s.mu.Unlock()
 	if staged != nil {
 		return append([]byte(nil), staged...), nil
 	}
+	if loc.valid() {
+		data, err, ok := s.readRecord(loc, h, -1)
+		if ok && err == nil {
+			return data, nil
+		}
+		s.forgetLoc(h, loc)
+	}
 
+	return s.getRow(ctx, q, h, stagedFile, true)
+}
+
+// getRow is Get through h's row; retry as in readRow.
+func (s *Store) getRow(ctx context.Context, q Querier, h Hash, stagedFile, retry bool) ([]byte, error) {
 	var size int64
 	var data []byte
-	err := s.queryRow(ctx, q, "SELECT size, data FROM chunks WHERE hash = ?", h[:]).Scan(&size, &data)
+	var pack, packOff *int64
+	err := s.queryRow(ctx, q, "SELECT size, data, pack, pack_off FROM chunks WHERE hash = ?", h[:]).Scan(&size, &data, &pack, &packOff)
+	if noPackColumns(err) {
+		err = s.queryRow(ctx, q, "SELECT size, data FROM chunks WHERE hash = ?", h[:]).Scan(&size, &data)
+	}
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		if !stagedFile {
@@ -142,9 +195,23 @@ func (s *Store) Get(ctx context.Context, q Querier, h Hash) ([]byte, error) {
 		return data, nil
 	case s.dir == "":
 		return nil, fmt.Errorf("get chunk %s: %w: no bytes in the row", h, ErrCorrupt)
+	case nullLoc(pack, packOff).valid():
+		loc := nullLoc(pack, packOff)
+		data, err, ok := s.readRecord(loc, h, size)
+		if !ok && retry {
+			return s.getRow(ctx, q, h, stagedFile, false)
+		}
+		if !ok {
+			return nil, fmt.Errorf("get chunk %s: %w: its pack is missing", h, ErrCorrupt)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("get chunk %s: %w", h, err)
+		}
+		s.rememberLoc(h, loc)
+		return data, nil
 	}
 
-	cf, err := s.fds.open(h, s.filePath(h))
+	cf, err := s.fds.open(fdKey{hash: h}, s.filePath(h))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("get chunk %s: %w: its file is missing", h, ErrCorrupt)
 	}

@@ -50,33 +50,56 @@ func byCount(counts []refCount) map[int][]refCount {
 	return m
 }
 
+// storedRow is what a refcount update learns of a row.
+type storedRow struct {
+	size int64
+	file bool    // bytes outside the row: a chunk file or a pack record
+	loc  packLoc // a pack record
+}
+
 // updateRefs runs set (an expression of refs and the bound delta) on the
-// rows of counts and returns the size of every row it touched.
-func updateRefs(ctx context.Context, q Querier, set string, delta int, counts []refCount) (map[Hash]int64, error) {
+// rows of counts and returns every row it touched.
+func updateRefs(ctx context.Context, q Querier, set string, delta int, counts []refCount, found map[Hash]storedRow) error {
 	args := make([]any, 0, len(counts)+1)
 	args = append(args, delta)
 	for i := range counts {
 		args = append(args, counts[i].Hash[:])
 	}
-	rows, err := q.QueryContext(ctx, "UPDATE chunks SET refs = "+set+" WHERE hash IN ("+placeholders(len(counts))+") RETURNING hash, size", args...)
+	rows, err := q.QueryContext(ctx, "UPDATE chunks SET refs = "+set+" WHERE hash IN ("+placeholders(len(counts))+") RETURNING hash, size, data IS NULL, pack, pack_off", args...)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer rows.Close()
-	found := make(map[Hash]int64, len(counts))
 	for rows.Next() {
 		var hb []byte
-		var size int64
-		if err := rows.Scan(&hb, &size); err != nil {
-			return nil, err
+		var r storedRow
+		var pack, off *int64
+		if err := rows.Scan(&hb, &r.size, &r.file, &pack, &off); err != nil {
+			return err
 		}
 		h, err := blobHash(hb)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		found[h] = size
+		r.loc = nullLoc(pack, off)
+		found[h] = r
 	}
-	return found, rows.Err()
+	return rows.Err()
+}
+
+// withPackColumns runs fn, and again after upgrading the chunks table when
+// fn's first statement failed for want of the pack columns (a database
+// Schema has not run on since packs came; see addPackColumns). fn must
+// change nothing before the statement that names them.
+func withPackColumns(ctx context.Context, q Querier, fn func() error) error {
+	err := fn()
+	if !noPackColumns(err) {
+		return err
+	}
+	if err := addPackColumns(ctx, q); err != nil {
+		return err
+	}
+	return fn()
 }
 
 // AddRefs counts one more reference for each ref, inside the caller's
@@ -93,7 +116,8 @@ func (s *Store) AddRefs(ctx context.Context, q Querier, refs []Ref) error {
 		return err
 	}
 	for start := 0; start < len(counts); start += batchSize {
-		if err := s.addRefs(ctx, q, counts[start:min(start+batchSize, len(counts))]); err != nil {
+		batch := counts[start:min(start+batchSize, len(counts))]
+		if err := withPackColumns(ctx, q, func() error { return s.addRefs(ctx, q, batch) }); err != nil {
 			return err
 		}
 	}
@@ -101,83 +125,150 @@ func (s *Store) AddRefs(ctx context.Context, q Querier, refs []Ref) error {
 }
 
 func (s *Store) addRefs(ctx context.Context, q Querier, counts []refCount) error {
-	found := make(map[Hash]int64, len(counts))
+	found := make(map[Hash]storedRow, len(counts))
 	for n, group := range byCount(counts) {
-		got, err := updateRefs(ctx, q, "refs + ?", n, group)
-		if err != nil {
+		if err := updateRefs(ctx, q, "refs + ?", n, group, found); err != nil {
 			return fmt.Errorf("add refs: %w", err)
-		}
-		for h, size := range got {
-			found[h] = size
 		}
 	}
 	var missing []refCount
+	var repairs []Hash
 	for _, c := range counts {
-		size, ok := found[c.Hash]
+		row, ok := found[c.Hash]
 		switch {
 		case !ok:
 			missing = append(missing, c)
-		case size != int64(c.Size):
-			return fmt.Errorf("add ref %s: %w: stored %d bytes, ref says %d", c.Hash, ErrSizeMismatch, size, c.Size)
+		case row.size != int64(c.Size):
+			return fmt.Errorf("add ref %s: %w: stored %d bytes, ref says %d", c.Hash, ErrSizeMismatch, row.size, c.Size)
+		case row.file && s.dir != "":
+			if loc := s.knownLoc(c.Hash); loc.valid() && loc != row.loc {
+				repairs = append(repairs, c.Hash)
+			}
 		}
 	}
+	syncs := make(map[int64]struct{})
+	if err := s.repairRows(ctx, q, repairs, found, syncs); err != nil {
+		return err
+	}
 	if len(missing) == 0 {
-		return nil
+		return s.packs.sync(syncs)
 	}
 
-	// New rows. Inline bytes come from the pins; file chunks are taken off
-	// the pending sweep before their file is checked, so that a Finish
-	// racing with this transaction cannot unlink a file it is about to
-	// reference.
+	// New rows. Inline bytes and pack records come from the pins (or, for
+	// a record no stage holds, from the pending sweep or the location
+	// cache); file chunks are taken off the pending sweep before their
+	// file is checked, so that a Finish racing with this transaction
+	// cannot unlink a file or delete a pack it is about to reference.
 	data := make([][]byte, len(missing))
+	locs := make([]packLoc, len(missing))
 	var staged, onDisk []Hash // file chunks written by a stage, found on disk
 	s.mu.Lock()
 	for i, c := range missing {
 		p := s.pins[c.Hash]
-		if p != nil && p.data != nil {
+		switch {
+		case p != nil && p.data != nil:
 			if len(p.data) != int(c.Size) {
 				s.mu.Unlock()
 				return fmt.Errorf("add ref %s: %w: staged %d bytes, ref says %d", c.Hash, ErrSizeMismatch, len(p.data), c.Size)
 			}
 			data[i] = p.data
 			continue
-		}
-		if p != nil && p.onDisk {
+		case p != nil && p.loc.valid():
+			locs[i] = p.loc
+		case p != nil && p.onDisk:
 			staged = append(staged, c.Hash)
-		} else {
-			onDisk = append(onDisk, c.Hash)
+		default:
+			locs[i] = s.spareRecordLocked(c.Hash)
+			if !locs[i].valid() {
+				onDisk = append(onDisk, c.Hash)
+			}
 		}
-		s.spareLocked(c.Hash)
+		if locs[i].valid() {
+			s.sparePackLocked(locs[i].pack)
+		} else {
+			s.spareLocked(c.Hash)
+		}
 	}
 	s.mu.Unlock()
+	sizes := make(map[int64]int64)
 	for i, c := range missing {
-		if data[i] == nil && (s.dir == "" || !s.statChunk(c.Hash, int64(c.Size))) {
+		switch {
+		case data[i] != nil:
+		case locs[i].valid():
+			if !s.intact(locs[i], int64(c.Size), sizes) {
+				return fmt.Errorf("add ref %s: %w", c.Hash, ErrUnknownHash)
+			}
+			syncs[locs[i].pack] = struct{}{}
+		case s.dir == "" || !s.statChunk(c.Hash, int64(c.Size)):
 			return fmt.Errorf("add ref %s: %w", c.Hash, ErrUnknownHash)
 		}
 	}
 	if err := s.syncDirs(staged, onDisk); err != nil {
 		return fmt.Errorf("add refs: %w", err)
 	}
+	if err := s.packs.sync(syncs); err != nil {
+		return fmt.Errorf("add refs: %w", err)
+	}
 
-	args := make([]any, 0, 4*len(missing))
+	args := make([]any, 0, 6*len(missing))
 	var sql strings.Builder
-	sql.WriteString("INSERT INTO chunks(hash, size, refs, data) VALUES ")
+	sql.WriteString("INSERT INTO chunks(hash, size, refs, data, pack, pack_off) VALUES ")
 	for i, c := range missing {
 		if i > 0 {
 			sql.WriteByte(',')
 		}
-		sql.WriteString("(?,?,?,?)")
-		var d any // NULL for a file chunk
+		sql.WriteString("(?,?,?,?,?,?)")
+		var d, pack, off any // NULL for a file chunk
 		if data[i] != nil {
 			d = data[i]
 		}
-		args = append(args, c.Hash[:], c.Size, c.n, d)
+		if locs[i].valid() {
+			pack, off = locs[i].pack, locs[i].off
+		}
+		args = append(args, c.Hash[:], c.Size, c.n, d, pack, off)
 	}
 	// The conflict clause only matters to a caller outside a transaction
 	// racing another writer; inside one, the UPDATE above saw every row.
 	sql.WriteString(" ON CONFLICT(hash) DO UPDATE SET refs = refs + excluded.refs")
 	if _, err := q.ExecContext(ctx, sql.String(), args...); err != nil {
 		return fmt.Errorf("add refs: %w", err)
+	}
+	return nil
+}
+
+// repairRows points rows whose bytes are lost (a pack or chunk file
+// truncated or deleted from outside) at a fresh copy a stage appended, the
+// way a rewritten file repaired a file chunk. Only rows whose hash was
+// appended again are looked at, so the common case costs nothing.
+func (s *Store) repairRows(ctx context.Context, q Querier, hs []Hash, found map[Hash]storedRow, syncs map[int64]struct{}) error {
+	sizes := make(map[int64]int64)
+	for _, h := range hs {
+		row := found[h]
+		if row.loc.valid() && s.intact(row.loc, row.size, sizes) || !row.loc.valid() && s.statChunk(h, row.size) {
+			continue
+		}
+		s.mu.Lock()
+		loc := packLoc{}
+		if p := s.pins[h]; p != nil && p.loc.valid() {
+			loc = p.loc
+		} else {
+			loc = s.locs[h]
+		}
+		if loc.valid() {
+			s.sparePackLocked(loc.pack)
+		}
+		s.mu.Unlock()
+		if !loc.valid() || !s.intact(loc, row.size, sizes) {
+			continue
+		}
+		syncs[loc.pack] = struct{}{}
+		if err := s.packs.sync(map[int64]struct{}{loc.pack: {}}); err != nil {
+			return fmt.Errorf("add refs: %w", err)
+		}
+		if _, err := q.ExecContext(ctx, "UPDATE chunks SET pack = ?, pack_off = ? WHERE hash = ?", loc.pack, loc.off, h[:]); err != nil {
+			return fmt.Errorf("add refs: %w", err)
+		}
+		s.log.Warn("chunk bytes were lost; the row now names a fresh copy", "hash", h)
 	}
 	return nil
 }
@@ -195,23 +286,25 @@ func (s *Store) DropRefs(ctx context.Context, q Querier, refs []Ref) error {
 	}
 	for start := 0; start < len(counts); start += batchSize {
 		batch := counts[start:min(start+batchSize, len(counts))]
-		found := make(map[Hash]int64, len(batch))
-		for n, group := range byCount(batch) {
-			got, err := updateRefs(ctx, q, "max(refs - ?, 0)", n, group)
-			if err != nil {
-				return fmt.Errorf("drop refs: %w", err)
+		found := make(map[Hash]storedRow, len(batch))
+		err := withPackColumns(ctx, q, func() error {
+			for n, group := range byCount(batch) {
+				if err := updateRefs(ctx, q, "max(refs - ?, 0)", n, group, found); err != nil {
+					return err
+				}
 			}
-			for h, size := range got {
-				found[h] = size
-			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("drop refs: %w", err)
 		}
 		for _, c := range batch {
-			size, ok := found[c.Hash]
+			row, ok := found[c.Hash]
 			switch {
 			case !ok:
 				return fmt.Errorf("drop ref %s: %w", c.Hash, ErrUnknownHash)
-			case size != int64(c.Size):
-				return fmt.Errorf("drop ref %s: %w: stored %d bytes, ref says %d", c.Hash, ErrSizeMismatch, size, c.Size)
+			case row.size != int64(c.Size):
+				return fmt.Errorf("drop ref %s: %w: stored %d bytes, ref says %d", c.Hash, ErrSizeMismatch, row.size, c.Size)
 			}
 		}
 	}
@@ -250,16 +343,20 @@ func (s *Store) Has(ctx context.Context, q Querier, hashes []Hash) ([]Hash, erro
 			args[i] = batch[i][:]
 		}
 		// length() of a blob reads the record header, not the bytes.
-		rows, err := q.QueryContext(ctx, "SELECT hash, size, length(data) FROM chunks WHERE hash IN ("+placeholders(len(batch))+")", args...)
+		rows, err := q.QueryContext(ctx, "SELECT hash, size, length(data), pack, pack_off FROM chunks WHERE hash IN ("+placeholders(len(batch))+")", args...)
+		if noPackColumns(err) {
+			rows, err = q.QueryContext(ctx, "SELECT hash, size, length(data), NULL, NULL FROM chunks WHERE hash IN ("+placeholders(len(batch))+")", args...)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("has chunks: %w", err)
 		}
 		var files []Ref
+		var packed []packRef
 		for rows.Next() {
 			var hb []byte
 			var size int64
-			var dataLen *int64
-			if err := rows.Scan(&hb, &size, &dataLen); err != nil {
+			var dataLen, pack, off *int64
+			if err := rows.Scan(&hb, &size, &dataLen, &pack, &off); err != nil {
 				rows.Close()
 				return nil, fmt.Errorf("has chunks: %w", err)
 			}
@@ -268,10 +365,13 @@ func (s *Store) Has(ctx context.Context, q Querier, hashes []Hash) ([]Hash, erro
 				rows.Close()
 				return nil, fmt.Errorf("has chunks: %w", err)
 			}
-			switch {
+			switch loc := nullLoc(pack, off); {
 			case dataLen != nil:
 				present[h] = *dataLen == size
-			case s.dir != "":
+			case s.dir == "":
+			case loc.valid():
+				packed = append(packed, packRef{Ref{Hash: h, Size: uint32(size)}, loc})
+			default:
 				files = append(files, Ref{Hash: h, Size: uint32(size)})
 			}
 			if dataLen != nil && !present[h] || dataLen == nil && s.dir == "" {
@@ -282,10 +382,25 @@ func (s *Store) Has(ctx context.Context, q Querier, hashes []Hash) ([]Hash, erro
 		if err := rows.Err(); err != nil {
 			return nil, fmt.Errorf("has chunks: %w", err)
 		}
+		sizes := make(map[int64]int64)
+		for _, r := range packed {
+			present[r.Hash] = s.intact(r.loc, int64(r.Size), sizes)
+		}
 		for _, r := range files {
-			if present[r.Hash] = s.statChunk(r.Hash, int64(r.Size)); !present[r.Hash] {
-				s.log.Warn("chunk file missing or short; reporting the chunk absent", "hash", r.Hash)
+			present[r.Hash] = s.statChunk(r.Hash, int64(r.Size))
+		}
+		// A chunk whose bytes are lost but that a stage appended again
+		// (the sender shipped it anew) is present: the copy's location is
+		// remembered, reads find it, and AddRefs repairs the row.
+		for _, r := range append(files, packRefs(packed)...) {
+			if present[r.Hash] {
+				continue
 			}
+			if loc := s.knownLoc(r.Hash); loc.valid() && s.intact(loc, int64(r.Size), sizes) {
+				present[r.Hash] = true
+				continue
+			}
+			s.log.Warn("chunk file or pack record missing or short; reporting the chunk absent", "hash", r.Hash)
 		}
 	}
 
@@ -312,4 +427,18 @@ func blobHash(b []byte) (Hash, error) {
 		return Hash{}, fmt.Errorf("%w: a stored hash has %d bytes", ErrCorrupt, len(b))
 	}
 	return Hash(b), nil
+}
+
+// packRef is a stored chunk and its pack record.
+type packRef struct {
+	Ref
+	loc packLoc
+}
+
+func packRefs(ps []packRef) []Ref {
+	out := make([]Ref, len(ps))
+	for i, p := range ps {
+		out[i] = p.Ref
+	}
+	return out
 }

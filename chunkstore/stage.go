@@ -101,15 +101,35 @@ func (st *Stage) put(ctx context.Context, h Hash, data []byte) error {
 		return nil
 	}
 
-	if err := s.writeFile(h, data); err != nil {
+	if !s.packed(len(data)) {
+		if err := s.writeFile(h, data); err != nil {
+			if !had {
+				st.drop(h)
+			}
+			return err
+		}
+		s.mu.Lock()
+		p.onDisk = true
+		s.mu.Unlock()
+		return nil
+	}
+	loc, err := s.packs.append(s.dir, h, data)
+	if err != nil {
 		if !had {
 			st.drop(h)
 		}
-		return err
+		return fmt.Errorf("put chunk %s: %w", h, err)
 	}
 	s.mu.Lock()
-	p.onDisk = true
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	if p.onDisk || s.pins[h] != p {
+		// Another Put of the same bytes finished first, or the pin is gone:
+		// this copy is dead space from the start.
+		s.packs.unpin(loc.pack)
+		return nil
+	}
+	p.loc, p.onDisk = loc, true
+	s.rememberLocLocked(h, loc)
 	return nil
 }
 
@@ -167,7 +187,11 @@ func (s *Store) unpinLocked(h Hash) {
 		return
 	}
 	delete(s.pins, h)
-	if p.data == nil {
+	switch {
+	case p.loc.valid():
+		// Committed or not, its pack's next recount finds out.
+		s.packs.unpin(p.loc.pack)
+	case p.data == nil:
 		// Committed or not, the next sweep finds out.
 		s.released[h] = struct{}{}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 )
 
@@ -58,7 +59,11 @@ type Stats struct {
 type GCStats struct {
 	Rows  int64 // unreferenced rows deleted
 	Files int64 // chunk files unlinked (rows' files and orphans)
-	Bytes int64 // bytes freed
+	Packs int64 // pack files deleted (emptied, or compacted into the current pack)
+	// Bytes freed: inline bytes and pack records of deleted rows, and
+	// unlinked chunk files. A pack record becomes dead space, which
+	// compaction hands back to the file system later.
+	Bytes int64
 }
 
 // Store keeps chunk bytes: rows of the caller's database for small chunks,
@@ -72,8 +77,13 @@ type Store struct {
 	inlineMax int
 	noSync    bool
 	log       *slog.Logger
-	fds       *fdCache // nil when dir == ""
-	stmts     stmtCache
+	fds       *fdCache   // nil when dir == ""
+	packs     *packTable // nil when dir == ""
+	// packMax is the largest chunk appended to a pack; larger non-inline
+	// chunks get files of their own. 0 writes no packs (the older layout,
+	// for benchmarks).
+	packMax int
+	stmts   stmtCache
 
 	mu     sync.Mutex
 	closed bool
@@ -92,15 +102,24 @@ type Store struct {
 	sweep *Sweep
 	// dirtyDirs are chunk directories with renames not yet fsynced.
 	dirtyDirs map[string]struct{}
+	// locs remembers where pack chunks were recently appended or found,
+	// so reads skip the row lookup. An entry can only be stale by naming a
+	// deleted pack (records are never rewritten and pack ids never reused),
+	// which a read notices; GC drops the entries of rows it deletes.
+	locs map[Hash]packLoc
 
 	syncMu sync.Mutex // serialises syncDirs
 }
 
 type pin struct {
-	n      int    // stages holding the chunk
-	data   []byte // an inline chunk's bytes; nil for a file chunk
-	onDisk bool   // a file chunk's bytes are durable at its path
+	n      int     // stages holding the chunk
+	data   []byte  // an inline chunk's bytes; nil for a file chunk
+	onDisk bool    // a file or pack chunk's bytes are written
+	loc    packLoc // a pack chunk's record (pinned in the pack table)
 }
+
+// maxLocs bounds Store.locs (about 3 MiB).
+const maxLocs = 1 << 16
 
 // New returns a Store with the given layout. With a Dir it creates the
 // directory if needed.
@@ -116,6 +135,8 @@ func New(opts Options) (*Store, error) {
 		pins:      make(map[Hash]*pin),
 		released:  make(map[Hash]struct{}),
 		dirtyDirs: make(map[string]struct{}),
+		locs:      make(map[Hash]packLoc),
+		packMax:   defaultPackMax,
 	}
 	switch {
 	case s.inlineMax != 0:
@@ -134,6 +155,10 @@ func New(opts Options) (*Store, error) {
 		}
 		s.fds = newFDCache(defaultFDCacheSize)
 		s.needScan = true
+		var err error
+		if s.packs, err = newPackTable(s.dir, s.noSync); err != nil {
+			return nil, fmt.Errorf("new chunk store: %w", err)
+		}
 	}
 	return s, nil
 }
@@ -149,6 +174,9 @@ func (s *Store) Close() error {
 	clear(s.pins)
 	s.sweep = nil
 	s.stmts.close()
+	if s.packs != nil {
+		s.packs.close()
+	}
 	if s.fds != nil {
 		return s.fds.close()
 	}
@@ -166,6 +194,17 @@ func (s *Store) checkOpen() error {
 
 // inline reports whether a chunk of n bytes is stored as a row.
 func (s *Store) inline(n int) bool { return s.dir == "" || n <= s.inlineMax }
+
+// packed reports whether a new chunk of n bytes is appended to a pack.
+func (s *Store) packed(n int) bool { return !s.inline(n) && n <= s.packMax }
+
+// rememberLocLocked records where h's record is, for reads.
+func (s *Store) rememberLocLocked(h Hash, loc packLoc) {
+	if len(s.locs) >= maxLocs {
+		clear(s.locs)
+	}
+	s.locs[h] = loc
+}
 
 // Schema creates the chunk table idempotently; call it inside the caller's
 // schema migration.
@@ -189,7 +228,55 @@ func Schema(ctx context.Context, q Querier) error {
 			return fmt.Errorf("chunk schema: %w", err)
 		}
 	}
+	return addPackColumns(ctx, q)
+}
+
+// addPackColumns upgrades a chunks table in place: pack and pack_off name a
+// pack chunk's record (NULL for inline and file chunks), and an index on
+// them lets GC count a pack's live bytes and find its rows. Schema calls
+// it; so do AddRefs and GC when a database whose schema predates packs
+// (one Schema has not run on since) refuses a pack column.
+func addPackColumns(ctx context.Context, q Querier) error {
+	rows, err := q.QueryContext(ctx, `SELECT name FROM pragma_table_info('chunks')`)
+	if err != nil {
+		return fmt.Errorf("chunk schema: %w", err)
+	}
+	have := map[string]bool{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close()
+			return fmt.Errorf("chunk schema: %w", err)
+		}
+		have[name] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("chunk schema: %w", err)
+	}
+	var stmts []string
+	for _, col := range []string{"pack", "pack_off"} {
+		if !have[col] {
+			stmts = append(stmts, "ALTER TABLE chunks ADD COLUMN "+col+" INTEGER")
+		}
+	}
+	stmts = append(stmts, `CREATE INDEX IF NOT EXISTS chunks_pack ON chunks(pack, size) WHERE pack IS NOT NULL`)
+	for _, stmt := range stmts {
+		if _, err := q.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("chunk schema: %w", err)
+		}
+	}
 	return nil
+}
+
+// noPackColumns reports an error from a database whose chunks table has no
+// pack columns yet.
+func noPackColumns(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "no such column: pack") || strings.Contains(msg, "no column named pack")
 }
 
 // Stats returns the store's counts.
