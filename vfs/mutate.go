@@ -47,6 +47,12 @@ func (t *wtx) touchNode(ino Ino) error {
 	if _, err := t.exec(`UPDATE nodes SET rev = ? WHERE ino = ?`, t.stamp(), ino); err != nil {
 		return err
 	}
+	return t.touchNames(ino)
+}
+
+// touchNames records every name of a node as changed (its rev is stamped
+// by the caller).
+func (t *wtx) touchNames(ino Ino) error {
 	paths, err := t.nodePaths(ino)
 	if err != nil {
 		return err
@@ -276,12 +282,12 @@ func (t *wtx) setContent(n node, m chunkstore.Manifest, mtime int64) error {
 	}
 	t.addRefs(m)
 	t.dropRefs(old)
-	_, err = t.exec(`UPDATE nodes SET manifest = ?, size = ?, mtime = ?, ctime = ? WHERE ino = ?`,
-		chunkstore.AppendManifest(nil, m), m.Size(), mtime, t.now, n.ino)
+	_, err = t.exec(`UPDATE nodes SET manifest = ?, size = ?, mtime = ?, ctime = ?, rev = ? WHERE ino = ?`,
+		chunkstore.AppendManifest(nil, m), m.Size(), mtime, t.now, t.stamp(), n.ino)
 	if err != nil {
 		return err
 	}
-	return t.touchNode(n.ino)
+	return t.touchNames(n.ino)
 }
 
 // parentDir resolves a directory inode for a mutation inside it.

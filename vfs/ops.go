@@ -2,6 +2,7 @@ package vfs
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"time"
@@ -91,12 +92,7 @@ func (s *Store) create(ctx context.Context, parent Ino, name string, nn newNode)
 	}
 	var n node
 	err := s.update(ctx, func(t *wtx) error {
-		if _, err := t.parentDir(parent); err != nil {
-			return err
-		}
-		if _, err := lookupChild(ctx, t.tx, parent, name); err == nil {
-			return ErrExist
-		} else if !errors.Is(err, ErrNotExist) {
+		if err := t.freeName(parent, name); err != nil {
 			return err
 		}
 		dp, err := t.dirPath(parent)
@@ -225,6 +221,26 @@ func (s *Store) remove(ctx context.Context, parent Ino, name string, dir bool) e
 		}
 		return t.removeAt(parent, name, path, n)
 	})
+}
+
+// freeName checks, in one query, that parent is a directory and has no
+// entry called name.
+func (t *wtx) freeName(parent Ino, name string) error {
+	var kind Kind
+	var child sql.NullInt64
+	err := t.tx.QueryRowContext(t.ctx, `SELECT p.kind, d.child FROM nodes p
+		LEFT JOIN dirents d ON d.parent = p.ino AND d.name = ? WHERE p.ino = ?`, name, parent).Scan(&kind, &child)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return ErrNotExist
+	case err != nil:
+		return err
+	case kind != KindDir:
+		return ErrNotDir
+	case child.Valid:
+		return ErrExist
+	}
+	return nil
 }
 
 func (t *wtx) isEmpty(dir Ino) (bool, error) {
