@@ -8,24 +8,31 @@
 //
 // The chunk metadata is one table, chunks, in the caller's SQLite database
 // (Schema creates it): hash, size, reference count, and for small chunks the
-// bytes themselves. Chunks larger than the inline threshold live outside
-// SQLite's pages as content-addressed files, Dir/ab/abcd...(64 hex digits),
-// and their row's data is NULL. A Store with no Dir (a :memory: database)
-// keeps every chunk as a row. The Store holds no database handle: every
-// method that touches rows takes the caller's Querier, its write
-// transaction when inside one, its reader *sql.DB otherwise.
+// bytes themselves. Chunks larger than the inline threshold and smaller than
+// ChunkSize are records appended to pack files, Dir/packs/<id>.pack (a
+// 40-byte header of magic, length and hash, then the bytes); their row names
+// the record by (pack, pack_off). Full-size chunks live as content-addressed
+// files, Dir/ab/abcd...(64 hex digits); their row has NULL data and no pack.
+// A Store appends only to a pack it created, so a record is never rewritten;
+// appends reserve their offset under a lock and write outside it. A Store
+// with no Dir (a :memory: database) keeps every chunk as a row. The Store
+// holds no database handle: every method that touches rows takes the
+// caller's Querier, its write transaction when inside one, its reader
+// *sql.DB otherwise. Schema adds the pack columns to an older table in
+// place; AddRefs and GC do it too on a database Schema has not run on since.
 //
 // # Durability ordering
 //
-// Bytes are durable before any transaction names them. Stage.Put writes a
-// file chunk to a temp file, fsyncs it and renames it into place; AddRefs,
-// inserting the row inside the caller's transaction, first fsyncs the
-// directories holding new chunk files (once per directory, not per chunk),
-// so the names are durable before that transaction can commit. An inline
-// chunk's bytes go into its row in that same transaction. A crash in between leaves only files without rows (and
-// perhaps a temp file), which the first GC after reopening removes; a file
-// name in the layout always has complete bytes behind it. NoSync drops the
-// fsyncs, for tmpfs and tests.
+// Bytes are durable before any transaction names them. Stage.Put appends a
+// pack record (or writes a full chunk to a temp file, fsyncs it and renames
+// it into place); AddRefs, inserting the rows inside the caller's
+// transaction, first fsyncs each pack it names that has appends since its
+// last fsync (once per pack, not per chunk) and the directories holding new
+// chunk files, so the bytes and names are durable before that transaction
+// can commit. An inline chunk's bytes go into its row in that same
+// transaction. A crash in between leaves only records no row names (dead
+// space in their pack), files without rows and perhaps a temp file, which
+// GC reclaims. NoSync drops the fsyncs, for tmpfs and tests.
 //
 // # Staging and pins
 //
@@ -54,10 +61,24 @@
 // If the GC's transaction rolls back, the caller never calls Finish and the
 // next GC covers the same ground.
 //
+// Packs: GC counts each sealed pack's live bytes from its rows; the rest of
+// the file is dead (deleted rows, appends never committed, superseded
+// copies). A sealed pack with no live row is deleted at Finish; one more
+// than half dead is compacted: its live records are copied into the current
+// pack and their rows repointed inside the GC's transaction (the copies
+// fsynced first), and the old pack is deleted at Finish. The current pack
+// and packs holding records a live stage pins are never touched. A reader
+// that found a record just before a compaction committed and then finds its
+// pack gone looks the row up once more; one that already holds the pack's
+// descriptor reads the unlinked file. A location cache (hash to record)
+// spares the FUSE read path its SQL; an entry can only go stale by naming a
+// deleted pack, which the read notices.
+//
 // Has treats a row whose bytes are missing or short (a file deleted or
-// truncated from outside) as absent, so a sync peer ships the chunk again
-// and the new stage repairs the file; reads of such a chunk fail with
-// ErrCorrupt.
+// truncated from outside, a pack shorter than the record's end) as absent,
+// so a sync peer ships the chunk again; the new stage's copy is found by
+// reads and Has, and AddRefs repoints the row at it. Reads of a damaged
+// chunk fail with ErrCorrupt.
 //
 // # Why the threshold
 //
@@ -68,6 +89,8 @@
 // (64 us against 4 us for 64 KiB). With fsync, rows win writes up to
 // 128 KiB and tie at 256 KiB, but reads degrade past 64 KiB: hence
 // DefaultInlineMax = 64 KiB. Without fsync files win from about 8 KiB
-// (DefaultInlineMaxNoSync). docs/PERFORMANCE.md has the figures;
+// (DefaultInlineMaxNoSync). Those figures predate packs, which beat rows
+// from 8 KiB even with fsync (one fsync per pack per commit): the thresholds
+// are due for a remeasure. docs/PERFORMANCE.md has the figures;
 // bench_test.go reproduces them.
 package chunkstore
