@@ -15,6 +15,7 @@ import (
 var migrations = []func(ctx context.Context, tx *sql.Tx) error{
 	migrateV1,
 	migrateV2,
+	migrateV3,
 }
 
 // SchemaVersion is the schema version this build writes.
@@ -77,6 +78,15 @@ func migrateV2(ctx context.Context, tx *sql.Tx) error {
 	) WITHOUT ROWID`)
 	if err != nil {
 		return fmt.Errorf("v2: %w", err)
+	}
+	return nil
+}
+
+// migrateV3 brings the chunks table to the chunk store's current shape
+// (pack-file locations); chunkstore.Schema is idempotent.
+func migrateV3(ctx context.Context, tx *sql.Tx) error {
+	if err := chunkstore.Schema(ctx, tx); err != nil {
+		return fmt.Errorf("v3: %w", err)
 	}
 	return nil
 }
