@@ -86,11 +86,12 @@
 // costs a fixed 20 us on tmpfs and about 1 ms on disk once fsynced, plus
 // well under 1 us per KiB. Reading a row costs a query and a walk of its
 // overflow pages where a file read is one pread on a cached descriptor
-// (64 us against 4 us for 64 KiB). With fsync, rows win writes up to
-// 128 KiB and tie at 256 KiB, but reads degrade past 64 KiB: hence
-// DefaultInlineMax = 64 KiB. Without fsync files win from about 8 KiB
-// (DefaultInlineMaxNoSync). Those figures predate packs, which beat rows
-// from 8 KiB even with fsync (one fsync per pack per commit): the thresholds
-// are due for a remeasure. docs/PERFORMANCE.md has the figures;
+// (64 us against 4 us for 64 KiB). Against one file per chunk, rows won
+// writes up to 128 KiB when every file paid its own fsync. Packs pay one
+// fsync per pack per commit and beat rows from a few KiB (8 KiB: 25 us
+// against 53 us on disk with fsync), and read faster at every size, so
+// DefaultInlineMax is 4 KiB with or without fsync: rows hold tiny files
+// only. End to end, a pull of 10,000 files of 10 KB on disk went from 900
+// to 630 ms with the move. docs/PERFORMANCE.md has the figures;
 // bench_test.go reproduces them.
 package chunkstore
