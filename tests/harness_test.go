@@ -238,6 +238,12 @@ func (p *pair) cli(stdin string, args ...string) result {
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
+	if ctx.Err() != nil && p.server != nil {
+		// A hang: have the server dump its goroutines into its log, which
+		// the cleanup prints for the failed test.
+		p.server.cmd.Process.Signal(syscall.SIGQUIT)
+		<-p.server.done
+	}
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {
 		code = ee.ExitCode()
