@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -185,6 +186,35 @@ func (e *Exec) wakeLocked() {
 	}
 }
 
+// shimShell starts every command. Go forks with vfork: until the child has
+// called execve, the forking thread is stuck in a raw system call that the
+// runtime cannot stop, so a garbage collection that begins meanwhile waits
+// for it. If the child's chdir (or the execve of a binary) needs the FUSE
+// mount that this very process serves, the child waits for the mount's
+// goroutines, which the collector has stopped: the process deadlocks (seen
+// in end-to-end runs under load). So the child is started outside the mount
+// and a shell makes the move after execve, in a process of its own:
+//
+//	/bin/sh -c 'cd -- "$1" || exit 126; shift; exec "$@"' wsync-exec DIR ARGV...
+const shimShell = "/bin/sh"
+
+const shimScript = `cd -- "$1" || exit 126; shift; exec "$@"`
+
+// launch returns the path, arguments and directory to start c with: the
+// shim, unless there is no shell to run it.
+func launch(c *command) (path string, args []string, dir string) {
+	if _, err := os.Stat(shimShell); err != nil {
+		return c.path, c.argv, c.dir
+	}
+	argv := append([]string{"sh", "-c", shimScript, "wsync-exec", c.dir}, c.argv...)
+	if !strings.ContainsRune(c.argv[0], '/') {
+		// The shell looks the name up in the same PATH; the resolved path
+		// keeps the lookup the runner already made (and its errors).
+		argv[5] = c.path
+	}
+	return shimShell, argv, "/"
+}
+
 // start forks the command and hands the rest of its life to run.
 func (e *Exec) start(c *command, stdin io.Reader) (err error) {
 	var files []*os.File // every pipe end, closed on failure
@@ -211,11 +241,12 @@ func (e *Exec) start(c *command, stdin io.Reader) (err error) {
 		closeAll(files)
 		return fmt.Errorf("start %s: %w", c.argv[0], err)
 	}
+	path, args, dir := launch(c)
 	cmd := &exec.Cmd{
-		Path:   c.path,
-		Args:   c.argv,
+		Path:   path,
+		Args:   args,
 		Env:    c.env,
-		Dir:    c.dir,
+		Dir:    dir,
 		Stdout: outW,
 		Stderr: errW,
 		SysProcAttr: &syscall.SysProcAttr{
