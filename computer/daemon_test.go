@@ -3,14 +3,17 @@ package computer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/wsync/wsync/execrpc"
 	"github.com/wsync/wsync/fusefs"
@@ -220,4 +223,65 @@ func childDaemon(t *testing.T) {
 	}
 	os.Stdout.WriteString("ready\n")
 	select {} // until the parent's SIGKILL
+}
+
+// TestExecsInsideTheMountSurviveGarbageCollection runs many commands whose
+// working directory is inside the mount while the collector runs
+// continuously in this process, which serves the mount. A command started
+// with its directory in the mount would leave the vfork child waiting on the
+// mount while the collector waits on the forking thread (see execrun's shim).
+func TestExecsInsideTheMountSurviveGarbageCollection(t *testing.T) {
+	d := TestDaemon(t, Config{})
+	server := serverStore(t)
+	drv, c := driver(t, d, server, "")
+	if err := server.MkdirPath(context.Background(), "sub/dir", 0o755, true); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	gcDone := make(chan struct{})
+	go func() {
+		defer close(gcDone)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				runtime.GC()
+			}
+		}
+	}()
+	defer func() { close(stop); <-gcDone }()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sess, _, err := c.Session(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		// An upstream change in the working directory invalidates its
+		// cached entries and attributes, so the chdir must ask the mount.
+		if _, err := server.WriteFile(ctx, fmt.Sprintf("sub/dir/f%d", i), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := drv.PushOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		st, err := execrpc.Start(ctx, sess, execrpc.Request{Argv: []string{"true"}, Cwd: "sub/dir"})
+		if err != nil {
+			t.Fatalf("exec %d: %v", i, err)
+		}
+		for {
+			ev, err := st.Next(ctx)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("exec %d: %v", i, err)
+			}
+			if ev.Exit != nil && ev.Exit.Code != 0 {
+				t.Fatalf("exec %d exited %+v", i, ev.Exit)
+			}
+		}
+		st.Close()
+	}
 }
