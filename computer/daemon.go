@@ -112,7 +112,7 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 		return fail(fmt.Errorf("computerd: %w", err))
 	}
 	d.sync = syncwire.NewServer(d.store, syncwire.ServerOptions{Token: cfg.Token, Config: syncwire.Config{StoreID: d.store.ID(), Logger: log}})
-	execrpc.Register(d.sync, d.runner, log)
+	execrpc.Register(d.sync, d.runner, execrpc.Options{BeforeStart: d.mnt.WaitInvalidated, Logger: log})
 	converge.Register(d.sync, d.store, log)
 
 	d.http = &http.Server{Handler: d.routes(), ReadHeaderTimeout: 10 * time.Second}

@@ -285,3 +285,47 @@ func TestExecsInsideTheMountSurviveGarbageCollection(t *testing.T) {
 		st.Close()
 	}
 }
+
+// TestExecSeesPushedBytesAtOnce: the kernel holds a file's old bytes and
+// attributes; a push replaces them and the next command must read the new
+// ones, not what the kernel cached (execs wait for the push's
+// invalidations to reach the kernel).
+func TestExecSeesPushedBytesAtOnce(t *testing.T) {
+	d := TestDaemon(t, Config{})
+	server := serverStore(t)
+	drv, c := driver(t, d, server, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	sess, _, err := c.Session(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		want := fmt.Sprintf("version %d\n", i)
+		if _, err := server.WriteFile(ctx, "f", []byte(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := drv.PushOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		st, err := execrpc.Start(ctx, sess, execrpc.Request{Argv: []string{"cat", "f"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got string
+		for {
+			ev, err := st.Next(ctx)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += string(ev.Data)
+		}
+		st.Close()
+		if got != want {
+			t.Fatalf("round %d: the command read %q, want %q (stale kernel cache)", i, got, want)
+		}
+	}
+}

@@ -39,7 +39,7 @@ func newRig(t *testing.T, opts execrun.Options) *rig {
 	}
 	t.Cleanup(func() { r.Shutdown(context.Background()) })
 	srv := syncwire.NewServer(store, syncwire.ServerOptions{})
-	Register(srv, r, nil)
+	Register(srv, r, Options{})
 	hs := httptest.NewServer(srv)
 	url := "ws" + strings.TrimPrefix(hs.URL, "http") + "/sync"
 	c := syncwire.NewClient(syncwire.ClientOptions{URL: url})

@@ -20,20 +20,31 @@ const (
 	MethodKill   syncwire.Method = 258
 )
 
+// Options configures Register.
+type Options struct {
+	// BeforeStart runs before every command starts; an error refuses the
+	// exec. computerd waits here until the kernel has dropped what the last
+	// apply invalidated, so the command sees the pushed bytes.
+	BeforeStart func(ctx context.Context) error
+	Logger      *slog.Logger
+}
+
 // Register serves the exec methods on srv with runner r.
-func Register(srv *syncwire.Server, r *execrun.Runner, log *slog.Logger) {
+func Register(srv *syncwire.Server, r *execrun.Runner, opts Options) {
+	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
 	}
-	h := &handler{r: r, log: log.With("component", "execrpc")}
+	h := &handler{r: r, before: opts.BeforeStart, log: log.With("component", "execrpc")}
 	srv.Handle(MethodStart, h.start)
 	srv.Handle(MethodAttach, h.attach)
 	srv.Handle(MethodKill, h.kill)
 }
 
 type handler struct {
-	r   *execrun.Runner
-	log *slog.Logger
+	r      *execrun.Runner
+	before func(ctx context.Context) error
+	log    *slog.Logger
 }
 
 // wireErr maps the runner's sentinels to the codes the wire knows.
@@ -68,6 +79,11 @@ func (h *handler) start(ctx context.Context, c *syncwire.Incoming) error {
 	}
 	if req.HasUser {
 		spec.User = &execrun.Credential{Uid: req.Uid, Gid: req.Gid}
+	}
+	if h.before != nil {
+		if err := h.before(ctx); err != nil {
+			return fmt.Errorf("exec: before start: %w", err)
+		}
 	}
 	// The command outlives the call: a caller that loses its session
 	// re-attaches by id.
