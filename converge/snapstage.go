@@ -108,6 +108,17 @@ type stagedMeta struct {
 	verified bool // the staged tree hashed to root; installing
 }
 
+// staging opens the staging database and reads its state. Called with
+// s.mu held.
+func (s *snapReceiver) staging(ctx context.Context) (*sql.DB, stagedMeta, error) {
+	db, err := s.open(ctx)
+	if err != nil {
+		return nil, stagedMeta{}, err
+	}
+	m, err := readMeta(ctx, db)
+	return db, m, err
+}
+
 func readMeta(ctx context.Context, db *sql.DB) (stagedMeta, error) {
 	var m stagedMeta
 	rows, err := db.QueryContext(ctx, `SELECT key, value FROM meta`)
@@ -251,13 +262,11 @@ func (s *snapReceiver) have(ctx context.Context, c *syncwire.Incoming) error {
 func (s *snapReceiver) objects(ctx context.Context, c *syncwire.Incoming) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	db, err := s.open(ctx)
+	db, m, err := s.staging(ctx)
 	if err != nil {
 		return err
 	}
-	if m, err := readMeta(ctx, db); err != nil {
-		return err
-	} else if !m.valid {
+	if !m.valid {
 		return badRequest("snapshot objects before begin")
 	}
 	n := 0
@@ -302,11 +311,7 @@ func (s *snapReceiver) page(ctx context.Context, c *syncwire.Incoming) error {
 	n := len(es)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	db, err := s.open(ctx)
-	if err != nil {
-		return err
-	}
-	m, err := readMeta(ctx, db)
+	db, m, err := s.staging(ctx)
 	if err != nil {
 		return err
 	}
@@ -392,11 +397,7 @@ func (s *snapReceiver) commit(ctx context.Context, c *syncwire.Incoming) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	db, err := s.open(ctx)
-	if err != nil {
-		return err
-	}
-	m, err := readMeta(ctx, db)
+	db, m, err := s.staging(ctx)
 	if err != nil {
 		return err
 	}
