@@ -181,3 +181,17 @@ func TestLargeSequentialWriteHoldsFewChunks(t *testing.T) {
 		t.Errorf("size = %d", a.Size)
 	}
 }
+
+func TestCloseCommitsDirtyHandles(t *testing.T) {
+	dir := t.TempDir()
+	s := openStore(t, dir+"/s.db")
+	h := createFile(t, s, "f")
+	if _, err := h.WriteAt(ctx, []byte("unflushed"), 0); err != nil {
+		t.Fatal(err)
+	}
+	must(t, s.Close())
+	s2 := openStore(t, dir+"/s.db")
+	if got := string(readFile(t, s2, "f")); got != "unflushed" {
+		t.Errorf("after Close with a dirty handle, f = %q", got)
+	}
+}

@@ -224,7 +224,7 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
-	ferr := s.FlushAll(context.Background())
+	ferr := s.FlushAll(context.WithValue(context.Background(), closingKey{}, true))
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	var errs []error
