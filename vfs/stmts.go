@@ -3,6 +3,7 @@ package vfs
 import (
 	"context"
 	"database/sql"
+	"strings"
 	"sync"
 )
 
@@ -14,6 +15,9 @@ import (
 // maxCached bounds the statement cache (queries with variable IN lists
 // would otherwise fill it).
 const maxCached = 256
+
+// maxCachedParams: statements with more parameters are not cached.
+const maxCachedParams = 16
 
 type stmtCache struct {
 	db *sql.DB
@@ -33,6 +37,11 @@ func (c *stmtCache) get(q string) *sql.Stmt {
 // the caller holds a transaction on a database with a single connection.
 func (c *stmtCache) prepare(ctx context.Context, qs []string) {
 	for _, q := range qs {
+		if strings.Count(q, "?") > maxCachedParams {
+			// Batch statements (IN lists, multi-row inserts) come in
+			// many lengths; caching them would crowd out the hot ones.
+			continue
+		}
 		c.mu.Lock()
 		_, ok := c.m[q]
 		full := len(c.m) >= maxCached
