@@ -30,6 +30,7 @@ cleanup() {
   kill -TERM "$pid" 2>/dev/null || true
   wait "$pid" 2>/dev/null || true
   umount -l "$demo/workspace" 2>/dev/null || true
+  rm -rf "$demo"
 }
 trap cleanup EXIT
 

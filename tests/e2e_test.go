@@ -256,3 +256,21 @@ func TestInterruptedExecKillsTheCommand(t *testing.T) {
 		return len(strings.TrimSpace(string(out))) == 0
 	})
 }
+
+// TestDemoScript runs the README's first command as a newcomer would (in
+// its non-interactive form) and checks that the file written in the
+// container arrives on the server.
+func TestDemoScript(t *testing.T) {
+	p := newPair(t, pairOpts{}) // only for the FUSE requirement and cleanup helpers
+	p.server.stop(syscall.SIGTERM)
+	addr := freePort(t)
+	cmd := exec.Command("../scripts/demo.sh", "--once")
+	cmd.Env = append(os.Environ(), "WSYNC_DEMO_PORT="+addr[strings.LastIndexByte(addr, ':')+1:])
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("demo.sh --once: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "== on the server: workspace-server read /hello.txt\nhello from the container\n") {
+		t.Errorf("demo output does not show the file arriving on the server:\n%s", out)
+	}
+}
