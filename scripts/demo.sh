@@ -8,6 +8,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# sudo resets PATH; Go's default install place still works.
+command -v go >/dev/null || export PATH="/usr/local/go/bin:$PATH"
+
 once=false
 [[ "${1:-}" == "--once" ]] && once=true
 port=${WSYNC_DEMO_PORT:-8080}
