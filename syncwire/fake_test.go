@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/internal/testutil"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/watermark"
 )
@@ -201,13 +202,7 @@ func session(t testing.TB, c *Client) *Session {
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	testutil.WaitFor(t, what, d, cond)
 }
 
 // tctx is a test context with a bound.

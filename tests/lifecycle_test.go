@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wsync/wsync/internal/testutil"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/workspace/client"
 )
@@ -44,13 +45,7 @@ func (p *pair) client() *client.Workspace {
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond) // polling a condition with a deadline
-	}
+	testutil.WaitFor(t, what, d, cond)
 }
 
 func countDir(dir string) int {
