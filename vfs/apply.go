@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/wsync/wsync/chunkstore"
 	"github.com/wsync/wsync/watermark"
@@ -71,6 +72,7 @@ func (s *Store) Apply(ctx context.Context, entries []ChangeEntry, opts ApplyOpti
 			return err
 		}
 		t.missing = missing
+		t.batch = namesByDir(entries)
 		for i := range entries {
 			e := &entries[i]
 			t.nextMutation()
@@ -117,7 +119,11 @@ func (t *wtx) applyEntry(e *ChangeEntry) (bool, error) {
 	if err != nil || parent == 0 {
 		return false, err
 	}
-	cur, err := lookupChild(t.ctx, t.tx, parent, name)
+	var cur node
+	err = ErrNotExist
+	if e.Kind == EntryDelete || !t.knownAbsent(dir, parent, name) {
+		cur, err = lookupChild(t.ctx, t.tx, parent, name)
+	}
 	exists := err == nil
 	if err != nil && !errors.Is(err, ErrNotExist) {
 		return false, err
@@ -234,6 +240,99 @@ func (t *wtx) missingChunks(entries []ChangeEntry) (map[chunkstore.Hash]struct{}
 		delete(missing, h)
 	}
 	return missing, nil
+}
+
+// namesByDir groups a batch's names by parent directory path, for the
+// presence probe below.
+func namesByDir(entries []ChangeEntry) map[string][]string {
+	m := make(map[string][]string)
+	for i := range entries {
+		d, n := splitPath(entries[i].Path)
+		m[d] = append(m[d], n)
+	}
+	return m
+}
+
+// A batch of new files would cost one lookup per entry to learn that its
+// name is free. Instead the first entry that needs a directory probes, in
+// one query, which of the batch's names under it exist; the answers stay
+// true for the rest of the transaction because every mutation of a name
+// (addDirent, removeAt, rename) updates them. A directory this
+// transaction created holds only the names it added.
+
+// dirNames is what the transaction knows of one directory's names.
+type dirNames struct {
+	complete bool            // every name is listed (a directory created here)
+	names    map[string]bool // name -> exists
+}
+
+func (t *wtx) names(dir Ino) *dirNames {
+	if t.known == nil {
+		t.known = make(map[Ino]*dirNames)
+	}
+	dn := t.known[dir]
+	if dn == nil {
+		dn = &dirNames{names: make(map[string]bool)}
+		t.known[dir] = dn
+	}
+	return dn
+}
+
+// noteName records that name now exists (or not) in dir, where the
+// transaction tracks dir.
+func (t *wtx) noteName(dir Ino, name string, exists bool) {
+	if dn := t.known[dir]; dn != nil {
+		dn.names[name] = exists
+	}
+}
+
+// knownAbsent reports whether name is certainly absent from dir (at path
+// dirPath), probing the batch's names under dir on first use.
+func (t *wtx) knownAbsent(dirPath string, dir Ino, name string) bool {
+	dn := t.known[dir]
+	if dn == nil {
+		dn = t.names(dir)
+		if err := t.probeNames(dir, dn, t.batch[dirPath]); err != nil {
+			delete(t.known, dir)
+			return false
+		}
+	}
+	exists, listed := dn.names[name]
+	if !listed {
+		return dn.complete
+	}
+	return !exists
+}
+
+func (t *wtx) probeNames(dir Ino, dn *dirNames, names []string) error {
+	for len(names) > 0 {
+		part := names[:min(len(names), 256)]
+		names = names[len(part):]
+		args := make([]any, 0, len(part)+1)
+		args = append(args, dir)
+		for _, n := range part {
+			args = append(args, n)
+			dn.names[n] = false
+		}
+		rows, err := t.tx.QueryContext(t.ctx, `SELECT name FROM dirents WHERE parent = ? AND name IN (`+
+			strings.TrimSuffix(strings.Repeat("?,", len(part)), ",")+`)`, args...)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var n string
+			if err := rows.Scan(&n); err != nil {
+				rows.Close()
+				return err
+			}
+			dn.names[n] = true
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ensureDir resolves the directory at path for an apply, creating missing

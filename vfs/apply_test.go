@@ -257,3 +257,36 @@ func TestChunksDedupAndGC(t *testing.T) {
 		t.Error("surviving file damaged by gc")
 	}
 }
+
+// TestApplyBatchSeesItsOwnChanges: entries later in a batch see what
+// earlier ones did to the same names (the batch's presence probe is kept
+// current), including a path that appears twice and a name freed by a
+// delete.
+func TestApplyBatchSeesItsOwnChanges(t *testing.T) {
+	s := newStore(t)
+	must(t, s.MkdirPath(ctx, "d", 0o755, false))
+	writeFile(t, s, "d/old", []byte("old"))
+	st := s.Chunks().NewStage()
+	defer st.Release()
+	es := []ChangeEntry{
+		stageEntry(t, st, "d/a", []byte("one")),
+		stageEntry(t, st, "d/a", []byte("two")),
+		{Kind: EntryDelete, Rev: 2, Path: "d/old"},
+		stageEntry(t, st, "d/old", []byte("new old")),
+		{Kind: EntryDir, Rev: 3, Path: "n", Mode: 0o755},
+		stageEntry(t, st, "n/f", []byte("f")),
+		stageEntry(t, st, "n/f", []byte("f2")),
+	}
+	apply(t, s, st, es...)
+	for p, want := range map[string]string{"d/a": "two", "d/old": "new old", "n/f": "f2"} {
+		if got := string(readFile(t, s, p)); got != want {
+			t.Errorf("%s = %q, want %q", p, got, want)
+		}
+	}
+	// And a rename in another transaction leaves nothing stale behind.
+	must(t, s.RenamePath(ctx, "d/a", "d/b"))
+	apply(t, s, st, stageEntry(t, st, "d/a", []byte("three")))
+	if got := string(readFile(t, s, "d/a")); got != "three" {
+		t.Errorf("d/a after rename and apply = %q", got)
+	}
+}

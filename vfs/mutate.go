@@ -109,6 +109,9 @@ func (t *wtx) insertNode(parent Ino, path, name string, nn newNode) (node, error
 	}
 	n := node{ino: Ino(id), kind: nn.kind, mode: mode, uid: nn.attr.Uid, gid: nn.attr.Gid, nlink: 1, size: size,
 		mtime: mtime, ctime: t.now, atime: t.now, manifest: enc, target: nn.target, rev: rev}
+	if nn.kind == KindDir {
+		t.names(n.ino).complete = true // empty, and only addDirent fills it
+	}
 	if err := t.addDirent(parent, name, n.ino); err != nil {
 		return node{}, err
 	}
@@ -123,6 +126,7 @@ func (t *wtx) addDirent(parent Ino, name string, child Ino) error {
 	if _, err := t.exec(`INSERT INTO dirents(parent, name, child) VALUES(?, ?, ?)`, parent, name, child); err != nil {
 		return fmt.Errorf("add entry %q: %w", name, err)
 	}
+	t.noteName(parent, name, true)
 	return t.dirChanged(parent)
 }
 
@@ -130,6 +134,7 @@ func (t *wtx) removeDirent(parent Ino, name string) error {
 	if _, err := t.exec(`DELETE FROM dirents WHERE parent = ? AND name = ?`, parent, name); err != nil {
 		return fmt.Errorf("remove entry %q: %w", name, err)
 	}
+	t.noteName(parent, name, false)
 	return t.dirChanged(parent)
 }
 
@@ -249,6 +254,7 @@ func (t *wtx) removeAt(parent Ino, name, path string, n node) error {
 		if _, err := t.exec(`DELETE FROM dirents WHERE parent = ? AND name = ?`, e.parent, e.name); err != nil {
 			return err
 		}
+		t.noteName(e.parent, e.name, false)
 		if err := t.touch(p); err != nil {
 			return err
 		}

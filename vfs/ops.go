@@ -338,6 +338,8 @@ func (t *wtx) rename(parent Ino, name string, newParent Ino, newName string, fla
 	if _, err := t.exec(`UPDATE dirents SET parent = ?, name = ? WHERE parent = ? AND name = ?`, newParent, newName, parent, name); err != nil {
 		return fmt.Errorf("rename: move entry: %w", err)
 	}
+	t.noteName(parent, name, false)
+	t.noteName(newParent, newName, true)
 	if err := t.dirChanged(parent); err != nil {
 		return err
 	}

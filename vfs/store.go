@@ -315,6 +315,10 @@ type wtx struct {
 	adds    []chunkstore.Ref // chunk references to take at commit
 	drops   []chunkstore.Ref // and to release
 	dirAdds map[Ino]string   // directory paths learnt, cached at commit
+	// known is what the transaction knows of directories' names, batch
+	// the names of an Apply batch by directory path (see knownAbsent).
+	known map[Ino]*dirNames
+	batch map[string][]string
 	// missing are the chunks an Apply batch names that are not present.
 	missing map[chunkstore.Hash]struct{}
 }
