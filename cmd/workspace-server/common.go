@@ -161,6 +161,21 @@ func (cf *clientFlags) open() (*client.Workspace, error) {
 }
 
 // checkPath validates a workspace path argument before it goes anywhere.
+// onePath parses a verb's flags and its one workspace PATH argument.
+func (c *command) onePath(args []string) (string, int, bool) {
+	pos, code, ok := c.parse(args, true)
+	if !ok {
+		return "", code, false
+	}
+	if len(pos) != 1 {
+		return "", c.usageError("want one PATH"), false
+	}
+	if err := checkPath(pos[0]); err != nil {
+		return "", c.usageError("%v", err), false
+	}
+	return pos[0], 0, true
+}
+
 func checkPath(p string) error {
 	_, err := vfs.CleanAPIPath(p)
 	return err

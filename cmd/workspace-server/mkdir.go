@@ -12,15 +12,9 @@ func runMkdir(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	cf := c.clientFlags()
 	parents := c.fs.Bool("p", false, "make missing parents; an existing directory is not an error")
 	modeStr := c.fs.String("mode", "0755", "permission bits in octal")
-	pos, code, ok := c.parse(args, true)
+	path, code, ok := c.onePath(args)
 	if !ok {
 		return code
-	}
-	if len(pos) != 1 {
-		return c.usageError("want one PATH")
-	}
-	if err := checkPath(pos[0]); err != nil {
-		return c.usageError("%v", err)
 	}
 	mode, err := api.ParseMode(*modeStr)
 	if err != nil {
@@ -30,7 +24,7 @@ func runMkdir(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	if err != nil {
 		return c.fail(err)
 	}
-	if _, err := ws.Mkdir(ctx, pos[0], mode, *parents); err != nil {
+	if _, err := ws.Mkdir(ctx, path, mode, *parents); err != nil {
 		return c.fail(err)
 	}
 	return exitOK

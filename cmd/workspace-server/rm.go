@@ -13,21 +13,15 @@ func runRm(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	cf := c.clientFlags()
 	recursive := c.fs.Bool("r", false, "remove a directory and everything in it")
 	force := c.fs.Bool("f", false, "a missing PATH is not an error")
-	pos, code, ok := c.parse(args, true)
+	path, code, ok := c.onePath(args)
 	if !ok {
 		return code
-	}
-	if len(pos) != 1 {
-		return c.usageError("want one PATH")
-	}
-	if err := checkPath(pos[0]); err != nil {
-		return c.usageError("%v", err)
 	}
 	ws, err := cf.open()
 	if err != nil {
 		return c.fail(err)
 	}
-	if err := ws.Remove(ctx, pos[0], *recursive); err != nil && !(*force && errors.Is(err, vfs.ErrNotExist)) {
+	if err := ws.Remove(ctx, path, *recursive); err != nil && !(*force && errors.Is(err, vfs.ErrNotExist)) {
 		return c.fail(err)
 	}
 	return exitOK

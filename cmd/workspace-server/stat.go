@@ -11,21 +11,15 @@ func runStat(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	c := newCommand("stat", "stat [--json] PATH", "  workspace-server stat /src/main.go\n  workspace-server stat --json /src/main.go | jq -r .sha256\n", stdout, stderr)
 	cf := c.clientFlags()
 	asJSON := c.fs.Bool("json", false, `print one {"path","type","mode","size","mtime","target","sha256"} object`)
-	pos, code, ok := c.parse(args, true)
+	path, code, ok := c.onePath(args)
 	if !ok {
 		return code
-	}
-	if len(pos) != 1 {
-		return c.usageError("want one PATH")
-	}
-	if err := checkPath(pos[0]); err != nil {
-		return c.usageError("%v", err)
 	}
 	ws, err := cf.open()
 	if err != nil {
 		return c.fail(err)
 	}
-	fi, err := ws.Stat(ctx, pos[0], true)
+	fi, err := ws.Stat(ctx, path, true)
 	if err != nil {
 		return c.fail(err)
 	}
