@@ -10,6 +10,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/internal/crashpoint"
 	"github.com/wsync/wsync/syncwire"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/watermark"
@@ -262,6 +263,7 @@ func Bootstrap(ctx context.Context, local *vfs.Store, sess *syncwire.Session, op
 		if err != nil {
 			return rep, fmt.Errorf("bootstrap: %w", err)
 		}
+		crashpoint.Hit("converge.snapshot.paged")
 		rep.Pages++
 		rep.Sent += len(es)
 		metricSnapshotRecords.WithLabelValues("sent").Add(float64(len(es)))

@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/internal/crashpoint"
 	"github.com/wsync/wsync/syncwire"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/watermark"
@@ -632,6 +633,7 @@ func (s *snapReceiver) applyStaged(ctx context.Context, db *sql.DB, batch []vfs.
 		opts.Peer, opts.Watermarks = m.peer, ws
 	}
 	_, err = store.Apply(ctx, batch, opts)
+	crashpoint.Hit("converge.install.batch")
 	return err
 }
 

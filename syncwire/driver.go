@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 
 	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/internal/crashpoint"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/watermark"
 )
@@ -278,6 +279,7 @@ func (d *Driver) pushOnce(ctx context.Context, s *Session, res *Result) error {
 		if err != nil {
 			return err
 		}
+		crashpoint.Hit("syncwire.push.acked")
 		res.Batches++
 		res.Entries += len(batch)
 		res.Applied += resp.Applied
@@ -581,6 +583,7 @@ func (d *Driver) applyPulled(ctx context.Context, f *fetchedBatch, ws *watermark
 	if err != nil {
 		return fmt.Errorf("apply pulled batch: %w", err)
 	}
+	crashpoint.Hit("syncwire.pull.applied")
 	res.Batches++
 	res.Entries += len(f.batch)
 	res.Applied += ar.Applied

@@ -13,6 +13,7 @@ import (
 	"github.com/coder/websocket"
 	"github.com/wsync/wsync/chunkstore"
 	"github.com/wsync/wsync/internal/bearer"
+	"github.com/wsync/wsync/internal/crashpoint"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/watermark"
 )
@@ -294,6 +295,7 @@ func (ss *serverSession) push(ctx context.Context, c *Incoming) error {
 	if err != nil {
 		return err
 	}
+	crashpoint.Hit("syncwire.push.applied")
 	resp := PushResponse{Applied: res.Applied, Skipped: res.Skipped, AppliedPush: ws.AppliedPush}
 	if res.LastRev > 0 {
 		resp.RevBefore, resp.RevAfter = res.RevBefore, res.LastRev
@@ -351,6 +353,7 @@ func sendEntries(ctx context.Context, send func(context.Context, []byte) error, 
 			return err
 		}
 		batch, size = batch[:0], 0
+		crashpoint.Hit("syncwire.entries.sent")
 		return send(ctx, p)
 	}
 	for en, err := range feed {

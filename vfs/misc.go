@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/internal/crashpoint"
 	"github.com/wsync/wsync/watermark"
 )
 
@@ -79,6 +80,7 @@ func (s *Store) GC(ctx context.Context) (chunkstore.GCStats, error) {
 	if err != nil {
 		return chunkstore.GCStats{}, fmt.Errorf("gc: %w", err)
 	}
+	crashpoint.Hit("vfs.gc.committed")
 	return sweep.Finish()
 }
 
