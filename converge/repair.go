@@ -2,6 +2,7 @@ package converge
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -92,6 +93,10 @@ type repairer struct {
 	rr    *RepairReport
 	st    callStats
 	wc    syncwire.WireCounter
+	// pathBytes charges the peer paths taken on (peerPaths); cut says the
+	// budget cut a subtree short.
+	pathBytes int64
+	cut       bool
 }
 
 // stageSeq numbers the peer-side stages repair opens, far above the
@@ -181,9 +186,14 @@ func (rp *repairer) localEntries(out []vfs.ChangeEntry, d Difference) ([]vfs.Cha
 
 // peerPaths appends the paths to take from the peer for d: the path, and
 // for a directory we do not hold as one its whole subtree, walked through
-// Node pages (bounded like every walk).
+// Node pages (bounded like every walk). Every path is validated (a peer
+// cannot grow one past vfs.MaxPathLen by nesting) and charged to a budget
+// of MaxDiffBytes (and opts.MaxPaths paths) before it is kept; a subtree
+// larger than that is cut at the budget, parents before children, and the
+// rest converges on the next Repair.
 func (rp *repairer) peerPaths(out []string, d Difference) ([]string, error) {
 	out = append(out, d.Path)
+	rp.pathBytes += int64(pathCost + len(d.Path))
 	if d.Peer == nil || d.Peer.Kind != vfs.KindDir || (d.Local != nil && d.Local.Kind == vfs.KindDir) {
 		return out, nil
 	}
@@ -194,10 +204,16 @@ func (rp *repairer) peerPaths(out []string, d Difference) ([]string, error) {
 		}
 		var dirs []string
 		err := peerChildren(rp.ctx, rp.sess, &rp.st, path, rp.opts.Ignore, func(c Child) error {
-			if len(out) >= rp.opts.MaxPaths {
-				return fmt.Errorf("more than %d paths to repair", rp.opts.MaxPaths)
-			}
 			p := joinPath(path, c.Name)
+			if len(p) > vfs.MaxPathLen {
+				return malformed("peer path of %d bytes under /%s exceeds %d", len(p), path, vfs.MaxPathLen)
+			}
+			cost := int64(pathCost + len(p))
+			if len(out) >= rp.opts.MaxPaths || rp.pathBytes+cost > MaxDiffBytes {
+				rp.cut = true
+				return errBudget
+			}
+			rp.pathBytes += cost
 			out = append(out, p)
 			if c.Kind == vfs.KindDir {
 				dirs = append(dirs, p)
@@ -214,8 +230,15 @@ func (rp *repairer) peerPaths(out []string, d Difference) ([]string, error) {
 		}
 		return nil
 	}
-	return out, expand(d.Path, depth(d.Path))
+	err := expand(d.Path, depth(d.Path))
+	if errors.Is(err, errBudget) {
+		err = nil
+	}
+	return out, err
 }
+
+// pathCost is what one path of a repair is charged beyond its bytes.
+const pathCost = 32
 
 // repairBatch bounds the entries of one push or local apply.
 const repairBatch = syncwire.BatchEntries
@@ -312,12 +335,17 @@ func (rp *repairer) push(es []vfs.ChangeEntry, ws *watermark.Set) error {
 	return nil
 }
 
-// chunkHashes is the union of the entries' chunk hashes, in first-use order.
+// chunkHashes is the union of the entries' data chunk hashes, in
+// first-use order. Holes (the all-zero hash) are no objects: never probed,
+// fetched or sent.
 func chunkHashes(es []vfs.ChangeEntry) []chunkstore.Hash {
 	seen := map[chunkstore.Hash]bool{}
 	var out []chunkstore.Hash
 	for _, e := range es {
 		for _, r := range e.Chunks {
+			if isHole(r) {
+				continue
+			}
 			if !seen[r.Hash] {
 				seen[r.Hash] = true
 				out = append(out, r.Hash)
@@ -359,3 +387,6 @@ func baseOf(p string) string {
 	}
 	return p
 }
+
+// isHole reports a hole ref (the all-zero hash): zeros, nothing stored.
+func isHole(r chunkstore.Ref) bool { return r.Hash == (chunkstore.Hash{}) }

@@ -2,6 +2,7 @@ package converge
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -113,6 +114,64 @@ type walker struct {
 // walkConcurrency bounds the Node calls a walk has in flight.
 const walkConcurrency = 8
 
+// MaxDiffBytes bounds the memory the differences of one walk may hold
+// (diffCost each): a walk that reaches it stops, Truncated, as at the
+// count bound. With the count bound it caps what a walk keeps however
+// many names a peer sends.
+const MaxDiffBytes = 32 << 20
+
+// diffOverhead is what a Difference costs beyond its path: the struct,
+// its two Child copies and their names' headers.
+const diffOverhead = 256
+
+// diffCost is the memory one difference is charged.
+func diffCost(path string, l, p *Child) int64 {
+	n := int64(diffOverhead + len(path))
+	if l != nil {
+		n += int64(len(l.Name))
+	}
+	if p != nil {
+		n += int64(len(p.Name))
+	}
+	return n
+}
+
+// diffBudget is what the differences of a walk may still take. The
+// directories of a level compared at once draw on it as they find
+// differences, so all of them together hold at most the bound.
+type diffBudget struct {
+	mu           sync.Mutex
+	count, bytes int64
+}
+
+// take reserves one difference of cost bytes; false when the budget is
+// spent.
+func (b *diffBudget) take(cost int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.count < 1 || b.bytes < cost {
+		return false
+	}
+	b.count--
+	b.bytes -= cost
+	return true
+}
+
+// spent reports whether no difference can be taken any more.
+func (b *diffBudget) spent() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.count < 1
+}
+
+// give returns what a discarded result had taken.
+func (b *diffBudget) give(count int, bytes int64) {
+	b.mu.Lock()
+	b.count += int64(count)
+	b.bytes += bytes
+	b.mu.Unlock()
+}
+
 // pendingDir is a directory whose hashes differ on the two sides.
 type pendingDir struct {
 	path  string
@@ -123,75 +182,159 @@ type pendingDir struct {
 // dirResult is what comparing one directory found.
 type dirResult struct {
 	diffs   []Difference
+	bytes   int64 // charged for diffs
 	descend []pendingDir
+	full    bool // stopped at the budget with more to find
 	err     error
 }
 
-// walk compares the trees level by level from the root: every differing
-// directory of a level is compared at once (at most walkConcurrency Node
-// calls in flight), so a walk costs one round of calls per level rather
-// than one per directory. Differences come shallowest first, in tree order
-// (parents in order, then names) within a level. With limit > 0 the walk stops after the level at which
-// the limit was reached and reports the first limit differences.
+// errBudget stops a directory's paging when the budget is spent.
+var errBudget = errors.New("difference budget spent")
+
+// walk compares the trees level by level from the root: the differing
+// directories of a level are compared at once (at most walkConcurrency
+// Node calls in flight), so a walk costs one round of calls per level
+// rather than one per directory. Differences come shallowest first, in
+// tree order (parents in order, then names) within a level. The walk
+// stops at limit differences (0: no count bound) or MaxDiffBytes of them,
+// charged as they are found, before anything is kept: what a walk holds
+// is bounded whatever the peer sends, and a directory stops paging once
+// the budget is spent.
 func (w *walker) walk(root *dir, limit int) ([]Difference, bool, error) {
+	if limit <= 0 {
+		limit = MaxDirChildren * MaxWalkDepth
+	}
+	budget := &diffBudget{count: int64(limit), bytes: MaxDiffBytes}
 	var diffs []Difference
 	level := []pendingDir{{path: "", local: root}}
-	sem := make(chan struct{}, walkConcurrency)
 	for len(level) > 0 {
-		results := make([]dirResult, len(level))
-		var wg sync.WaitGroup
-		for i, p := range level {
-			sem <- struct{}{}
-			wg.Go(func() {
-				defer func() { <-sem }()
-				results[i] = w.compare(p)
-			})
-		}
-		wg.Wait()
-		var next []pendingDir
-		for _, r := range results {
-			if r.err != nil {
-				return diffs, false, r.err
-			}
-			diffs = append(diffs, r.diffs...)
-			next = append(next, r.descend...)
-		}
-		if limit > 0 && len(diffs) >= limit {
-			return diffs[:limit], len(diffs) > limit || len(next) > 0, nil
+		next, stop, err := w.walkLevel(level, budget, &diffs)
+		if err != nil || stop {
+			return diffs, stop, err
 		}
 		level = next
 	}
 	return diffs, false, nil
 }
 
+// walkLevel compares one level's directories, taking their results in
+// order. A directory that stopped at the budget ends the walk there: the
+// directories after it are cancelled and their differences dropped (their
+// budget returned), and, when they had taken budget it needed, it is
+// compared again, so the report is the first differences in walk order.
+func (w *walker) walkLevel(level []pendingDir, budget *diffBudget, diffs *[]Difference) (next []pendingDir, stop bool, _ error) {
+	ctx, cancel := context.WithCancel(w.ctx)
+	defer cancel()
+	type slot struct {
+		done chan struct{}
+		res  dirResult
+	}
+	slots := make([]*slot, len(level))
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	launched := 0
+	launch := func() {
+		s := &slot{done: make(chan struct{})}
+		slots[launched] = s
+		p := level[launched]
+		launched++
+		wg.Go(func() {
+			defer close(s.done)
+			s.res = w.compare(ctx, p, budget)
+		})
+	}
+	// drop cancels and discards every result after i.
+	drop := func(i int) (returned int) {
+		cancel()
+		wg.Wait()
+		for j := i + 1; j < launched; j++ {
+			r := slots[j].res
+			budget.give(len(r.diffs), r.bytes)
+			returned += len(r.diffs)
+			slots[j] = nil
+		}
+		return returned
+	}
+	for i := range level {
+		for launched < len(level) && launched < i+walkConcurrency {
+			launch()
+		}
+		<-slots[i].done
+		r := slots[i].res
+		slots[i] = nil
+		if r.err != nil {
+			drop(i)
+			return nil, false, r.err
+		}
+		if r.full {
+			if drop(i) > 0 {
+				// Later directories held budget this one needed: compare it
+				// again with what they returned.
+				budget.give(len(r.diffs), r.bytes)
+				r = w.compare(w.ctx, level[i], budget)
+				if r.err != nil {
+					return nil, false, r.err
+				}
+			}
+			*diffs = append(*diffs, r.diffs...)
+			return nil, true, nil
+		}
+		*diffs = append(*diffs, r.diffs...)
+		next = append(next, r.descend...)
+	}
+	if budget.spent() && len(next) > 0 {
+		// The bound is reached exactly with directories left to descend.
+		return nil, true, nil
+	}
+	return next, false, nil
+}
+
 // compare pages through the peer's children of one directory, merging them
 // in name order with the local ones: a name on one side only, or with a
 // different kind, mode or content, is a difference; a directory on both
-// sides with a different hash is to be descended into.
-func (w *walker) compare(p pendingDir) (res dirResult) {
+// sides with a different hash is to be descended into. Each difference is
+// charged to budget before it is kept; when the budget is spent the
+// result is full and the paging stops.
+func (w *walker) compare(ctx context.Context, p pendingDir, budget *diffBudget) (res dirResult) {
 	if p.depth >= MaxWalkDepth {
 		res.err = malformed("walk deeper than %d levels at /%s", MaxWalkDepth, p.path)
 		return res
 	}
 	ld := p.local
-	add := func(name string, l *node, pc *Child) {
-		d := Difference{Path: joinPath(p.path, name), Peer: pc}
+	add := func(name string, l *node, pc *Child) error {
+		path := joinPath(p.path, name)
+		var lc *Child
 		if l != nil {
-			c := l.Child
+			lc = &l.Child
+		}
+		cost := diffCost(path, lc, pc)
+		if !budget.take(cost) {
+			res.full = true
+			return errBudget
+		}
+		d := Difference{Path: path}
+		if lc != nil {
+			c := *lc
 			d.Local = &c
 		}
+		if pc != nil {
+			c := *pc
+			d.Peer = &c
+		}
 		res.diffs = append(res.diffs, d)
+		res.bytes += cost
+		return nil
 	}
 	i := 0
-	res.err = peerChildren(w.ctx, w.sess, w.st, p.path, w.ignore, func(pc Child) error {
+	err := peerChildren(ctx, w.sess, w.st, p.path, w.ignore, func(pc Child) error {
 		for i < len(ld.children) && ld.children[i].Name < pc.Name {
-			add(ld.children[i].Name, &ld.children[i], nil)
+			if err := add(ld.children[i].Name, &ld.children[i], nil); err != nil {
+				return err
+			}
 			i++
 		}
-		c := pc
 		if i == len(ld.children) || ld.children[i].Name != pc.Name {
-			add(pc.Name, nil, &c)
-			return nil
+			return add(pc.Name, nil, &pc)
 		}
 		l := &ld.children[i]
 		i++
@@ -199,21 +342,29 @@ func (w *walker) compare(p pendingDir) (res dirResult) {
 		case l.Child == pc:
 		case l.Kind == vfs.KindDir && pc.Kind == vfs.KindDir:
 			if l.Mode != pc.Mode {
-				add(pc.Name, l, &c)
+				if err := add(pc.Name, l, &pc); err != nil {
+					return err
+				}
 			}
 			if l.Hash != pc.Hash {
 				res.descend = append(res.descend, pendingDir{path: joinPath(p.path, pc.Name), local: l.dir, depth: p.depth + 1})
 			}
 		default:
-			add(pc.Name, l, &c)
+			return add(pc.Name, l, &pc)
 		}
 		return nil
 	})
-	if res.err != nil {
+	if errors.Is(err, errBudget) {
+		return res
+	}
+	if err != nil {
+		res.err = err
 		return res
 	}
 	for ; i < len(ld.children); i++ {
-		add(ld.children[i].Name, &ld.children[i], nil)
+		if add(ld.children[i].Name, &ld.children[i], nil) != nil {
+			return res
+		}
 	}
 	return res
 }
