@@ -140,7 +140,9 @@ func (t *wtx) applyEntry(e *ChangeEntry) (bool, error) {
 	}
 	switch e.Kind {
 	case EntryDelete:
-		if !exists {
+		if !exists || cur.kind.Special() {
+			// A special file reads as absent: the delete is already so,
+			// and a local FIFO or socket is not the peer's to remove.
 			return false, nil
 		}
 		return true, t.removeAt(parent, name, e.Path, cur)

@@ -151,7 +151,8 @@ func (r *resolver) entry(path string, rev int64) (ChangeEntry, error) {
 	if errors.Is(err, ErrNotExist) || errors.Is(err, ErrNotDir) {
 		return del, nil
 	}
-	if err != nil {
+	if err != nil || n.kind.Special() {
+		// A special file is local: its path reads as absent.
 		return del, err
 	}
 	return entryOf(&n, rev, path)

@@ -132,7 +132,7 @@ func (s *Store) OpenHandle(ctx context.Context, ino Ino) (*Handle, error) {
 	switch {
 	case err == nil && n.kind == KindDir:
 		err = ErrIsDir
-	case err == nil && n.kind == KindSymlink:
+	case err == nil && (n.kind == KindSymlink || n.kind.Special()):
 		err = ErrInvalid
 	}
 	if err != nil {

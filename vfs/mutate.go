@@ -72,10 +72,12 @@ type newNode struct {
 	mtime    int64 // 0: now
 	manifest chunkstore.Manifest
 	target   string
+	rdev     uint32 // device nodes
 }
 
 // insertNode creates a node with one name, (parent, name), and records the
-// path. It takes references on the manifest's chunks.
+// path (a special file stamps no rev and records nothing: it never syncs).
+// It takes references on the manifest's chunks.
 func (t *wtx) insertNode(parent Ino, path, name string, nn newNode) (node, error) {
 	mtime := nn.mtime
 	if mtime == 0 {
@@ -96,10 +98,13 @@ func (t *wtx) insertNode(parent Ino, path, name string, nn newNode) (node, error
 	if nn.kind == KindSymlink {
 		size = int64(len(nn.target))
 	}
-	rev := t.stamp()
-	res, err := t.exec(`INSERT INTO nodes(kind, mode, uid, gid, nlink, size, mtime, ctime, atime, manifest, target, rev)
-		VALUES(?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?)`,
-		nn.kind, mode, nn.attr.Uid, nn.attr.Gid, size, mtime, t.now, t.now, enc, target, rev)
+	var rev int64
+	if !nn.kind.Special() {
+		rev = t.stamp()
+	}
+	res, err := t.exec(`INSERT INTO nodes(kind, mode, uid, gid, nlink, size, mtime, ctime, atime, manifest, target, rdev, rev)
+		VALUES(?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		nn.kind, mode, nn.attr.Uid, nn.attr.Gid, size, mtime, t.now, t.now, enc, target, nn.rdev, rev)
 	if err != nil {
 		return node{}, fmt.Errorf("insert node: %w", err)
 	}
@@ -108,17 +113,29 @@ func (t *wtx) insertNode(parent Ino, path, name string, nn newNode) (node, error
 		return node{}, err
 	}
 	n := node{ino: Ino(id), kind: nn.kind, mode: mode, uid: nn.attr.Uid, gid: nn.attr.Gid, nlink: 1, size: size,
-		mtime: mtime, ctime: t.now, atime: t.now, manifest: enc, target: nn.target, rev: rev}
+		mtime: mtime, ctime: t.now, atime: t.now, manifest: enc, target: nn.target, rdev: nn.rdev, rev: rev}
 	if nn.kind == KindDir {
 		t.names(n.ino).complete = true // empty, and only addDirent fills it
 	}
 	if err := t.addDirent(parent, name, n.ino); err != nil {
 		return node{}, err
 	}
-	if err := t.touch(path); err != nil {
+	if err := t.touchSynced(n.kind, path); err != nil {
 		return node{}, err
 	}
 	return n, nil
+}
+
+// touchSynced records path as changed unless the node there is a special
+// file. A special file's path needs no row of its own: it reads as absent
+// in the feed, and whatever synced node was at the path before it left
+// through an operation that recorded the path (a special file only takes a
+// free name, or replaces a node whose removal is recorded).
+func (t *wtx) touchSynced(k Kind, path string) error {
+	if k.Special() {
+		return nil
+	}
+	return t.touch(path)
 }
 
 // addDirent adds a name and updates the parent's times (local only).
@@ -186,7 +203,7 @@ func (t *wtx) dropName(parent Ino, name, path string, n node) error {
 	if err := t.removeDirent(parent, name); err != nil {
 		return err
 	}
-	if err := t.touch(path); err != nil {
+	if err := t.touchSynced(n.kind, path); err != nil {
 		return err
 	}
 	t.inval = append(t.inval, Invalidation{Ino: n.ino, Parent: parent, Name: name})
@@ -255,7 +272,7 @@ func (t *wtx) removeAt(parent Ino, name, path string, n node) error {
 			return err
 		}
 		t.noteName(e.parent, e.name, false)
-		if err := t.touch(p); err != nil {
+		if err := t.touchSynced(e.kind, p); err != nil {
 			return err
 		}
 		t.inval = append(t.inval, Invalidation{Ino: e.child, Parent: e.parent, Name: e.name})

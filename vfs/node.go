@@ -23,6 +23,13 @@ const (
 	KindFile Kind = iota + 1
 	KindDir
 	KindSymlink
+	// The special kinds are local to the store that holds them: no rev, no
+	// change row, no feed entry, no Merkle hash (see "Special files" in the
+	// package doc).
+	KindFifo
+	KindSocket
+	KindCharDev
+	KindBlockDev
 )
 
 func (k Kind) String() string {
@@ -33,9 +40,25 @@ func (k Kind) String() string {
 		return "dir"
 	case KindSymlink:
 		return "symlink"
+	case KindFifo:
+		return "fifo"
+	case KindSocket:
+		return "socket"
+	case KindCharDev:
+		return "chardev"
+	case KindBlockDev:
+		return "blockdev"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
+
+// Special reports whether k is a FIFO, a socket or a device node: a kind
+// that never syncs.
+func (k Kind) Special() bool { return k >= KindFifo && k <= KindBlockDev }
+
+// syncedKinds is the SQL list of the kinds that sync, for the scans that
+// must not see special files.
+const syncedKinds = `(1, 2, 3)` // KindFile, KindDir, KindSymlink
 
 // Attr is a node's attributes.
 type Attr struct {
@@ -46,6 +69,7 @@ type Attr struct {
 	Gid   uint32
 	Nlink uint32
 	Size  int64
+	Rdev  uint32 // device number of a device node (the kernel's encoding)
 	Mtime time.Time
 	Ctime time.Time
 	Atime time.Time
@@ -77,22 +101,23 @@ type node struct {
 	mtime, ctime, atime int64
 	manifest            []byte // encoded chunkstore.Manifest, files only
 	target              string // symlinks only
+	rdev                uint32 // device nodes only
 	rev                 int64
 }
 
-const nodeCols = `n.ino, n.kind, n.mode, n.uid, n.gid, n.nlink, n.size, n.mtime, n.ctime, n.atime, n.manifest, n.target, n.rev`
+const nodeCols = `n.ino, n.kind, n.mode, n.uid, n.gid, n.nlink, n.size, n.mtime, n.ctime, n.atime, n.manifest, n.target, n.rdev, n.rev`
 
 func scanNode(sc interface{ Scan(...any) error }) (node, error) {
 	var n node
 	var target sql.NullString
-	err := sc.Scan(&n.ino, &n.kind, &n.mode, &n.uid, &n.gid, &n.nlink, &n.size, &n.mtime, &n.ctime, &n.atime, &n.manifest, &target, &n.rev)
+	err := sc.Scan(&n.ino, &n.kind, &n.mode, &n.uid, &n.gid, &n.nlink, &n.size, &n.mtime, &n.ctime, &n.atime, &n.manifest, &target, &n.rdev, &n.rev)
 	n.target = target.String
 	return n, err
 }
 
 func (n *node) attr() Attr {
 	return Attr{
-		Ino: n.ino, Kind: n.kind, Mode: n.mode, Uid: n.uid, Gid: n.gid, Nlink: n.nlink, Size: n.size,
+		Ino: n.ino, Kind: n.kind, Mode: n.mode, Uid: n.uid, Gid: n.gid, Nlink: n.nlink, Size: n.size, Rdev: n.rdev,
 		Mtime: time.Unix(0, n.mtime), Ctime: time.Unix(0, n.ctime), Atime: time.Unix(0, n.atime), Rev: n.rev,
 	}
 }

@@ -124,6 +124,20 @@ func (s *Store) Symlink(ctx context.Context, parent Ino, name, target string, a 
 	return s.create(ctx, parent, name, newNode{kind: KindSymlink, attr: a, target: target})
 }
 
+// Mknod makes a special file: a FIFO, a socket or a device node (rdev is
+// its device number). Special files are local to this store: they stamp no
+// rev and never reach the change feed or a Merkle scan, so they never
+// cross the wire.
+func (s *Store) Mknod(ctx context.Context, parent Ino, name string, kind Kind, rdev uint32, a NewAttr) (Attr, error) {
+	if !kind.Special() {
+		return Attr{}, fmt.Errorf("mknod %s: %w", kind, ErrInvalid)
+	}
+	if kind != KindCharDev && kind != KindBlockDev {
+		rdev = 0
+	}
+	return s.create(ctx, parent, name, newNode{kind: kind, attr: a, rdev: rdev})
+}
+
 // Readlink returns a symlink's target.
 func (s *Store) Readlink(ctx context.Context, ino Ino) (string, error) {
 	n, err := getNode(ctx, s.rq, ino)
@@ -174,7 +188,7 @@ func (s *Store) Link(ctx context.Context, ino, newParent Ino, newName string) (A
 		}
 		// The new name is a new path for the feed; the other names are
 		// unchanged.
-		if err := t.touch(joinPath(dp, newName)); err != nil {
+		if err := t.touchSynced(n.kind, joinPath(dp, newName)); err != nil {
 			return err
 		}
 		n, err = getNode(ctx, t.tx, ino)
@@ -348,6 +362,13 @@ func (t *wtx) rename(parent Ino, name string, newParent Ino, newName string, fla
 			return err
 		}
 	}
+	t.inval = append(t.inval, Invalidation{Ino: src.ino, Parent: parent, Name: name}, Invalidation{Ino: src.ino, Parent: newParent, Name: newName})
+	if src.kind.Special() {
+		// Neither name is synced state: the old path held no synced node,
+		// and a synced node the move replaced was recorded by removeAt.
+		_, err := t.exec(`UPDATE nodes SET ctime = ? WHERE ino = ?`, t.now, src.ino)
+		return err
+	}
 	rev := t.stamp()
 	if _, err := t.exec(`UPDATE nodes SET rev = ?, ctime = ? WHERE ino = ?`, rev, t.now, src.ino); err != nil {
 		return err
@@ -357,8 +378,10 @@ func (t *wtx) rename(parent Ino, name string, newParent Ino, newName string, fla
 			return err
 		}
 	}
-	t.inval = append(t.inval, Invalidation{Ino: src.ino, Parent: parent, Name: name}, Invalidation{Ino: src.ino, Parent: newParent, Name: newName})
 	for _, e := range sub {
+		if e.kind.Special() {
+			continue // moves along, never synced
+		}
 		if _, err := t.exec(`UPDATE nodes SET rev = ? WHERE ino = ?`, rev, e.child); err != nil {
 			return err
 		}
@@ -399,6 +422,7 @@ func (s *Store) SetAttr(ctx context.Context, ino Ino, sa SetAttr) (Attr, error) 
 			n.mtime = sa.Mtime.UnixNano()
 			synced = n.kind != KindDir // directory times are local
 		}
+		synced = synced && !n.kind.Special()
 		if sa.Uid != nil {
 			n.uid = *sa.Uid
 		}

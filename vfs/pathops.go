@@ -12,7 +12,9 @@ import (
 
 // The by-path operations serve the server's files API and tests. Paths are
 // in store form (see ValidatePath); "" is the root. Symlinks are data: no
-// operation here follows one.
+// operation here follows one. The server's store never holds a special
+// file (nothing makes one there: Apply has no entry kind for it); should
+// one exist, Stat and List hide it as the feed does, and a write replaces it.
 
 func checkPath(p string, rootOK bool) error {
 	if p == "" && rootOK {
@@ -46,6 +48,9 @@ func (s *Store) Stat(ctx context.Context, path string) (Attr, error) {
 		return Attr{}, pathErr("stat", path, err)
 	}
 	n, err := resolve(ctx, s.rq, path)
+	if err == nil && n.kind.Special() {
+		err = ErrNotExist
+	}
 	if err != nil {
 		return Attr{}, pathErr("stat", path, err)
 	}
@@ -65,7 +70,11 @@ func (s *Store) List(ctx context.Context, path string) ([]DirEntry, error) {
 		if err != nil {
 			return nil, pathErr("list", path, err)
 		}
-		out = append(out, page...)
+		for _, e := range page {
+			if !e.Kind.Special() {
+				out = append(out, e)
+			}
+		}
 		if len(page) < 1024 {
 			return out, nil
 		}
@@ -193,8 +202,9 @@ func (s *Store) WriteFileFrom(ctx context.Context, path string, r io.Reader, mod
 			return err
 		case cur.kind == KindDir:
 			return ErrIsDir
-		case cur.kind == KindSymlink:
-			// Never write through a symlink: replace it.
+		case cur.kind != KindFile:
+			// Never write through a symlink, nor into a special file:
+			// replace it.
 			if err := t.removeAt(parent, name, path, cur); err != nil {
 				return err
 			}

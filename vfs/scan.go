@@ -26,8 +26,8 @@ type TreeRow struct {
 	Target   string // symlinks
 }
 
-// ScanTree calls fn for every directory entry in the store, in (parent,
-// name) order, inside one read transaction, and returns the rev that
+// ScanTree calls fn for every directory entry in the store but those of
+// special files (local, never hashed or sent), in (parent, name) order, inside one read transaction, and returns the rev that
 // transaction saw: the rows are a consistent snapshot of the tree at that
 // rev. fn must not call back into the store (an in-memory store has one
 // connection, and the scan holds it).
@@ -42,7 +42,7 @@ func (s *Store) ScanTree(ctx context.Context, fn func(*TreeRow) error) (int64, e
 		return 0, fmt.Errorf("scan tree: read rev: %w", err)
 	}
 	rows, err := tx.QueryContext(ctx, `SELECT d.parent, d.name, n.ino, n.kind, n.mode, n.mtime, n.size, n.manifest, n.target
-		FROM dirents d JOIN nodes n ON n.ino = d.child ORDER BY d.parent, d.name`)
+		FROM dirents d JOIN nodes n ON n.ino = d.child WHERE n.kind IN `+syncedKinds+` ORDER BY d.parent, d.name`)
 	if err != nil {
 		return 0, fmt.Errorf("scan tree: %w", err)
 	}
@@ -65,10 +65,12 @@ func (s *Store) ScanTree(ctx context.Context, fn func(*TreeRow) error) (int64, e
 	return rev, nil
 }
 
-// Empty reports whether the store holds no node but the root.
+// Empty reports whether the store holds no node but the root, special
+// files aside (a snapshot installs over them).
 func (s *Store) Empty(ctx context.Context) (bool, error) {
 	var one int
-	err := s.rq.QueryRowContext(ctx, `SELECT 1 FROM dirents LIMIT 1`).Scan(&one)
+	err := s.rq.QueryRowContext(ctx, `SELECT 1 FROM dirents d JOIN nodes n ON n.ino = d.child
+		WHERE n.kind IN `+syncedKinds+` LIMIT 1`).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return true, nil
 	}
@@ -94,7 +96,7 @@ func (s *Store) ChangeRevs(ctx context.Context, paths []string) ([]int64, error)
 
 // EntriesAt materialises the current state of each path (store form, not
 // the root) as the change feed would: a file, dir or symlink entry for a
-// live node, a delete entry otherwise. Each entry's Rev is the path's
+// live node, a delete entry otherwise (a special file reads as absent). Each entry's Rev is the path's
 // change rev (0 if it was never touched). The paths are resolved in one
 // read transaction, so the entries are one consistent state.
 func (s *Store) EntriesAt(ctx context.Context, paths []string) ([]ChangeEntry, error) {

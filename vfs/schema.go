@@ -16,6 +16,7 @@ var migrations = []func(ctx context.Context, tx *sql.Tx) error{
 	migrateV1,
 	migrateV2,
 	migrateV3,
+	migrateV4,
 }
 
 // SchemaVersion is the schema version this build writes.
@@ -87,6 +88,15 @@ func migrateV2(ctx context.Context, tx *sql.Tx) error {
 func migrateV3(ctx context.Context, tx *sql.Tx) error {
 	if err := chunkstore.Schema(ctx, tx); err != nil {
 		return fmt.Errorf("v3: %w", err)
+	}
+	return nil
+}
+
+// migrateV4 adds the device number of device nodes (special files, local
+// to each side). Adding a column with a constant default rewrites no row.
+func migrateV4(ctx context.Context, tx *sql.Tx) error {
+	if _, err := tx.ExecContext(ctx, `ALTER TABLE nodes ADD COLUMN rdev INTEGER NOT NULL DEFAULT 0`); err != nil {
+		return fmt.Errorf("v4: %w", err)
 	}
 	return nil
 }
