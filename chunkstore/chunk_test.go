@@ -24,6 +24,15 @@ func TestManifestValidate(t *testing.T) {
 		{"oversized chunk", Manifest{{h, ChunkSize + 1}}, false},
 		{"ragged window before the last", Manifest{{h, ChunkSize - 1}, {h, 5}}, false},
 		{"empty last chunk", Manifest{{h, ChunkSize}, {h, 0}}, false},
+		{"a hole run between chunks", Manifest{{h, ChunkSize}, {HoleHash, 5 * ChunkSize}, {h, 9}}, true},
+		{"a hole as the whole file", Manifest{{HoleHash, 3}}, true},
+		{"a ragged hole at the end", Manifest{{h, ChunkSize}, {HoleHash, 2*ChunkSize + 1}}, true},
+		{"the longest hole run", Manifest{{HoleHash, MaxHoleRun}, {h, 1}}, true},
+		{"a ragged hole before the last", Manifest{{HoleHash, ChunkSize + 1}, {h, 1}}, false},
+		{"an empty hole", Manifest{{HoleHash, 0}}, false},
+		{"a hole past the longest run", Manifest{{HoleHash, MaxHoleRun + 1}}, false},
+		{"holes up to the largest file", holes(MaxFileSize), true},
+		{"holes past the largest file", holes(MaxFileSize + 1), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -35,6 +44,82 @@ func TestManifestValidate(t *testing.T) {
 				t.Fatalf("Validate() = %v, want ErrBadManifest", err)
 			}
 		})
+	}
+}
+
+// holes returns a manifest of n bytes of zeros, in maximal runs.
+func holes(n int64) Manifest { return Manifest(nil).AppendHole(n) }
+
+func TestManifestHoleHelpers(t *testing.T) {
+	h1, h2 := Sum([]byte("1")), Sum([]byte("2"))
+	m := Manifest{{h1, ChunkSize}}.AppendHole(2 * ChunkSize).AppendHole(ChunkSize).Append(Ref{h2, ChunkSize}).Append(Ref{HoleHash, 100})
+	want := Manifest{{h1, ChunkSize}, {HoleHash, 3 * ChunkSize}, {h2, ChunkSize}, {HoleHash, 100}}
+	if !reflect.DeepEqual(m, want) {
+		t.Fatalf("appended = %v, want %v (adjacent holes merge)", m, want)
+	}
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := m.Size(), int64(5*ChunkSize+100); got != want {
+		t.Fatalf("Size() = %d, want %d", got, want)
+	}
+	if got, want := m.DataRefs(), []Ref{{h1, ChunkSize}, {h2, ChunkSize}}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("DataRefs() = %v, want %v", got, want)
+	}
+	if got, want := m.Hashes(), []Hash{h1, h2}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("Hashes() = %v, want %v", got, want)
+	}
+	var offs []int64
+	for off := range m.Runs() {
+		offs = append(offs, off)
+	}
+	if want := []int64{0, ChunkSize, 4 * ChunkSize, 5 * ChunkSize}; !reflect.DeepEqual(offs, want) {
+		t.Fatalf("Runs() offsets = %v, want %v", offs, want)
+	}
+	x := m.Index()
+	for i, want := range []Ref{{h1, ChunkSize}, {HoleHash, ChunkSize}, {HoleHash, ChunkSize}, {HoleHash, ChunkSize}, {h2, ChunkSize}, {HoleHash, 100}} {
+		if got, ok := x.Chunk(int64(i)); !ok || got != want {
+			t.Errorf("Chunk(%d) = %v, %v; want %v", i, got, ok, want)
+		}
+	}
+	for _, i := range []int64{-1, 6, 1 << 40} {
+		if got, ok := x.Chunk(i); ok {
+			t.Errorf("Chunk(%d) = %v, want none", i, got)
+		}
+	}
+	// The largest file, all holes, then one chunk: 1025 refs, not 8M.
+	big := holes(MaxFileSize - ChunkSize).Append(Ref{h1, ChunkSize})
+	if err := big.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if len(big) > 1100 {
+		t.Fatalf("a 4 TiB hole took %d refs", len(big))
+	}
+	last := int64(MaxFileSize/ChunkSize - 1)
+	if got, ok := big.Index().Chunk(last); !ok || got != (Ref{h1, ChunkSize}) {
+		t.Fatalf("Chunk(last) = %v, %v", got, ok)
+	}
+	if got, ok := big.Index().Chunk(last - 1); !ok || got != (Ref{HoleHash, ChunkSize}) {
+		t.Fatalf("Chunk(last-1) = %v, %v", got, ok)
+	}
+	// Without holes the index is the manifest itself.
+	plain := Manifest{{h1, ChunkSize}, {h2, 3}}
+	if got := plain.DataRefs(); &got[0] != &plain[0] {
+		t.Fatalf("DataRefs of a manifest without holes copied it")
+	}
+}
+
+func TestIsZero(t *testing.T) {
+	b := make([]byte, ChunkSize)
+	if !IsZero(b) || !IsZero(nil) {
+		t.Fatal("zeros are not zero")
+	}
+	for _, i := range []int{0, 1, 16<<10 - 1, 16 << 10, ChunkSize - 1} {
+		b[i] = 1
+		if IsZero(b) {
+			t.Fatalf("a one at %d went unseen", i)
+		}
+		b[i] = 0
 	}
 }
 
@@ -51,11 +136,19 @@ func TestParseHashRoundTripAndRefusals(t *testing.T) {
 	}
 }
 
-// manifestGen draws valid manifests: full chunks and a 1..ChunkSize tail.
+// manifestGen draws valid manifests: full chunks and hole runs, and a
+// 1..ChunkSize tail or a ragged hole.
 var manifestGen = rapid.Custom(func(t *rapid.T) Manifest {
 	n := rapid.IntRange(0, 40).Draw(t, "chunks")
 	m := make(Manifest, n)
 	for i := range m {
+		if rapid.IntRange(0, 3).Draw(t, "kind") == 0 {
+			m[i].Size = uint32(rapid.IntRange(1, MaxHoleRun/ChunkSize).Draw(t, "run")) * ChunkSize
+			if i == n-1 {
+				m[i].Size -= uint32(rapid.IntRange(0, ChunkSize-1).Draw(t, "short"))
+			}
+			continue
+		}
 		copy(m[i].Hash[:], rapid.SliceOfN(rapid.Byte(), 32, 32).Draw(t, "hash"))
 		m[i].Size = ChunkSize
 		if i == n-1 {
@@ -88,8 +181,8 @@ func TestManifestEncodeDecodeRoundTrip(t *testing.T) {
 			t.Fatalf("rest = %x, want %x", rest, suffix)
 		}
 		var wantSize int64
-		if n := len(m); n > 0 {
-			wantSize = int64(n-1)*ChunkSize + int64(m[n-1].Size)
+		for _, r := range m {
+			wantSize += int64(r.Size)
 		}
 		if got := got.Size(); got != wantSize {
 			t.Fatalf("Size() = %d, want %d", got, wantSize)
@@ -106,6 +199,11 @@ func FuzzDecodeManifest(f *testing.F) {
 	f.Add(AppendManifest(nil, Manifest{{h, ChunkSize - 1}, {h, 1}})) // ragged
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01})
 	f.Add([]byte{0x80, 0x00}) // overlong zero count
+	f.Add(AppendManifest(nil, Manifest{{h, ChunkSize}, {HoleHash, 4 * ChunkSize}, {h, 5}}))
+	f.Add(AppendManifest(nil, Manifest{{HoleHash, 2*ChunkSize + 7}}))            // ragged hole at the end
+	f.Add(AppendManifest(nil, Manifest{{HoleHash, ChunkSize + 7}, {h, 1}}))      // ragged hole before the last
+	f.Add(AppendManifest(nil, Manifest{{HoleHash, MaxHoleRun + 1}}))             // run too long
+	f.Add(AppendManifest(nil, Manifest{{h, ChunkSize}}.AppendHole(MaxFileSize))) // past the largest file
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, rest, err := DecodeManifest(b)
 		if err != nil {

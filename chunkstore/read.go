@@ -12,7 +12,8 @@ import (
 // ReadAt reads bytes of one chunk at off, like io.ReaderAt: fewer than
 // len(p) bytes come with io.EOF. Staged bytes are read first, then the
 // chunk's file or row. A stored chunk whose bytes are missing or short is
-// ErrCorrupt; a chunk the store has never seen is ErrUnknownHash.
+// ErrCorrupt; a chunk the store has never seen is ErrUnknownHash. A hole
+// reads as zeros.
 func (s *Store) ReadAt(ctx context.Context, q Querier, r Ref, p []byte, off int64) (int, error) {
 	size := int64(r.Size)
 	if off < 0 {
@@ -20,6 +21,14 @@ func (s *Store) ReadAt(ctx context.Context, q Querier, r Ref, p []byte, off int6
 	}
 	if off >= size {
 		return 0, io.EOF
+	}
+	if r.IsHole() {
+		n := int(min(int64(len(p)), size-off))
+		clear(p[:n])
+		if n < len(p) {
+			return n, io.EOF
+		}
+		return n, nil
 	}
 	if d := s.pinnedData(r.Hash); d != nil {
 		if int64(len(d)) != size {

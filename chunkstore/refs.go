@@ -19,10 +19,14 @@ type refCount struct {
 
 // countRefs groups refs by hash, in order of first appearance, and checks
 // that each is a possible chunk and that repeated hashes agree on the size.
+// Holes are left out: they have no row and no count.
 func countRefs(op string, refs []Ref) ([]refCount, error) {
 	out := make([]refCount, 0, len(refs))
 	idx := make(map[Hash]int, len(refs))
 	for _, r := range refs {
+		if r.IsHole() {
+			continue
+		}
 		if r.Size == 0 || r.Size > ChunkSize {
 			return nil, fmt.Errorf("%s %s: %w: size %d", op, r.Hash, ErrSizeMismatch, r.Size)
 		}
@@ -103,7 +107,7 @@ func withPackColumns(ctx context.Context, q Querier, fn func() error) error {
 }
 
 // AddRefs counts one more reference for each ref, inside the caller's
-// transaction; a hash appearing twice counts twice. A hash without a row
+// transaction; a hash appearing twice counts twice; holes are skipped. A hash without a row
 // gets one, its bytes taken from a stage (inline) or its file (which must
 // exist with the ref's size); a hash with neither is ErrUnknownHash. On
 // error the caller rolls back: earlier refs of the call may be counted.
@@ -274,7 +278,7 @@ func (s *Store) repairRows(ctx context.Context, q Querier, hs []Hash, found map[
 }
 
 // DropRefs counts one reference less for each ref (never below zero);
-// a hash appearing twice counts twice. A hash without a row is
+// a hash appearing twice counts twice; holes are skipped. A hash without a row is
 // ErrUnknownHash; on error the caller rolls back.
 func (s *Store) DropRefs(ctx context.Context, q Querier, refs []Ref) error {
 	if err := s.checkOpen(); err != nil {
@@ -316,6 +320,10 @@ func (s *Store) DropRefs(ctx context.Context, q Querier, refs []Ref) error {
 // intact (inline data of the row's size, or a file of that size). A row
 // without its bytes counts as absent, so the sender ships it again.
 //
+// HoleHash is always present: a hole has no bytes to fetch. Callers skip
+// holes before probing (Manifest.Hashes); this only keeps one that slipped
+// through from being asked for.
+//
 // A present chunk no manifest references may still be collected by a GC
 // before the caller references it; callers that probe and then apply do
 // not collect in between.
@@ -325,6 +333,10 @@ func (s *Store) Has(ctx context.Context, q Querier, hashes []Hash) ([]Hash, erro
 	s.mu.Lock()
 	for _, h := range hashes {
 		if _, seen := present[h]; seen {
+			continue
+		}
+		if h == HoleHash {
+			present[h] = true
 			continue
 		}
 		p := s.pins[h]
