@@ -237,6 +237,32 @@ func (x Index) Chunk(i int64) (r Ref, ok bool) {
 	return Ref{Hash: HoleHash, Size: uint32(min(int64(r.Size)-within, ChunkSize))}, true
 }
 
+// AppendChunks appends chunks [lo, hi) of the indexed manifest to m in
+// canonical form (a hole merges with a hole ending m), reading the refs in
+// the range once: a run of holes costs one step, not one per chunk. The
+// range must lie within the manifest.
+func (x Index) AppendChunks(m Manifest, lo, hi int64) Manifest {
+	if lo >= hi {
+		return m
+	}
+	k, first := lo, lo
+	if x.starts != nil {
+		k = int64(sort.Search(len(x.starts), func(k int) bool { return x.starts[k] > lo }) - 1)
+		first = x.starts[k]
+	}
+	for ; lo < hi && k < int64(len(x.m)); k++ {
+		r := x.m[k]
+		end := min(first+(int64(r.Size)+ChunkSize-1)/ChunkSize, hi)
+		if r.IsHole() {
+			m = m.AppendHole(min(int64(r.Size), (end-first)*ChunkSize) - (lo-first)*ChunkSize)
+		} else {
+			m = append(m, r)
+		}
+		lo, first = end, end
+	}
+	return m
+}
+
 // IsZero reports whether b is all zeros: the test that turns a chunk into
 // a hole, far cheaper than hashing it.
 func IsZero(b []byte) bool {

@@ -87,6 +87,20 @@ func TestManifestHoleHelpers(t *testing.T) {
 			t.Errorf("Chunk(%d) = %v, want none", i, got)
 		}
 	}
+	// Any chunk range copies out as the same bytes, holes merged.
+	for lo := int64(0); lo <= 6; lo++ {
+		for hi := lo; hi <= 6; hi++ {
+			got := x.AppendChunks(Manifest{{HoleHash, ChunkSize}}, lo, hi)
+			want := Manifest{{HoleHash, ChunkSize}}
+			for i := lo; i < hi; i++ {
+				r, _ := x.Chunk(i)
+				want = want.Append(r)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("AppendChunks(%d, %d) = %v, want %v", lo, hi, got, want)
+			}
+		}
+	}
 	// The largest file, all holes, then one chunk: 1025 refs, not 8M.
 	big := holes(MaxFileSize - ChunkSize).Append(Ref{h1, ChunkSize})
 	if err := big.Validate(); err != nil {
