@@ -75,6 +75,9 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	d := &Daemon{cfg: cfg, log: log.With("component", "computerd"), served: make(chan error, 1), start: time.Now()}
 
+	if cfg.Token != "" && strings.TrimSpace(cfg.Token) == "" {
+		return nil, fmt.Errorf("computerd: the token is blank: refusing to run without auth")
+	}
 	ln := cfg.Listener
 	if ln == nil {
 		if cfg.Token == "" && !loopback(cfg.Listen) {

@@ -10,9 +10,27 @@
 // ([a-z0-9][a-z0-9_-]{0,62}), a directory <data>/<name>/ holding its vfs
 // store (store.db, opened on first use) and a registration in
 // <data>/workspaces.json (written temp + fsync + rename): the computerd
-// endpoint it syncs with, the path of the file holding that endpoint's
-// token (never the token itself) and its ignore list. The workspace named
-// "default" is bound to the server's own computerd on every start.
+// endpoint it syncs with, whether it has a token, its ignore list and its
+// pending pull. The workspace named "default" is bound to the server's own
+// computerd on every start (serve --computerd, --computerd-token-file).
+//
+// # Tokens and endpoints
+//
+// The API never reads a host path a caller names. A workspace created
+// through it gets its computerd token by value; the token is written to
+// <data>/<name>/computerd.token (mode 0600, temp + fsync + rename) and is
+// never echoed, logged or put in the registry, which records only that it
+// exists. Listings (Info) show neither tokens nor paths. Only the operator
+// names files: serve's --computerd-token-file for the default workspace,
+// kept in memory. An empty token is refused wherever one is read.
+//
+// Endpoints are ws:// or wss:// URLs with a host, no user info, query or
+// fragment. Options.AllowEndpoints (serve --allow-endpoint) restricts them
+// further: globs (path.Match) over the endpoint's host:port, the port
+// filled in from the scheme; a created workspace naming any other endpoint
+// is refused with ErrEndpointNotAllowed. The patterns match the name the
+// caller gave, not the address it resolves to: list addresses to pin
+// addresses.
 //
 // # The FIFO
 //

@@ -30,6 +30,16 @@ var (
 	ErrPushFailed = errors.New("pre-exec push failed; the command was not started")
 	// ErrClosed: the manager is closed.
 	ErrClosed = errors.New("workspace manager closed")
+	// ErrEndpointNotAllowed: Create named an endpoint outside the server's
+	// --allow-endpoint patterns. A vfs.ErrPerm.
+	ErrEndpointNotAllowed = fmt.Errorf("endpoint not allowed: %w", vfs.ErrPerm)
+	// ErrPendingPull: a push (or an exec's push, or a repair) was refused
+	// because the container has changes the server has not pulled and the
+	// pull owed for them failed again. The container was not written; the
+	// error wraps the pull's.
+	ErrPendingPull = errors.New("a pull is pending: the container has changes the server has not pulled, and pulling them failed; nothing was pushed")
+	// ErrBusy: the workspace has too many calls in flight; retry later.
+	ErrBusy = errors.New("workspace busy: too many calls in flight")
 )
 
 // Errnoer is implemented by errors that carry a symbolic code of their own
@@ -44,6 +54,14 @@ type Errnoer interface {
 func ErrnoName(err error) string {
 	if err == nil {
 		return ""
+	}
+	// The workspace's own verdicts first: a refused push names the pull it
+	// waits for, whatever code that pull failed with.
+	switch {
+	case errors.Is(err, ErrPendingPull):
+		return "EPENDING"
+	case errors.Is(err, ErrBusy):
+		return "EBUSY"
 	}
 	var e Errnoer
 	if errors.As(err, &e) {

@@ -5,11 +5,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -25,11 +29,16 @@ type Options struct {
 	// DefaultEndpoint, DefaultTokenFile and DefaultToken bind the default
 	// workspace to the server's own computerd (serve --computerd and
 	// --computerd-token-file, or the embedded one's endpoint and in-memory
-	// token). They are applied on every Open, so the flags win over what the
-	// registry held.
+	// token). They are the operator's, trusted, applied on every Open (so
+	// the flags win over what the registry held) and never persisted.
 	DefaultEndpoint  string
 	DefaultTokenFile string
 	DefaultToken     string
+	// AllowEndpoints restricts the endpoints a workspace created through
+	// Create may name: globs (path.Match) over the endpoint's host:port,
+	// the port filled in from the scheme when absent ("10.0.0.*:45678",
+	// "*.sandbox.internal:*"). Empty allows any well-formed endpoint.
+	AllowEndpoints []string
 	// Remote builds each workspace's Remote on first use. Nil: every sync
 	// and exec call fails with ErrNoRemote.
 	Remote RemoteFactory
@@ -77,13 +86,39 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	for _, p := range opts.AllowEndpoints {
+		if _, err := path.Match(p, ""); err != nil {
+			return nil, fmt.Errorf("open workspaces: allow-endpoint %q: %w: %v", p, vfs.ErrInvalid, err)
+		}
+	}
+	if opts.DefaultEndpoint != "" {
+		if _, err := checkEndpoint(opts.DefaultEndpoint); err != nil {
+			return nil, fmt.Errorf("open workspaces: default computerd: %w", err)
+		}
+	}
+	if opts.DefaultTokenFile != "" {
+		if _, err := readToken(opts.DefaultTokenFile); err != nil {
+			return nil, fmt.Errorf("open workspaces: default computerd: %w", err)
+		}
+	}
+	if opts.DefaultToken != "" {
+		if err := checkToken(opts.DefaultToken); err != nil {
+			return nil, fmt.Errorf("open workspaces: default computerd: %w", err)
+		}
+	}
 	m := &Manager{opts: opts, log: log.With("component", "workspace"), ws: make(map[string]*Workspace)}
 	if err := os.MkdirAll(opts.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("open workspaces: %w", err)
 	}
-	cfgs, err := loadRegistry(opts.DataDir)
+	cfgs, dropped, err := loadRegistry(opts.DataDir)
 	if err != nil {
 		return nil, err
+	}
+	for _, name := range dropped {
+		if name == DefaultName {
+			continue // its token comes from the flags
+		}
+		m.log.Warn("registry named a token file outside the workspace's directory; it is not read: re-create the workspace with its token", "workspace", name)
 	}
 	for _, c := range cfgs {
 		m.ws[c.Name] = m.newWorkspace(c)
@@ -95,9 +130,13 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 	} else {
 		cfg = Config{Name: DefaultName, Created: time.Now().UTC()}
 	}
-	changed := !ok || cfg.Endpoint != opts.DefaultEndpoint || cfg.TokenFile != opts.DefaultTokenFile
-	cfg.Endpoint, cfg.TokenFile, cfg.token = opts.DefaultEndpoint, opts.DefaultTokenFile, opts.DefaultToken
-	m.ws[DefaultName] = m.newWorkspace(cfg)
+	changed := !ok || len(dropped) > 0 || cfg.Endpoint != opts.DefaultEndpoint || cfg.HasToken
+	cfg.Endpoint, cfg.HasToken, cfg.tokenFile, cfg.token = opts.DefaultEndpoint, false, opts.DefaultTokenFile, opts.DefaultToken
+	w := m.newWorkspace(cfg)
+	if def != nil {
+		w.pending = def.pending
+	}
+	m.ws[DefaultName] = w
 	if changed {
 		if err := m.saveLocked(); err != nil {
 			return nil, err
@@ -107,20 +146,34 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 	return m, nil
 }
 
+// newWorkspace builds a workspace from its registration; a pending pull
+// the registry held becomes the workspace's live record.
 func (m *Manager) newWorkspace(c Config) *Workspace {
+	pending := c.Pending
+	c.Pending = nil
+	if pending != nil {
+		metricPending.Inc()
+	}
 	return &Workspace{
-		m:      m,
-		cfg:    c,
-		dir:    filepath.Join(m.opts.DataDir, c.Name),
-		ignore: vfs.NewIgnore(c.Ignore),
-		log:    m.log.With("workspace", c.Name),
+		m:       m,
+		cfg:     c,
+		dir:     filepath.Join(m.opts.DataDir, c.Name),
+		ignore:  vfs.NewIgnore(c.Ignore),
+		log:     m.log.With("workspace", c.Name),
+		pending: pending,
 	}
 }
 
+// saveLocked writes the registry: every registration with its live pending
+// record. Lock order: m.mu, then each w.stateMu.
 func (m *Manager) saveLocked() error {
 	cfgs := make([]Config, 0, len(m.ws))
 	for _, w := range m.ws {
-		cfgs = append(cfgs, w.cfg)
+		c := w.cfg
+		w.stateMu.Lock()
+		c.Pending = clonePtr(w.pending)
+		w.stateMu.Unlock()
+		cfgs = append(cfgs, c)
 	}
 	return saveRegistry(m.opts.DataDir, cfgs)
 }
@@ -142,27 +195,30 @@ func (m *Manager) Workspace(name string) (*Workspace, error) {
 	return w, nil
 }
 
-// Workspaces lists the registered workspaces by name.
-func (m *Manager) Workspaces() []Config {
+// Workspaces lists the registered workspaces by name, as the API shows
+// them: no tokens, no paths.
+func (m *Manager) Workspaces() []Info {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]Config, 0, len(m.ws))
+	out := make([]Info, 0, len(m.ws))
 	for _, w := range m.ws {
-		out = append(out, w.cfg)
+		out = append(out, w.cfg.Info())
 	}
-	slices.SortFunc(out, func(a, b Config) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, func(a, b Info) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 
-// CreateOptions describes a new workspace. At most one of TokenFile and
-// Token: a Token is written to <data>/<name>/computerd.token (0600) and the
-// registry records that path.
+// CreateOptions describes a new workspace. It is the body of POST
+// /v1/workspaces: everything in it comes from a caller, so nothing in it is
+// a host path, and the token comes by value.
 type CreateOptions struct {
-	Name      string   `json:"name"`
-	Endpoint  string   `json:"endpoint,omitempty"`
-	TokenFile string   `json:"token_file,omitempty"`
-	Token     string   `json:"token,omitempty"`
-	Ignore    []string `json:"ignore"`
+	Name     string `json:"name"`
+	Endpoint string `json:"endpoint,omitempty"`
+	// ComputerdToken is the bearer token of Endpoint's computerd, by value.
+	// It is written to <data>/<name>/computerd.token (mode 0600, temp +
+	// fsync + rename), never echoed, logged or put in the registry.
+	ComputerdToken string   `json:"computerd_token,omitempty"`
+	Ignore         []string `json:"ignore"`
 }
 
 // Create registers a new workspace and persists the registry.
@@ -170,11 +226,22 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Workspace, erro
 	if err := ValidateName(o.Name); err != nil {
 		return nil, err
 	}
-	if o.Token != "" && o.TokenFile != "" {
-		return nil, fmt.Errorf("create workspace %q: %w: both token and token_file", o.Name, vfs.ErrInvalid)
+	if o.ComputerdToken != "" {
+		if err := checkToken(o.ComputerdToken); err != nil {
+			return nil, fmt.Errorf("create workspace %q: computerd_token: %w", o.Name, err)
+		}
 	}
-	if err := checkEndpoint(o.Endpoint); err != nil {
-		return nil, fmt.Errorf("create workspace %q: %w", o.Name, err)
+	if o.Endpoint != "" {
+		hostport, err := checkEndpoint(o.Endpoint)
+		if err != nil {
+			return nil, fmt.Errorf("create workspace %q: %w", o.Name, err)
+		}
+		if !m.endpointAllowed(hostport) {
+			return nil, fmt.Errorf("create workspace %q: %w: endpoint %s is not allowed by this server (serve --allow-endpoint)", o.Name, ErrEndpointNotAllowed, hostport)
+		}
+	}
+	if len(o.Ignore) > MaxIgnore {
+		return nil, fmt.Errorf("create workspace %q: %w: %d ignore entries (at most %d)", o.Name, vfs.ErrInvalid, len(o.Ignore), MaxIgnore)
 	}
 	for _, seg := range o.Ignore {
 		if err := vfs.ValidateName(seg); err != nil {
@@ -189,43 +256,123 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Workspace, erro
 	if _, ok := m.ws[o.Name]; ok {
 		return nil, fmt.Errorf("%w: %q", ErrWorkspaceExists, o.Name)
 	}
-	cfg := Config{Name: o.Name, Endpoint: o.Endpoint, TokenFile: o.TokenFile, Ignore: o.Ignore, Created: time.Now().UTC()}
+	cfg := Config{Name: o.Name, Endpoint: o.Endpoint, HasToken: o.ComputerdToken != "", Ignore: o.Ignore, Created: time.Now().UTC()}
 	w := m.newWorkspace(cfg)
 	if err := os.MkdirAll(w.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create workspace %q: %w", o.Name, err)
 	}
-	if o.Token != "" {
-		w.cfg.TokenFile = filepath.Join(w.dir, "computerd.token")
-		if err := writeFileAtomic(w.cfg.TokenFile, []byte(o.Token+"\n"), 0o600); err != nil {
+	tok := tokenPath(m.opts.DataDir, o.Name)
+	if o.ComputerdToken != "" {
+		if err := writeFileAtomic(tok, []byte(o.ComputerdToken+"\n"), 0o600); err != nil {
 			return nil, fmt.Errorf("create workspace %q: token: %w", o.Name, err)
 		}
+	} else if err := os.Remove(tok); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		// A token left by an earlier workspace of this name is not this one's.
+		return nil, fmt.Errorf("create workspace %q: token: %w", o.Name, err)
 	}
 	m.ws[o.Name] = w
 	if err := m.saveLocked(); err != nil {
 		delete(m.ws, o.Name)
 		return nil, err
 	}
-	m.log.Info("workspace created", "workspace", o.Name, "endpoint", o.Endpoint)
+	m.log.Info("workspace created", "workspace", o.Name, "endpoint", o.Endpoint, "token", o.ComputerdToken != "")
 	return w, nil
 }
 
-func checkEndpoint(ep string) error {
-	if ep == "" {
-		return nil
+// Limits on what a create request may carry.
+const (
+	// MaxTokenLen bounds a computerd token given by value.
+	MaxTokenLen = 4096
+	// MaxIgnore bounds a workspace's ignore list.
+	MaxIgnore = 1024
+)
+
+// checkToken accepts a bearer token given by value: 1 to MaxTokenLen
+// visible ASCII characters (no white space, nothing that could end a header
+// line). An empty token is refused everywhere, never read as "no auth".
+func checkToken(tok string) error {
+	if strings.TrimSpace(tok) == "" {
+		return fmt.Errorf("%w: the token is empty", vfs.ErrInvalid)
+	}
+	if len(tok) > MaxTokenLen {
+		return fmt.Errorf("%w: token of %d bytes (at most %d)", vfs.ErrInvalid, len(tok), MaxTokenLen)
+	}
+	for i := 0; i < len(tok); i++ {
+		if c := tok[i]; c <= ' ' || c > '~' {
+			return fmt.Errorf("%w: the token must be visible ASCII characters without white space", vfs.ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// readToken reads an operator-given token file: its content, surrounding
+// white space trimmed. An empty file is an error.
+func readToken(file string) (string, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("token: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("token file %s is empty", file)
+	}
+	return tok, nil
+}
+
+// MaxEndpointLen bounds an endpoint URL.
+const MaxEndpointLen = 2048
+
+// checkEndpoint validates a computerd sync URL (ws:// or wss://, a host, no
+// user info, query or fragment) and returns its host:port, the port filled
+// in from the scheme when absent, the host in lower case.
+func checkEndpoint(ep string) (string, error) {
+	if len(ep) > MaxEndpointLen {
+		return "", fmt.Errorf("%w: endpoint of %d bytes (at most %d)", vfs.ErrInvalid, len(ep), MaxEndpointLen)
 	}
 	u, err := url.Parse(ep)
 	if err != nil {
-		return fmt.Errorf("%w: endpoint: %v", vfs.ErrInvalid, err)
+		return "", fmt.Errorf("%w: endpoint: %v", vfs.ErrInvalid, err)
 	}
-	switch u.Scheme {
-	case "ws", "wss", "http", "https":
-	default:
-		return fmt.Errorf("%w: endpoint %q: want a ws:// or wss:// URL", vfs.ErrInvalid, ep)
+	if u.Scheme != "ws" && u.Scheme != "wss" || u.Opaque != "" {
+		return "", fmt.Errorf("%w: endpoint %q: want a ws:// or wss:// URL", vfs.ErrInvalid, ep)
 	}
-	if u.Host == "" {
-		return fmt.Errorf("%w: endpoint %q has no host", vfs.ErrInvalid, ep)
+	if u.User != nil {
+		return "", fmt.Errorf("%w: endpoint %q: user info is not allowed (send the token as computerd_token)", vfs.ErrInvalid, ep)
 	}
-	return nil
+	if u.RawQuery != "" || u.ForceQuery || u.Fragment != "" {
+		return "", fmt.Errorf("%w: endpoint %q: no query or fragment allowed", vfs.ErrInvalid, ep)
+	}
+	host := strings.ToLower(u.Hostname())
+	if host == "" {
+		return "", fmt.Errorf("%w: endpoint %q has no host", vfs.ErrInvalid, ep)
+	}
+	port := u.Port()
+	if port == "" {
+		if strings.HasSuffix(u.Host, ":") {
+			return "", fmt.Errorf("%w: endpoint %q: empty port", vfs.ErrInvalid, ep)
+		}
+		port = "80"
+		if u.Scheme == "wss" {
+			port = "443"
+		}
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err != nil || n == 0 {
+		return "", fmt.Errorf("%w: endpoint %q: bad port", vfs.ErrInvalid, ep)
+	}
+	return net.JoinHostPort(host, port), nil
+}
+
+// endpointAllowed matches host:port against Options.AllowEndpoints.
+func (m *Manager) endpointAllowed(hostport string) bool {
+	if len(m.opts.AllowEndpoints) == 0 {
+		return true
+	}
+	for _, p := range m.opts.AllowEndpoints {
+		if ok, _ := path.Match(p, hostport); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // Close closes every open store and every remote that is an io.Closer. It

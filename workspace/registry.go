@@ -27,24 +27,56 @@ func ValidateName(name string) error {
 	return nil
 }
 
-// Config is one workspace's registration.
+// Config is one workspace's registration, as the registry keeps it.
 type Config struct {
 	Name string `json:"name"`
 	// Endpoint is computerd's sync URL (ws://HOST:45678/sync); empty means
 	// no remote: the files API works, sync and exec give ErrNoRemote.
 	Endpoint string `json:"endpoint,omitempty"`
-	// TokenFile holds the bearer token for Endpoint. The registry stores the
-	// path, never the secret: a token given at creation is written to a
-	// 0600 file in the workspace's directory.
-	TokenFile string `json:"token_file,omitempty"`
+	// HasToken: the workspace has a computerd token of its own, given by
+	// value at creation and kept in <dir>/computerd.token (mode 0600). The
+	// registry never holds the token, nor a path anyone could name.
+	HasToken bool `json:"computerd_token,omitempty"`
 	// Ignore is the pull ignore list: nil means the default
 	// ["node_modules"], an empty list ignores nothing.
 	Ignore  []string  `json:"ignore"`
 	Created time.Time `json:"created"`
+	// Pending is the pull that failed and is owed before the next push
+	// (see the package doc, "Pending pulls"). Kept here so it survives a
+	// restart.
+	Pending *PendingPull `json:"pending,omitempty"`
 
-	// token is an in-memory secret (the embedded computerd's), used when
-	// TokenFile is empty. Never persisted.
-	token string
+	// LegacyTokenFile is the token_file of a version 1 registry. Load keeps
+	// it only when it is the workspace's own token file (then HasToken);
+	// any other path is dropped. Never written.
+	LegacyTokenFile string `json:"token_file,omitempty"`
+
+	// tokenFile (the default workspace's, from serve
+	// --computerd-token-file: operator-given) and token (the embedded
+	// computerd's) are never persisted.
+	tokenFile string
+	token     string
+}
+
+// Info is what the API shows of a workspace: no token and no path.
+type Info struct {
+	Name     string   `json:"name"`
+	Endpoint string   `json:"endpoint,omitempty"`
+	Ignore   []string `json:"ignore"`
+	// HasToken: a computerd token is configured (its value is never shown).
+	HasToken bool      `json:"computerd_token"`
+	Created  time.Time `json:"created"`
+}
+
+// Info is the registration as the API shows it.
+func (c Config) Info() Info {
+	return Info{Name: c.Name, Endpoint: c.Endpoint, Ignore: slices.Clone(c.Ignore),
+		HasToken: c.HasToken || c.tokenFile != "" || c.token != "", Created: c.Created}
+}
+
+// tokenPath is where a workspace's own computerd token is kept.
+func tokenPath(dataDir, name string) string {
+	return filepath.Join(dataDir, name, "computerd.token")
 }
 
 // registryFile is the on-disk form of the registry.
@@ -53,32 +85,46 @@ type registryFile struct {
 	Workspaces []Config `json:"workspaces"`
 }
 
-const registryVersion = 1
+// registryVersion 2: tokens by value only (computerd_token), pending pulls.
+const registryVersion = 2
 
 func registryPath(dataDir string) string { return filepath.Join(dataDir, "workspaces.json") }
 
 // loadRegistry reads the registry; a missing file is an empty registry.
-func loadRegistry(dataDir string) ([]Config, error) {
+// dropped names the workspaces whose version 1 token_file pointed outside
+// their own directory: that path is not read, and the workspace has no
+// token until it is re-created.
+func loadRegistry(dataDir string) (cfgs []Config, dropped []string, err error) {
 	b, err := os.ReadFile(registryPath(dataDir))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("load registry: %w", err)
+		return nil, nil, fmt.Errorf("load registry: %w", err)
 	}
 	var rf registryFile
 	if err := json.Unmarshal(b, &rf); err != nil {
-		return nil, fmt.Errorf("load registry %s: %w", registryPath(dataDir), err)
+		return nil, nil, fmt.Errorf("load registry %s: %w", registryPath(dataDir), err)
 	}
 	if rf.Version > registryVersion {
-		return nil, fmt.Errorf("load registry %s: version %d is newer than this build (%d)", registryPath(dataDir), rf.Version, registryVersion)
+		return nil, nil, fmt.Errorf("load registry %s: version %d is newer than this build (%d)", registryPath(dataDir), rf.Version, registryVersion)
 	}
-	for _, c := range rf.Workspaces {
+	for i, c := range rf.Workspaces {
 		if err := ValidateName(c.Name); err != nil {
-			return nil, fmt.Errorf("load registry: %w", err)
+			return nil, nil, fmt.Errorf("load registry: %w", err)
+		}
+		if c.LegacyTokenFile != "" {
+			// Version 1 recorded a path, which a caller could name. Only the
+			// file the server wrote itself is trusted.
+			if filepath.Clean(c.LegacyTokenFile) == filepath.Clean(tokenPath(dataDir, c.Name)) {
+				rf.Workspaces[i].HasToken = true
+			} else {
+				dropped = append(dropped, c.Name)
+			}
+			rf.Workspaces[i].LegacyTokenFile = ""
 		}
 	}
-	return rf.Workspaces, nil
+	return rf.Workspaces, dropped, nil
 }
 
 // saveRegistry writes the registry atomically.

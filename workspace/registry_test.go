@@ -19,7 +19,7 @@ func FuzzLoadRegistry(f *testing.F) {
 		if err := os.WriteFile(filepath.Join(dir, "workspaces.json"), b, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		cfgs, err := loadRegistry(dir)
+		cfgs, _, err := loadRegistry(dir)
 		if err != nil {
 			return
 		}
@@ -32,7 +32,7 @@ func FuzzLoadRegistry(f *testing.F) {
 		if err := saveRegistry(dir, cfgs); err != nil {
 			t.Fatal(err)
 		}
-		again, err := loadRegistry(dir)
+		again, _, err := loadRegistry(dir)
 		if err != nil || len(again) != len(cfgs) {
 			t.Fatalf("round trip: %d -> %d, %v", len(cfgs), len(again), err)
 		}

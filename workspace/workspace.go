@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -47,6 +46,9 @@ func (w *Workspace) Name() string { return w.cfg.Name }
 // Config is the workspace's registration.
 func (w *Workspace) Config() Config { return w.cfg }
 
+// Info is the registration as the API shows it: no token, no path.
+func (w *Workspace) Info() Info { return w.cfg.Info() }
+
 // Dir is the workspace's directory under the data dir.
 func (w *Workspace) Dir() string { return w.dir }
 
@@ -56,20 +58,22 @@ func (w *Workspace) IgnoreList() []string { return slices.Clone(w.cfg.Ignore) }
 // Ignore is the matcher of the files API.
 func (w *Workspace) Ignore() vfs.Ignore { return w.ignore }
 
-// Token returns the bearer token for the workspace's computerd: the content
-// of its token file (surrounding white space trimmed), or the in-memory
-// token of the embedded computerd. No token is "" with a nil error.
+// Token returns the bearer token for the workspace's computerd: the one
+// given by value at creation (kept in the workspace's directory), the
+// operator's --computerd-token-file for the default workspace, or the
+// embedded computerd's in-memory token. No token is "" with a nil error; a
+// token file that became empty is an error, never "no auth".
 func (w *Workspace) Token() (string, error) {
-	if w.cfg.TokenFile == "" {
+	file := w.cfg.tokenFile
+	if w.cfg.HasToken {
+		file = tokenPath(w.m.opts.DataDir, w.cfg.Name)
+	}
+	if file == "" {
 		return w.cfg.token, nil
 	}
-	b, err := os.ReadFile(w.cfg.TokenFile)
+	tok, err := readToken(file)
 	if err != nil {
-		return "", fmt.Errorf("workspace %q: token: %w", w.cfg.Name, err)
-	}
-	tok := strings.TrimSpace(string(b))
-	if tok == "" {
-		return "", fmt.Errorf("workspace %q: token file %s is empty", w.cfg.Name, w.cfg.TokenFile)
+		return "", fmt.Errorf("workspace %q: %w", w.cfg.Name, err)
 	}
 	return tok, nil
 }

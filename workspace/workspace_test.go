@@ -116,7 +116,7 @@ func TestValidateName(t *testing.T) {
 func TestRegistryPersistsAndKeepsSecretsOut(t *testing.T) {
 	h := newHarness(t, nil)
 	ctx := context.Background()
-	_, err := h.m.Create(ctx, workspace.CreateOptions{Name: "proj", Endpoint: "ws://10.0.0.2:45678/sync", Token: "s3cret", Ignore: []string{}})
+	_, err := h.m.Create(ctx, workspace.CreateOptions{Name: "proj", Endpoint: "ws://10.0.0.2:45678/sync", ComputerdToken: "s3cret", Ignore: []string{}})
 	must(t, err)
 	if _, err := h.m.Create(ctx, workspace.CreateOptions{Name: "proj"}); !errors.Is(err, workspace.ErrWorkspaceExists) || !errors.Is(err, vfs.ErrExist) {
 		t.Fatalf("duplicate create: %v", err)
@@ -549,5 +549,63 @@ func TestExecRefusesBadSpecs(t *testing.T) {
 	}
 	if calls := h.remotes.Fake("default"); calls != nil && len(calls.Calls()) != 0 {
 		t.Errorf("a bad spec reached the remote: %v", calls.Calls())
+	}
+}
+
+// An empty token is refused everywhere a workspace's computerd token is
+// read (issue 9 item 8): the operator's --computerd-token-file, a token
+// given by value, and a stored token file that became empty.
+func TestEmptyComputerdTokenRefused(t *testing.T) {
+	ctx := context.Background()
+	empty := filepath.Join(t.TempDir(), "empty")
+	must(t, os.WriteFile(empty, []byte("\n"), 0o600))
+	if _, err := workspace.Open(ctx, workspace.Options{DataDir: t.TempDir(), DefaultEndpoint: "ws://127.0.0.1:1/sync", DefaultTokenFile: empty}); err == nil || !strings.Contains(err.Error(), "is empty") {
+		t.Fatalf("open with an empty --computerd-token-file: %v", err)
+	}
+	if _, err := workspace.Open(ctx, workspace.Options{DataDir: t.TempDir(), DefaultEndpoint: "ws://127.0.0.1:1/sync", DefaultToken: " "}); err == nil {
+		t.Fatal("open with a blank in-memory token")
+	}
+	h := newHarness(t, nil)
+	if _, err := h.m.Create(ctx, workspace.CreateOptions{Name: "a", Endpoint: "ws://h:1/sync", ComputerdToken: " \t"}); !errors.Is(err, vfs.ErrInvalid) {
+		t.Fatalf("blank token by value: %v", err)
+	}
+	w, err := h.m.Create(ctx, workspace.CreateOptions{Name: "b", Endpoint: "ws://h:1/sync", ComputerdToken: "tok"})
+	must(t, err)
+	must(t, os.WriteFile(filepath.Join(w.Dir(), "computerd.token"), nil, 0o600))
+	if tok, err := w.Token(); err == nil {
+		t.Fatalf("an emptied token file gave %q, want an error", tok)
+	}
+}
+
+// A version 1 registry recorded a token file path that a caller could
+// name. Loading trusts only the workspace's own file.
+func TestLegacyRegistryTokenFile(t *testing.T) {
+	data := t.TempDir()
+	host := filepath.Join(t.TempDir(), "host-secret")
+	must(t, os.WriteFile(host, []byte("host\n"), 0o600))
+	own := filepath.Join(data, "own", "computerd.token")
+	must(t, os.MkdirAll(filepath.Dir(own), 0o700))
+	must(t, os.WriteFile(own, []byte("own-token\n"), 0o600))
+	reg := `{"version":1,"workspaces":[
+	 {"name":"evil","endpoint":"ws://h:1/sync","token_file":"` + host + `","ignore":null},
+	 {"name":"own","endpoint":"ws://h:1/sync","token_file":"` + own + `","ignore":null}]}`
+	must(t, os.WriteFile(filepath.Join(data, "workspaces.json"), []byte(reg), 0o644))
+	m, err := workspace.Open(context.Background(), workspace.Options{DataDir: data, NoSync: true})
+	must(t, err)
+	defer m.Close()
+	evil, err := m.Workspace("evil")
+	must(t, err)
+	if tok, err := evil.Token(); err != nil || tok != "" {
+		t.Fatalf("legacy token_file outside the data dir was read: %q %v", tok, err)
+	}
+	ownWS, err := m.Workspace("own")
+	must(t, err)
+	if tok, err := ownWS.Token(); err != nil || tok != "own-token" {
+		t.Fatalf("own token: %q %v", tok, err)
+	}
+	b, err := os.ReadFile(filepath.Join(data, "workspaces.json"))
+	must(t, err)
+	if bytes.Contains(b, []byte("token_file")) || bytes.Contains(b, []byte(host)) {
+		t.Fatalf("the rewritten registry still names paths:\n%s", b)
 	}
 }

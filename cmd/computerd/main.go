@@ -84,14 +84,10 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "computerd: --owner: %v\n", err)
 		return 2
 	}
-	token := os.Getenv("COMPUTERD_TOKEN")
-	if *tokenFile != "" {
-		b, err := os.ReadFile(*tokenFile)
-		if err != nil {
-			fmt.Fprintf(stderr, "computerd: token file: %v\n", err)
-			return 1
-		}
-		token = strings.TrimSpace(string(b))
+	token, err := readToken(*tokenFile)
+	if err != nil {
+		fmt.Fprintf(stderr, "computerd: %v\n", err)
+		return 1
 	}
 	d, err := computer.Start(ctx, computer.Config{Listen: *listen, Mount: *mount, State: *state, Token: token, Owner: own, Logger: log})
 	if err != nil {
@@ -110,6 +106,34 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// readToken finds the bearer token: the content of file (surrounding white
+// space trimmed) when one is given, else $COMPUTERD_TOKEN. A token that is
+// given but empty is an error, never "no auth": a file that was truncated
+// or an unset secret in a deployment template must not open the daemon.
+// Neither given at all means no token (allowed on loopback only).
+func readToken(file string) (string, error) {
+	if file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return "", fmt.Errorf("token file: %w", err)
+		}
+		tok := strings.TrimSpace(string(b))
+		if tok == "" {
+			return "", fmt.Errorf("token file %s is empty: refusing to run without auth (remove --token-file to run unauthenticated on loopback)", file)
+		}
+		return tok, nil
+	}
+	v, ok := os.LookupEnv("COMPUTERD_TOKEN")
+	if !ok {
+		return "", nil
+	}
+	tok := strings.TrimSpace(v)
+	if tok == "" {
+		return "", errors.New("COMPUTERD_TOKEN is set but empty: refusing to run without auth (unset it to run unauthenticated on loopback)")
+	}
+	return tok, nil
 }
 
 func parseOwner(s string) (fusefs.Owner, error) {

@@ -122,23 +122,37 @@ func (c *command) clientFlags() *clientFlags {
 }
 
 // token finds the API token: --token-file, else WSYNC_TOKEN, else the file
-// serve writes by default.
+// serve writes by default. A token given but empty (an empty file, a
+// WSYNC_TOKEN set to nothing) is an error, never sent as "no token".
 func (cf *clientFlags) token() (string, error) {
 	file := cf.tokenFile
 	if file == "" {
-		if t := os.Getenv("WSYNC_TOKEN"); t != "" {
-			return strings.TrimSpace(t), nil
+		if t, ok := os.LookupEnv("WSYNC_TOKEN"); ok {
+			if t = strings.TrimSpace(t); t == "" {
+				return "", errors.New("token: WSYNC_TOKEN is set but empty")
+			}
+			return t, nil
 		}
 		if _, err := os.Stat(defaultTokenFile); err != nil {
 			return "", nil // no token: the server answers EAUTH, and fail says how to give one
 		}
 		file = defaultTokenFile
 	}
+	return readTokenFile(file)
+}
+
+// readTokenFile reads a token from a file the user named: its content with
+// surrounding white space trimmed. An empty file is an error.
+func readTokenFile(file string) (string, error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
 		return "", fmt.Errorf("token: %w", err)
 	}
-	return strings.TrimSpace(string(b)), nil
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("token file %s is empty", file)
+	}
+	return tok, nil
 }
 
 func (cf *clientFlags) client() (*client.Client, error) {

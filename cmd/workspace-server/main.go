@@ -16,6 +16,7 @@ const usage = `workspace-server: the authoritative side of wsync
 Usage:
   workspace-server serve [--listen 127.0.0.1:8080] [--data ./data] [--computerd ws://HOST:45678/sync]
                          [--computerd-token-file FILE] [--token-file FILE] [--mount DIR]
+                         [--allow-endpoint HOST:PORT-GLOB]...
   workspace-server VERB [flags] [args]
 
 Verbs (clients of a running server):

@@ -26,13 +26,15 @@ const shutdownGrace = 30 * time.Second
 
 func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	c := newCommand("serve", "serve [--listen 127.0.0.1:8080] [--data ./data] [--computerd ws://HOST:45678/sync]\n"+
-		"                         [--computerd-token-file FILE] [--token-file FILE] [--mount DIR]",
+		"                         [--computerd-token-file FILE] [--token-file FILE] [--mount DIR]\n"+
+		"                         [--allow-endpoint HOST:PORT-GLOB]...",
 		"  workspace-server serve                      # embedded computerd, mount at ./workspace\n"+
 			"  workspace-server serve --listen 0.0.0.0:8080 --data /var/lib/wsync \\\n"+
 			"      --computerd ws://10.0.0.7:45678/sync --computerd-token-file /etc/wsync/computerd.token \\\n"+
-			"      --token-file /etc/wsync/api.token\n"+
+			"      --token-file /etc/wsync/api.token --allow-endpoint '10.0.0.*:45678'\n"+
 			"\nEvery flag has an environment twin: WSYNC_LISTEN, WSYNC_DATA, WSYNC_COMPUTERD,\n"+
-			"WSYNC_COMPUTERD_TOKEN_FILE, WSYNC_TOKEN_FILE, WSYNC_MOUNT, WSYNC_LOG_LEVEL.\n"+
+			"WSYNC_COMPUTERD_TOKEN_FILE, WSYNC_TOKEN_FILE, WSYNC_MOUNT, WSYNC_LOG_LEVEL, WSYNC_ALLOW_ENDPOINT\n"+
+			"(comma-separated patterns).\n"+
 			"Without --token-file the API token is kept in DATA/token (created 0600 on first start).\n", stdout, stderr)
 	listen := c.fs.String("listen", env("WSYNC_LISTEN", "127.0.0.1:8080"), "HTTP API listen address")
 	data := c.fs.String("data", env("WSYNC_DATA", "./data"), "data dir: workspace stores and the registry")
@@ -41,6 +43,9 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	tokenFile := c.fs.String("token-file", env("WSYNC_TOKEN_FILE", ""), "file holding the API token clients must send (default DATA/token)")
 	mount := c.fs.String("mount", env("WSYNC_MOUNT", "./workspace"), "mount point of the embedded computerd")
 	level := c.fs.String("log-level", env("WSYNC_LOG_LEVEL", "info"), "debug, info, warn or error")
+	var allow listFlag
+	allow.set(env("WSYNC_ALLOW_ENDPOINT", ""))
+	c.fs.Var(&allow, "allow-endpoint", "restrict the computerd endpoints a created workspace may name: a glob over HOST:PORT, e.g. '10.0.0.*:45678' (repeatable; env WSYNC_ALLOW_ENDPOINT, comma-separated; default: any)")
 	verifyAfter := c.fs.Bool("verify-after-sync", env("WSYNC_VERIFY_AFTER_SYNC", "") == "1", "compare both sides' Merkle roots after every pull (env WSYNC_VERIFY_AFTER_SYNC=1)")
 	pos, code, ok := c.parse(args, true)
 	if !ok {
@@ -91,6 +96,7 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		DefaultEndpoint:  endpoint,
 		DefaultTokenFile: *ctokenFile,
 		DefaultToken:     ctoken,
+		AllowEndpoints:   allow.list,
 		Remote:           factory,
 		VerifyAfterSync:  *verifyAfter,
 		Logger:           root,
@@ -165,13 +171,9 @@ func serverToken(file, data string) (string, string, error) {
 			return "", "", err
 		}
 	}
-	b, err := os.ReadFile(file)
+	tok, err := readTokenFile(file)
 	if err != nil {
-		return "", "", fmt.Errorf("api token: %w", err)
-	}
-	tok := strings.TrimSpace(string(b))
-	if tok == "" {
-		return "", "", fmt.Errorf("api token file %s is empty", file)
+		return "", "", fmt.Errorf("api %w", err)
 	}
 	return tok, file, nil
 }
@@ -198,5 +200,37 @@ func createToken(path string) error {
 		os.Remove(path)
 		return fmt.Errorf("api token: %w", err)
 	}
+	return nil
+}
+
+// listFlag is a repeatable string flag; its environment twin holds the
+// values comma-separated. A flag given on the command line replaces the
+// environment's list.
+type listFlag struct {
+	list    []string
+	fromEnv bool
+}
+
+func (l *listFlag) String() string { return strings.Join(l.list, ",") }
+
+// set loads the environment's list.
+func (l *listFlag) set(v string) {
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			l.list = append(l.list, p)
+			l.fromEnv = true
+		}
+	}
+}
+
+// Set adds one value from the command line.
+func (l *listFlag) Set(v string) error {
+	if l.fromEnv {
+		l.list, l.fromEnv = nil, false
+	}
+	if strings.TrimSpace(v) == "" {
+		return errors.New("empty pattern")
+	}
+	l.list = append(l.list, v)
 	return nil
 }

@@ -22,8 +22,14 @@ func statusOf(errno string) int {
 		return http.StatusNotFound
 	case "EEXIST", "ENOTEMPTY":
 		return http.StatusConflict
-	case "EINVAL", "ENOTDIR", "EISDIR", "ENAMETOOLONG", "ELOOP", "ERANGE", "EPERM", "EACCES":
+	case "EINVAL", "ENOTDIR", "EISDIR", "ENAMETOOLONG", "ELOOP", "ERANGE":
 		return http.StatusBadRequest
+	case "EPERM", "EACCES":
+		return http.StatusForbidden
+	case "EPENDING":
+		return http.StatusConflict
+	case "EBUSY", "EEXEC_BUSY":
+		return http.StatusTooManyRequests
 	case ErrnoAuth:
 		return http.StatusUnauthorized
 	case ErrnoTooLarge:
@@ -59,5 +65,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 func writeError(w http.ResponseWriter, err error) {
 	errno := errnoOf(err)
-	writeJSON(w, statusOf(errno), Error{Error: err.Error(), Errno: errno})
+	status := statusOf(errno)
+	if status == http.StatusTooManyRequests {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, status, Error{Error: err.Error(), Errno: errno})
 }

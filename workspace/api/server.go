@@ -204,21 +204,36 @@ func (s *Server) listWorkspaces(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) createWorkspace(w http.ResponseWriter, r *http.Request) {
-	var req workspace.CreateOptions
+	var req CreateWorkspaceRequest
 	if err := s.decode(w, r, s.opts.MaxJSON, &req); err != nil {
 		writeError(w, err)
 		return
 	}
-	ws, err := s.m.Create(r.Context(), req)
+	if req.TokenFile != nil || req.Token != nil {
+		writeError(w, errTokenFile)
+		return
+	}
+	if req.ComputerdToken != nil {
+		if *req.ComputerdToken == "" {
+			writeError(w, fmt.Errorf("computerd_token: %w: the token is empty", vfs.ErrInvalid))
+			return
+		}
+		req.CreateOptions.ComputerdToken = *req.ComputerdToken
+	}
+	ws, err := s.m.Create(r.Context(), req.CreateOptions)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, ws.Config())
+	writeJSON(w, http.StatusCreated, ws.Info())
 }
 
+// errTokenFile answers a create request that names a token file (or the
+// old "token" field): the server never reads a host path a caller names.
+var errTokenFile = fmt.Errorf("%w: token_file and token are not accepted: the server never reads a host path named in a request; send the token itself as computerd_token", vfs.ErrInvalid)
+
 func (s *Server) getWorkspace(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
-	writeJSON(w, http.StatusOK, ws.Config())
+	writeJSON(w, http.StatusOK, ws.Info())
 }
 
 func (s *Server) push(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {

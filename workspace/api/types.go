@@ -8,6 +8,21 @@ type Error struct {
 	Errno string `json:"errno,omitempty"`
 }
 
+// CreateWorkspaceRequest is the body of POST /v1/workspaces: the
+// workspace's options, with its computerd token by value. A "computerd_token"
+// that is present but empty is refused (an empty token is never "no auth"),
+// and so are "token_file" and the old "token": the API never reads a host
+// path a caller names.
+type CreateWorkspaceRequest struct {
+	workspace.CreateOptions
+	// ComputerdToken shadows the embedded field so an empty string given
+	// explicitly can be told from an absent one.
+	ComputerdToken *string `json:"computerd_token,omitempty"`
+	// TokenFile and Token are refused with a 400 that says why.
+	TokenFile *string `json:"token_file,omitempty"`
+	Token     *string `json:"token,omitempty"`
+}
+
 // MkdirRequest is the body of POST .../fs/mkdir.
 type MkdirRequest struct {
 	Path    string `json:"path"`

@@ -130,15 +130,16 @@ func (c *Client) Health(ctx context.Context) error {
 }
 
 // Workspaces lists the server's workspaces.
-func (c *Client) Workspaces(ctx context.Context) ([]workspace.Config, error) {
-	var out []workspace.Config
+func (c *Client) Workspaces(ctx context.Context) ([]workspace.Info, error) {
+	var out []workspace.Info
 	err := c.call(ctx, http.MethodGet, "/v1/workspaces", nil, nil, &out)
 	return out, err
 }
 
-// CreateWorkspace registers a workspace.
-func (c *Client) CreateWorkspace(ctx context.Context, o workspace.CreateOptions) (workspace.Config, error) {
-	var out workspace.Config
+// CreateWorkspace registers a workspace. Its computerd token travels by
+// value (o.ComputerdToken); the server never reads a path a caller names.
+func (c *Client) CreateWorkspace(ctx context.Context, o workspace.CreateOptions) (workspace.Info, error) {
+	var out workspace.Info
 	err := c.call(ctx, http.MethodPost, "/v1/workspaces", nil, o, &out)
 	return out, err
 }
