@@ -230,12 +230,17 @@ func (s *Session) FetchObjects(ctx context.Context, hs []chunkstore.Hash, fn fun
 }
 
 func (s *Session) fetchObjects(ctx context.Context, hs []chunkstore.Hash, fn func(Object) error) error {
+	if err := noHoles("fetch objects", hs); err != nil {
+		return err
+	}
 	o, done, err := s.open(ctx, MethodFetchObjects, AppendHashes(nil, hs), false)
 	if err != nil {
 		return err
 	}
 	defer done()
-	next := 0
+	// Each object must be the next one asked for, at most a chunk: the
+	// answer decodes to at most len(hs) chunks, one at a time.
+	q := newObjectQueue("fetch objects", hs)
 	for {
 		p, err := o.Recv(ctx)
 		if errors.Is(err, io.EOF) {
@@ -244,24 +249,11 @@ func (s *Session) fetchObjects(ctx context.Context, hs []chunkstore.Hash, fn fun
 		if err != nil {
 			return fmt.Errorf("fetch objects: %w", err)
 		}
-		objs, err := DecodeObjects(p)
-		if err != nil {
+		if err := DecodeObjectsFunc(p, q.check, fn); err != nil {
 			return fmt.Errorf("fetch objects: %w", err)
 		}
-		for _, ob := range objs {
-			if next >= len(hs) || ob.Hash != hs[next] {
-				return protoErr("fetch objects: object %d is %s, asked for %v", next, ob.Hash, hs[min(next, len(hs)-1)])
-			}
-			next++
-			if err := fn(ob); err != nil {
-				return err
-			}
-		}
 	}
-	if next != len(hs) {
-		return protoErr("fetch objects: stream ended after %d of %d objects", next, len(hs))
-	}
-	return nil
+	return q.finish()
 }
 
 // ObjectStats counts what an object transfer moved.
@@ -272,13 +264,31 @@ type ObjectStats struct {
 }
 
 // PushObjects streams the chunks named by hs (read with read) into stage
-// on the peer, for the Push that names the same stage.
+// on the peer, for the Push that names the same stage. Each call announces
+// the hashes it sends (at most MaxHashes; longer lists take
+// several calls into the same stage).
 func (s *Session) PushObjects(ctx context.Context, stage uint64, hs []chunkstore.Hash,
 	read func(context.Context, chunkstore.Hash) ([]byte, error)) (ObjectStats, error) {
 	var st ObjectStats
-	o, done, err := s.open(ctx, MethodPushObjects, PushObjectsRequest{Stage: stage}.appendTo(nil), true)
-	if err != nil {
+	if err := noHoles("push objects", hs); err != nil {
 		return st, err
+	}
+	for len(hs) > 0 {
+		n := min(len(hs), MaxHashes)
+		if err := s.pushObjects(ctx, stage, hs[:n], read, &st); err != nil {
+			return st, err
+		}
+		hs = hs[n:]
+	}
+	return st, nil
+}
+
+func (s *Session) pushObjects(ctx context.Context, stage uint64, hs []chunkstore.Hash,
+	read func(context.Context, chunkstore.Hash) ([]byte, error), total *ObjectStats) error {
+	var st ObjectStats
+	o, done, err := s.open(ctx, MethodPushObjects, PushObjectsRequest{Stage: stage, Hashes: hs}.appendTo(nil), true)
+	if err != nil {
+		return err
 	}
 	defer done()
 	err = sendObjects(ctx, o.Send, hs, read, func(raw, wire int) {
@@ -295,20 +305,23 @@ func (s *Session) PushObjects(ctx context.Context, stage uint64, hs []chunkstore
 		if _, rerr := o.Reply(ctx); rerr != nil {
 			err = rerr
 		}
-		return st, fmt.Errorf("push objects: %w", err)
+		return fmt.Errorf("push objects: %w", err)
 	}
 	b, err := o.Reply(ctx)
 	if err != nil {
-		return st, fmt.Errorf("push objects: %w", err)
+		return fmt.Errorf("push objects: %w", err)
 	}
 	resp, err := DecodePushObjectsResponse(b)
 	if err != nil {
-		return st, fmt.Errorf("push objects: %w", err)
+		return fmt.Errorf("push objects: %w", err)
 	}
 	if resp.Chunks != int64(st.Chunks) || resp.Bytes != st.RawBytes {
-		return st, protoErr("push objects: peer staged %d chunks (%d bytes), we sent %d (%d bytes)", resp.Chunks, resp.Bytes, st.Chunks, st.RawBytes)
+		return protoErr("push objects: peer staged %d chunks (%d bytes), we sent %d (%d bytes)", resp.Chunks, resp.Bytes, st.Chunks, st.RawBytes)
 	}
-	return st, nil
+	total.Chunks += st.Chunks
+	total.RawBytes += st.RawBytes
+	total.WireBytes += st.WireBytes
+	return nil
 }
 
 // Push sends one batch of entries; the peer applies it atomically.

@@ -32,6 +32,10 @@ var (
 	ErrLogTruncated = errors.New("log truncated")
 	// ErrUnknownMethod: the peer serves no such method.
 	ErrUnknownMethod = errors.New("unknown method")
+	// ErrBusy: the peer already serves as many of our calls as it allows
+	// (its MaxCalls), or as many handlers as it will run; the call was not
+	// started and may be retried. The session stays up.
+	ErrBusy = errors.New("peer busy")
 	// ErrUnknown: the peer failed with an error that has no code.
 	ErrUnknown = errors.New("remote error")
 )
@@ -60,6 +64,7 @@ const (
 	CodeUnknownMethod Code = 34
 	CodeCanceled      Code = 35
 	CodeTimeout       Code = 36
+	CodeBusy          Code = 37
 	CodeExecBusy      Code = 40
 	CodeExecLost      Code = 41
 	CodeLogTruncated  Code = 42
@@ -81,6 +86,7 @@ var codes = []struct {
 	{CodeVersion, "EVERSION", ErrVersion, nil},
 	{CodeShutdown, "ESHUTDOWN", ErrShutdown, []error{vfs.ErrClosed}},
 	{CodeUnknownMethod, "EUNKNOWN_METHOD", ErrUnknownMethod, nil},
+	{CodeBusy, "EBUSY", ErrBusy, nil},
 	{CodeUnknownHash, "EUNKNOWN_HASH", chunkstore.ErrUnknownHash, nil},
 	{CodeHashMismatch, "EHASH_MISMATCH", chunkstore.ErrHashMismatch, nil},
 	{CodeInvariant, "EINVARIANT", watermark.ErrInvariant, nil},

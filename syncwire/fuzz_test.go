@@ -2,6 +2,7 @@ package syncwire
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -91,7 +92,7 @@ func seedMessages() [][]byte {
 	add(FetchResponse{Current: watermark.At(7), AppliedPush: watermark.Within(3, "z")}.appendTo(nil))
 	add(PeerState{StoreID: "s", CurrentRev: 8, Set: watermark.Set{Push: watermark.At(1), Fetch: watermark.Within(2, "p"), AppliedPush: watermark.At(3)}}.appendTo(nil))
 	out = append(out, encodeError(fmt.Errorf("x: %w", chunkstore.ErrUnknownHash)))
-	out = append(out, PushObjectsRequest{Stage: 5}.appendTo(nil), PushObjectsResponse{Chunks: 3, Bytes: 1 << 20}.appendTo(nil))
+	out = append(out, PushObjectsRequest{Stage: 5, Hashes: []chunkstore.Hash{chunkstore.Sum([]byte("a"))}}.appendTo(nil), PushObjectsResponse{Chunks: 3, Bytes: 1 << 20}.appendTo(nil))
 	return out
 }
 
@@ -159,7 +160,16 @@ func FuzzDecodeEntries(f *testing.F) {
 func FuzzDecodeObjects(f *testing.F) {
 	addSeeds(f, seedObjects())
 	f.Fuzz(func(t *testing.T, b []byte) {
-		objs, err := DecodeObjects(b)
+		// A check that refuses everything stops the decoder before any
+		// object is decompressed or handed on.
+		refused := errors.New("refused")
+		if err := DecodeObjectsFunc(b, func(chunkstore.Hash, int) error { return refused }, func(Object) error {
+			t.Fatal("an object passed a refusing check")
+			return nil
+		}); err == nil && len(b) > 0 && b[0] != 0 {
+			t.Fatal("a message with objects decoded past a refusing check")
+		}
+		objs, err := decodeAllObjects(b)
 		if err != nil {
 			return
 		}
@@ -171,7 +181,7 @@ func FuzzDecodeObjects(f *testing.F) {
 			}
 			e.b, _ = appendObject(e.b, o)
 		}
-		objs2, err := DecodeObjects(e.b)
+		objs2, err := decodeAllObjects(e.b)
 		if err != nil || !reflect.DeepEqual(objs, objs2) {
 			t.Fatalf("re-decode: %v", err)
 		}
@@ -226,7 +236,7 @@ func FuzzDecodeMessage(f *testing.F) {
 			}
 		}
 		if r, err := DecodePushObjectsRequest(b); err == nil {
-			if r2, err := DecodePushObjectsRequest(r.appendTo(nil)); err != nil || r2 != r {
+			if r2, err := DecodePushObjectsRequest(r.appendTo(nil)); err != nil || !reflect.DeepEqual(r2, r) {
 				t.Fatalf("push objects request: %+v vs %+v, %v", r, r2, err)
 			}
 		}
@@ -314,7 +324,7 @@ func TestDecodersRejectBadInput(t *testing.T) {
 			e.uvarint(100) // claims 100 bytes; decodes to 512 KiB
 			e.bytes(z)
 			putCompressBuf(z)
-			_, err := DecodeObjects(e.b)
+			_, err := decodeAllObjects(e.b)
 			return err
 		},
 		"bitmap bits past n": func() error { _, err := DecodeBitmap([]byte{0xff}, 3); return err },
@@ -370,4 +380,15 @@ func TestWriteFuzzCorpus(t *testing.T) {
 			}
 		}
 	}
+}
+
+// decodeAllObjects decodes a message's objects with a check that admits
+// any hash up to a chunk.
+func decodeAllObjects(p []byte) ([]Object, error) {
+	var out []Object
+	err := DecodeObjectsFunc(p, func(chunkstore.Hash, int) error { return nil }, func(o Object) error {
+		out = append(out, o)
+		return nil
+	})
+	return out, err
 }

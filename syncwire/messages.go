@@ -226,14 +226,18 @@ func DecodeFetchResponse(p []byte) (FetchResponse, error) {
 }
 
 // PushObjectsRequest opens a PushObjects; its request stream carries the
-// objects.
+// objects Hashes names, in that order, each at most a chunk: the receiver
+// refuses any other object before decompressing it, so a call decodes at
+// most len(Hashes) chunks, one at a time.
 type PushObjectsRequest struct {
-	Stage uint64 // nonzero; later named by PushRequest.Stage
+	Stage  uint64 // nonzero; later named by PushRequest.Stage
+	Hashes []chunkstore.Hash
 }
 
 func (r PushObjectsRequest) appendTo(b []byte) []byte {
 	e := enc{b: b}
 	e.uvarint(r.Stage)
+	e.b = AppendHashes(e.b, r.Hashes)
 	return e.b
 }
 
@@ -244,7 +248,18 @@ func DecodePushObjectsRequest(p []byte) (PushObjectsRequest, error) {
 	if d.err == nil && r.Stage == 0 {
 		d.fail("push objects: stage 0")
 	}
-	return r, d.done()
+	if d.err != nil {
+		return PushObjectsRequest{}, d.err
+	}
+	hs, err := DecodeHashes(d.b)
+	if err != nil {
+		return PushObjectsRequest{}, err
+	}
+	if err := noHoles("push objects", hs); err != nil {
+		return PushObjectsRequest{}, err
+	}
+	r.Hashes = hs
+	return r, nil
 }
 
 // PushObjectsResponse reports what the receiver staged.
@@ -443,40 +458,105 @@ func appendObject(b []byte, o Object) ([]byte, int) {
 	return e.b, len(o.Data)
 }
 
-// DecodeObjects decodes one object-stream message, decompressing as it
-// goes. It checks sizes, not hashes: the receiver hashes each object as it
-// stages it.
-func DecodeObjects(p []byte) ([]Object, error) {
+// ObjectCheck is called with each object's hash and raw size, before its
+// bytes are decompressed: it refuses an object nobody asked for (or one
+// larger than asked) with an error, which DecodeObjectsFunc returns.
+type ObjectCheck func(h chunkstore.Hash, raw int) error
+
+// DecodeObjectsFunc decodes one object-stream message one object at a
+// time: check vets each object's hash and size before anything is
+// decompressed or allocated, then fn takes the object before the next one
+// is decoded. A compressed object decodes into a buffer of exactly its
+// declared size (zstd is told that cap and refuses a frame that yields
+// more), so the memory a message costs is one object at a time whatever
+// its compression ratio. Data of an uncompressed object aliases p. It
+// checks sizes, not hashes: the receiver hashes each object as it stages
+// it.
+func DecodeObjectsFunc(p []byte, check ObjectCheck, fn func(Object) error) error {
 	d := dec{b: p}
 	n := d.count("objects", MaxHashes, minObjectSize)
-	out := make([]Object, 0, n)
 	for range n {
 		var o Object
 		o.Hash = d.hash()
-		switch d.byte() {
+		flags := d.byte()
+		var raw int
+		var z []byte
+		switch flags {
 		case 0:
 			o.Data = d.bytes("chunk", chunkstore.ChunkSize)
+			raw = len(o.Data)
 		case objZstd:
-			raw := int(d.bounded("chunk length", chunkstore.ChunkSize))
-			z := d.bytes("compressed chunk", MaxPayload)
-			if d.err != nil {
-				return nil, d.err
-			}
-			data, err := decompress(z, raw)
-			if err != nil {
-				return nil, err
-			}
-			o.Data = data
+			raw = int(d.bounded("chunk length", chunkstore.ChunkSize))
+			z = d.bytes("compressed chunk", MaxPayload)
 		default:
-			d.fail("bad object flags")
+			d.fail("bad object flags %#x", flags)
 		}
-		if d.err == nil && len(o.Data) == 0 {
+		if d.err == nil && raw == 0 {
 			d.fail("empty chunk")
 		}
-		if d.err != nil {
-			return nil, d.err
+		if d.err == nil && isHole(o.Hash) {
+			d.fail("object named by the hole hash")
 		}
-		out = append(out, o)
+		if d.err != nil {
+			return d.err
+		}
+		if err := check(o.Hash, raw); err != nil {
+			return err
+		}
+		if z != nil {
+			data, err := decompress(z, raw)
+			if err != nil {
+				return err
+			}
+			o.Data = data
+		}
+		if err := fn(o); err != nil {
+			return err
+		}
 	}
-	return out, d.done()
+	return d.done()
 }
+
+// objectQueue is what one object call asked for, in order: each object
+// must be the next one asked, no larger than asked. It bounds a call's
+// decoded bytes by the sum of the sizes requested.
+type objectQueue struct {
+	what string
+	refs []chunkstore.Ref
+	next int
+}
+
+// newObjectQueue expects hs in order, each at most a chunk.
+func newObjectQueue(what string, hs []chunkstore.Hash) *objectQueue {
+	refs := make([]chunkstore.Ref, len(hs))
+	for i, h := range hs {
+		refs[i] = chunkstore.Ref{Hash: h, Size: chunkstore.ChunkSize}
+	}
+	return &objectQueue{what: what, refs: refs}
+}
+
+func (q *objectQueue) check(h chunkstore.Hash, raw int) error {
+	if q.next >= len(q.refs) {
+		return protoErr("%s: object %s beyond the %d asked for", q.what, h, len(q.refs))
+	}
+	want := q.refs[q.next]
+	if h != want.Hash {
+		return protoErr("%s: object %d is %s, asked for %s", q.what, q.next, h, want.Hash)
+	}
+	if raw > int(want.Size) {
+		return protoErr("%s: object %s of %d bytes, asked for %d", q.what, h, raw, want.Size)
+	}
+	q.next++
+	return nil
+}
+
+func (q *objectQueue) finish() error {
+	if q.next != len(q.refs) {
+		return protoErr("%s: stream ended after %d of %d objects", q.what, q.next, len(q.refs))
+	}
+	return nil
+}
+
+// isHole reports whether h is the hole hash: a run of zeros, never an
+// object (never probed, fetched, pushed or stored).
+func isHole(h chunkstore.Hash) bool { return h == chunkstore.Hash{} }

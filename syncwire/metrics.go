@@ -36,6 +36,10 @@ var (
 		Name: "wsync_syncwire_watchdog_total",
 		Help: "Sessions torn down because the peer stopped answering pings.",
 	})
+	metricBusy = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "wsync_syncwire_busy_total",
+		Help: "Peer calls refused with EBUSY (over MaxCalls or the handler bound).",
+	})
 	metricChunks = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "wsync_syncwire_chunks_total",
 		Help: "Chunks moved by the drivers, by direction (sent, fetched).",

@@ -380,9 +380,23 @@ func sendEntries(ctx context.Context, send func(context.Context, []byte) error, 
 	return flush()
 }
 
+// noHoles refuses a request that names the hole hash as an object: holes
+// are never probed, fetched or pushed.
+func noHoles(what string, hs []chunkstore.Hash) error {
+	for i, h := range hs {
+		if isHole(h) {
+			return protoErr("%s: hash %d is the hole hash, not an object", what, i)
+		}
+	}
+	return nil
+}
+
 func (ss *serverSession) hasObjects(ctx context.Context, c *Incoming) error {
 	hs, err := DecodeHashes(c.Body)
 	if err != nil {
+		return err
+	}
+	if err := noHoles("has objects", hs); err != nil {
 		return err
 	}
 	have, err := ss.srv.b.Has(ctx, hs)
@@ -403,6 +417,9 @@ func (ss *serverSession) hasObjects(ctx context.Context, c *Incoming) error {
 func (ss *serverSession) fetchObjects(ctx context.Context, c *Incoming) error {
 	hs, err := DecodeHashes(c.Body)
 	if err != nil {
+		return err
+	}
+	if err := noHoles("fetch objects", hs); err != nil {
 		return err
 	}
 	if err := c.ReplyStream(nil); err != nil {
@@ -479,6 +496,15 @@ func (ss *serverSession) pushObjects(ctx context.Context, c *Incoming) error {
 		ss.dropStage(id)
 		return fmt.Errorf("push objects: %w", err)
 	}
+	q := newObjectQueue("push objects", req.Hashes)
+	put := func(o Object) error {
+		if err := g.put(o); err != nil {
+			return err
+		}
+		resp.Chunks++
+		resp.Bytes += int64(len(o.Data))
+		return nil
+	}
 	for {
 		p, err := c.Recv(ctx)
 		if errors.Is(err, io.EOF) {
@@ -487,17 +513,12 @@ func (ss *serverSession) pushObjects(ctx context.Context, c *Incoming) error {
 		if err != nil {
 			return fail(err)
 		}
-		objs, err := DecodeObjects(p)
-		if err != nil {
+		if err := DecodeObjectsFunc(p, q.check, put); err != nil {
 			return fail(err)
 		}
-		for _, o := range objs {
-			if err := g.put(o); err != nil {
-				return fail(err)
-			}
-			resp.Chunks++
-			resp.Bytes += int64(len(o.Data))
-		}
+	}
+	if err := q.finish(); err != nil {
+		return fail(err)
 	}
 	if err := g.wait(); err != nil {
 		ss.dropStage(id)

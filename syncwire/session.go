@@ -103,13 +103,20 @@ type Session struct {
 	ctx    context.Context // session lifetime; cancelled when it fails
 	cancel context.CancelFunc
 
-	mu     sync.Mutex
-	out    map[uint64]*Outgoing
-	in     map[uint64]*Incoming
-	nextID uint64
-	err    error
-	done   chan struct{}
-	slots  chan struct{} // bounds our calls in flight to the peer's MaxCalls
+	mu  sync.Mutex
+	out map[uint64]*Outgoing
+	in  map[uint64]*Incoming
+	// inCalls counts the peer's calls that hold one of our MaxCalls slots:
+	// from their CALL until we write their final frame (REPLY without a
+	// stream, END or ERROR) or read their CANCEL. The caller frees its slot
+	// only after it read that final frame or wrote that CANCEL, so both
+	// sides agree and an honest peer never exceeds MaxCalls.
+	inCalls int
+	busy    chan uint64 // calls refused with EBUSY, answered by busyWriter
+	nextID  uint64
+	err     error
+	done    chan struct{}
+	slots   chan struct{} // bounds our calls in flight to the peer's MaxCalls
 
 	handlers sync.WaitGroup
 	closing  sync.WaitGroup // the conn.Close in flight
@@ -154,6 +161,7 @@ func NewSession(conn Conn, client bool, cfg Config, handler func(Method) Handler
 		out:     make(map[uint64]*Outgoing),
 		in:      make(map[uint64]*Incoming),
 		done:    make(chan struct{}),
+		busy:    make(chan uint64, maxBusyQueue),
 	}
 	if client {
 		s.nextID = 1
@@ -240,6 +248,7 @@ func (s *Session) Serve(ctx context.Context) error {
 	defer stop()
 	var wg sync.WaitGroup
 	wg.Go(s.pinger)
+	wg.Go(s.busyWriter)
 	err := s.readLoop()
 	s.fail(err)
 	wg.Wait()
@@ -472,12 +481,11 @@ func (s *Session) acquireSlot(ctx context.Context) error {
 
 func (s *Session) releaseSlot() { <-s.slots }
 
-func (s *Session) removeOut(id uint64) {
+func (s *Session) removeOut(id uint64, release bool) {
 	s.mu.Lock()
-	_, ok := s.out[id]
 	delete(s.out, id)
 	s.mu.Unlock()
-	if ok {
+	if release {
 		s.releaseSlot()
 	}
 }
@@ -502,6 +510,7 @@ type Outgoing struct {
 	replyStream bool
 	err         error // the call's final error
 	finished    bool
+	cancelling  bool // abandon runs: it frees the slot after its CANCEL
 
 	bytesIn, bytesOut atomic.Int64
 }
@@ -563,7 +572,8 @@ func (o *Outgoing) handle(f Frame) error {
 }
 
 // finish ends the call: err nil is a clean end (reply, or END of the
-// response stream).
+// response stream). It frees the call's slot, unless abandon holds it
+// until its CANCEL is written.
 func (o *Outgoing) finish(err error) {
 	o.mu.Lock()
 	if o.finished {
@@ -576,6 +586,7 @@ func (o *Outgoing) finish(err error) {
 		o.replied = true
 		close(o.replyc)
 	}
+	keepSlot := o.cancelling
 	o.mu.Unlock()
 	o.resp.end(err)
 	if o.send != nil {
@@ -584,21 +595,26 @@ func (o *Outgoing) finish(err error) {
 		}
 		o.send.close(err)
 	}
-	o.s.removeOut(o.id)
+	o.s.removeOut(o.id, !keepSlot)
 }
 
 var errCallDone = errors.New("call already answered")
 
-// abandon cancels the call locally and tells the callee.
+// abandon cancels the call locally and tells the callee. The call's slot
+// is freed only once the CANCEL is written: the callee frees its own when
+// it reads the CANCEL, so a CALL we open in the freed slot always reaches
+// the callee after the CANCEL that makes room for it.
 func (o *Outgoing) abandon(err error) {
 	o.mu.Lock()
-	done := o.finished
-	o.mu.Unlock()
-	if done {
+	if o.finished || o.cancelling {
+		o.mu.Unlock()
 		return
 	}
+	o.cancelling = true
+	o.mu.Unlock()
 	o.finish(err)
 	o.s.writeFrame(Frame{Type: FrameCancel, ID: o.id}, &o.bytesOut)
+	o.s.releaseSlot()
 }
 
 // Send sends one message on the request stream, waiting for credit.
@@ -696,12 +712,21 @@ func (s *Session) startIncoming(f Frame, size int) error {
 		s.mu.Unlock()
 		return protoErr("CALL %d: id in use", f.ID)
 	}
-	if len(s.in) >= s.cfg.MaxCalls {
-		s.mu.Unlock()
-		return protoErr("more than %d calls in flight", s.cfg.MaxCalls)
-	}
 	if s.err != nil {
 		s.mu.Unlock()
+		return nil
+	}
+	if s.inCalls >= s.cfg.MaxCalls || len(s.in) >= maxHandlers(s.cfg.MaxCalls) {
+		// Over the limit (a peer that does not count as we do, or handlers
+		// slow to stop after a CANCEL): refuse this call, keep the session.
+		calls, running := s.inCalls, len(s.in)
+		s.mu.Unlock()
+		metricBusy.Inc()
+		select {
+		case s.busy <- f.ID:
+		default:
+			return protoErr("more than %d calls refused as busy at once (%d in flight, %d handlers)", maxBusyQueue, calls, running)
+		}
 		return nil
 	}
 	ctx, cancel := context.WithCancelCause(s.ctx)
@@ -716,6 +741,8 @@ func (s *Session) startIncoming(f Frame, size int) error {
 		c.req.id = f.ID
 	}
 	s.in[f.ID] = c
+	s.inCalls++
+	c.counted = true
 	s.handlers.Add(1)
 	s.mu.Unlock()
 	c.bytesIn.Add(int64(size))
@@ -741,6 +768,8 @@ type Incoming struct {
 	send     *sendCredit // response stream after ReplyStream
 	canceled bool
 
+	counted bool // holds one of the session's inCalls (under s.mu)
+
 	bytesIn, bytesOut atomic.Int64
 }
 
@@ -752,6 +781,7 @@ func (c *Incoming) run() {
 	defer func() {
 		c.s.mu.Lock()
 		delete(c.s.in, c.id)
+		c.releaseLocked()
 		c.s.mu.Unlock()
 		c.cancel(context.Canceled)
 	}()
@@ -777,12 +807,52 @@ func (c *Incoming) run() {
 		if send != nil {
 			send.close(errCallDone)
 		}
+		c.release()
 		c.s.writeFrame(Frame{Type: FrameError, ID: c.id, Payload: encodeError(err)}, &c.bytesOut)
 	case send != nil:
 		send.close(errCallDone)
+		c.release()
 		c.s.writeFrame(Frame{Type: FrameEnd, ID: c.id}, &c.bytesOut)
 	case !replied:
+		c.release()
 		c.s.writeFrame(Frame{Type: FrameReply, ID: c.id}, &c.bytesOut)
+	}
+}
+
+// release frees the call's slot. It runs before the call's final frame is
+// written (and when its CANCEL is read): the caller reuses the slot only
+// after reading that frame or writing that CANCEL.
+func (c *Incoming) release() {
+	c.s.mu.Lock()
+	c.releaseLocked()
+	c.s.mu.Unlock()
+}
+
+func (c *Incoming) releaseLocked() {
+	if c.counted {
+		c.counted = false
+		c.s.inCalls--
+	}
+}
+
+// maxHandlers bounds the handlers one session runs at once, counting those
+// still stopping after a CANCEL; past it calls are refused with EBUSY.
+func maxHandlers(maxCalls int) int { return 2 * maxCalls }
+
+// maxBusyQueue bounds the EBUSY answers waiting to be written; a peer that
+// overruns it is not counting its calls at all, and the session fails.
+const maxBusyQueue = 1024
+
+// busyWriter answers the calls refused as busy, off the reader goroutine.
+func (s *Session) busyWriter() {
+	payload := encodeError(fmt.Errorf("%w: %d calls in flight", ErrBusy, s.cfg.MaxCalls))
+	for {
+		select {
+		case <-s.done:
+			return
+		case id := <-s.busy:
+			s.writeFrame(Frame{Type: FrameError, ID: id, Payload: payload}, nil)
+		}
 	}
 }
 
@@ -818,6 +888,9 @@ func (c *Incoming) handle(f Frame) error {
 		}
 		return send.grant(f.Payload)
 	case FrameCancel:
+		// The caller freed its slot once this CANCEL was written; free ours
+		// before the reader takes the next frame (maybe its next CALL).
+		c.release()
 		c.abort(fmt.Errorf("call %d: %w by the caller", c.id, context.Canceled))
 	default:
 		return protoErr("call %d: unexpected %s", c.id, f.Type)
@@ -866,6 +939,10 @@ func (c *Incoming) reply(body []byte, stream bool) error {
 		c.send = newSendCredit(int(c.s.peer.Window), &c.s.stats.blocked)
 	}
 	c.mu.Unlock()
+	if !stream {
+		// A REPLY without a stream ends the call for the caller.
+		c.release()
+	}
 	var flags uint8
 	if stream {
 		flags = FlagStream

@@ -563,7 +563,7 @@ func TestSlowPullerBoundsTheChunkProducer(t *testing.T) {
 	const n = 2048 // 1 GiB
 	hs := make([]chunkstore.Hash, n)
 	for i := range hs {
-		hs[i][0], hs[i][1] = byte(i), byte(i>>8)
+		hs[i][0], hs[i][1], hs[i][2] = byte(i), byte(i>>8), 1 // never the hole hash
 	}
 	var consumed, maxAhead int64
 	err := s.FetchObjects(ctx, hs, func(o Object) error {
