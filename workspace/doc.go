@@ -49,12 +49,26 @@
 // exec and nothing is spawned), the command (output handed to the caller as
 // the container produces it), then a pull. The pull runs even when the
 // caller has gone away, so what the command wrote comes back. When it
-// fails, the command's result stands, the report says "pending" with the
-// error, and the workspace remembers a pending pull fenced to the runtime
-// that ran the command: the next push, tick or exec retries it first, and
-// an explicit pull is the retry. If the container's runtime changed in
-// between, the pending pull is abandoned (reported in Status) rather than
-// credited to a runtime that never ran the command.
+// fails, the command's result stands and the report says "pending" with the
+// error.
+//
+// # Pending pulls
+//
+// A pull that fails (after a command, explicit, or in a tick) leaves a
+// pending record: the container may hold changes the server has not
+// pulled. The record fences every write to the container: a push, the push
+// of an exec and a repair first complete the pending pull in the same FIFO
+// turn, and when that pull fails again they fail with ErrPendingPull
+// (EPENDING, HTTP 409) and the container is not written, so no push
+// replaces a container path whose changes have not been pulled. Writes
+// through the files API still commit on the server and wait in the push
+// queue. A successful pull clears the record. It is kept in the registry
+// (written on every change), so it survives a restart and Status shows it.
+// The record names the exec and the runtime that ran it: if the
+// container's runtime changed before the pull succeeded, the record is
+// reported as abandoned (the pull took whatever the new runtime holds).
+// Keeping both sides of a path both changed is the conflicts issue's; here
+// the container's write wins.
 //
 // # Ignored paths
 //

@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -37,9 +38,11 @@ type ExecReport struct {
 	SyncError string `json:"sync_error,omitempty"`
 }
 
-// Push runs a push through the FIFO. A pending pull is retried first (in
-// the same turn); its failure is recorded, not returned, so a sticky pull
-// error cannot block pushes.
+// Push runs a push through the FIFO. While a pull is pending (the
+// container has changes the server has not pulled), the push first
+// completes that pull in the same turn; if the pull fails again the push
+// fails with ErrPendingPull and the container is not written, so a push
+// never replaces what the container wrote and the server has not seen.
 func (w *Workspace) Push(ctx context.Context) (SyncReport, error) {
 	r, err := w.remoteFor()
 	if err != nil {
@@ -47,7 +50,9 @@ func (w *Workspace) Push(ctx context.Context) (SyncReport, error) {
 	}
 	var rep SyncReport
 	err = w.q.do(ctx, func() error {
-		w.retryPending(ctx, r)
+		if err := w.settlePending(ctx, r); err != nil {
+			return err
+		}
 		rep, err = w.push(ctx, r)
 		return err
 	})
@@ -64,7 +69,7 @@ func (w *Workspace) Pull(ctx context.Context) (SyncReport, error) {
 	}
 	var rep SyncReport
 	err = w.q.do(ctx, func() error {
-		rep, err = w.pull(ctx, r)
+		rep, err = w.pull(ctx, r, PendingPull{})
 		return err
 	})
 	if err == nil {
@@ -82,7 +87,7 @@ func (w *Workspace) Tick(ctx context.Context) (TickReport, error) {
 	}
 	var rep TickReport
 	err = w.q.do(ctx, func() error {
-		if rep.Pulled, err = w.pull(ctx, r); err != nil {
+		if rep.Pulled, err = w.pull(ctx, r, PendingPull{}); err != nil {
 			return err
 		}
 		rep.Pushed, err = w.push(ctx, r)
@@ -145,6 +150,13 @@ func (w *Workspace) verify(ctx context.Context, repair bool) (VerifyReport, erro
 	}
 	var rep VerifyReport
 	err = w.q.do(ctx, func() error {
+		if repair {
+			// A repair re-sends the server's side of differing paths: it
+			// writes to the container like a push.
+			if err := w.settlePending(ctx, r); err != nil {
+				return err
+			}
+		}
 		rep, err = op(ctx)
 		return err
 	})
@@ -174,14 +186,26 @@ func (w *Workspace) push(ctx context.Context, r Remote) (SyncReport, error) {
 	return rep, err
 }
 
-func (w *Workspace) pull(ctx context.Context, r Remote) (SyncReport, error) {
+// pull runs a pull inside a FIFO turn. A failed pull leaves a pending
+// record (owed, for the exec owed.ExecID ran on owed.RuntimeID when it
+// follows a command) that fences pushes until a pull succeeds; a
+// successful one settles the record.
+func (w *Workspace) pull(ctx context.Context, r Remote, owed PendingPull) (SyncReport, error) {
 	start := time.Now()
 	rep, err := r.Pull(ctx, w.IgnoreList())
 	w.record("pull", start, rep, err)
-	if err == nil {
-		w.resolvePending(rep.RuntimeID)
+	if err != nil {
+		if owed.RuntimeID == "" {
+			owed.RuntimeID = rep.RuntimeID
+		}
+		owed.Error, owed.Since = err.Error(), time.Now().UTC()
+		if serr := w.markPending(owed); serr != nil {
+			err = errors.Join(err, serr)
+		}
+		return rep, err
 	}
-	return rep, err
+	w.resolvePending(rep.RuntimeID)
+	return rep, nil
 }
 
 func (w *Workspace) record(op string, start time.Time, rep SyncReport, err error) {
@@ -206,53 +230,91 @@ func (w *Workspace) record(op string, start time.Time, rep SyncReport, err error
 	w.stateMu.Unlock()
 }
 
-// retryPending retries a pending pull inside a FIFO turn. Its error stays
-// in the pending record.
-func (w *Workspace) retryPending(ctx context.Context, r Remote) {
+// settlePending runs inside a FIFO turn before anything that writes to
+// the container: with a pull pending it pulls first, and when that fails
+// it refuses with ErrPendingPull (wrapping the pull's error).
+func (w *Workspace) settlePending(ctx context.Context, r Remote) error {
 	w.stateMu.Lock()
 	p := w.pending
 	w.stateMu.Unlock()
 	if p == nil {
-		return
+		return nil
 	}
-	if _, err := w.pull(ctx, r); err != nil {
-		w.stateMu.Lock()
-		if w.pending != nil {
-			w.pending.Error = err.Error()
+	if _, err := w.pull(ctx, r, PendingPull{}); err != nil {
+		return fmt.Errorf("%w: %w", ErrPendingPull, err)
+	}
+	return nil
+}
+
+// markPending records (or updates) the pending pull and persists it in the
+// registry, so the fence survives a restart. The first failure's time is
+// kept; the exec and runtime are the latest known.
+func (w *Workspace) markPending(p PendingPull) error {
+	return w.updatePending(func(old *PendingPull) *PendingPull {
+		if old != nil {
+			p.Since = old.Since
+			if p.ExecID == "" {
+				p.ExecID, p.RuntimeID = old.ExecID, cmp.Or(old.RuntimeID, p.RuntimeID)
+			}
 		}
-		w.stateMu.Unlock()
-	}
+		return &p
+	})
 }
 
 // resolvePending settles the pending pull after a successful pull from
 // runtime. The same runtime (or an unknown one): the command's writes are
 // in. Another runtime: the container restarted since the command ran; what
-// it wrote is whatever the new runtime still holds, and the pending record
-// is abandoned rather than retried against a runtime that never ran it.
+// it wrote is whatever the new runtime still holds (that pull fetched it),
+// and the record is reported as abandoned rather than completed.
 func (w *Workspace) resolvePending(runtime string) {
-	w.stateMu.Lock()
-	defer w.stateMu.Unlock()
-	p := w.pending
-	if p == nil {
+	var done *PendingPull
+	err := w.updatePending(func(old *PendingPull) *PendingPull {
+		done = old
+		return nil
+	})
+	if done == nil {
 		return
 	}
-	w.pending = nil
-	metricPending.Dec()
-	if p.RuntimeID != "" && runtime != "" && p.RuntimeID != runtime {
-		w.abandoned = p
-		w.log.Warn("pending pull abandoned: container runtime changed", "exec", p.ExecID, "ran_on", p.RuntimeID, "now", runtime)
+	if err != nil {
+		// The pull committed; a registry that still says pending costs one
+		// extra pull after a restart, nothing more.
+		w.log.Warn("pending pull completed but the registry still records it", "err", err)
+	}
+	if done.RuntimeID != "" && runtime != "" && done.RuntimeID != runtime {
+		w.stateMu.Lock()
+		w.abandoned = done
+		w.stateMu.Unlock()
+		w.log.Warn("pending pull abandoned: container runtime changed", "exec", done.ExecID, "ran_on", done.RuntimeID, "now", runtime)
 		return
 	}
-	w.log.Info("pending pull completed", "exec", p.ExecID)
+	w.log.Info("pending pull completed", "exec", done.ExecID)
 }
 
-func (w *Workspace) setPending(p PendingPull) {
+// updatePending replaces the pending record with f(old) and, when it
+// changed, writes the registry. Lock order: m.mu, then stateMu.
+func (w *Workspace) updatePending(f func(old *PendingPull) *PendingPull) error {
+	w.m.mu.Lock()
+	defer w.m.mu.Unlock()
 	w.stateMu.Lock()
-	defer w.stateMu.Unlock()
-	if w.pending == nil {
+	old := w.pending
+	w.pending = f(old)
+	now := w.pending
+	w.stateMu.Unlock()
+	switch {
+	case old == nil && now == nil:
+		return nil
+	case old == nil:
 		metricPending.Inc()
+	case now == nil:
+		metricPending.Dec()
 	}
-	w.pending = &p
+	if w.m.closed {
+		return ErrClosed
+	}
+	if err := w.m.saveLocked(); err != nil {
+		return fmt.Errorf("pending pull: %w", err)
+	}
+	return nil
 }
 
 // Exec runs the seed's exec bracket: push (through the FIFO; a failure
@@ -290,7 +352,9 @@ func (w *Workspace) Exec(ctx context.Context, spec ExecSpec, out func(ExecEvent)
 		return rep, err
 	}
 	err = w.q.do(ctx, func() error {
-		w.retryPending(ctx, r)
+		if err := w.settlePending(ctx, r); err != nil {
+			return err
+		}
 		rep.Pushed, err = w.push(ctx, r)
 		return err
 	})
@@ -311,14 +375,21 @@ func (w *Workspace) Exec(ctx context.Context, spec ExecSpec, out func(ExecEvent)
 
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.m.opts.PullTimeout)
 	defer cancel()
+	ran := false
 	pullErr := w.q.do(pctx, func() error {
 		var err error
-		rep.Pulled, err = w.pull(pctx, r)
+		ran = true
+		rep.Pulled, err = w.pull(pctx, r, PendingPull{ExecID: res.ExecID, RuntimeID: runtime})
 		return err
 	})
 	if pullErr != nil {
 		rep.Sync, rep.SyncError = SyncPending, pullErr.Error()
-		w.setPending(PendingPull{ExecID: res.ExecID, RuntimeID: runtime, Error: pullErr.Error(), Since: time.Now().UTC()})
+		if !ran {
+			// The FIFO turn never came (PullTimeout): pull recorded nothing.
+			if err := w.markPending(PendingPull{ExecID: res.ExecID, RuntimeID: runtime, Error: pullErr.Error(), Since: time.Now().UTC()}); err != nil {
+				rep.SyncError += "; " + err.Error()
+			}
+		}
 	} else {
 		rep.Sync = SyncComplete
 		w.verifyAfterSync(pctx)

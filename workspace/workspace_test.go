@@ -609,3 +609,130 @@ func TestLegacyRegistryTokenFile(t *testing.T) {
 		t.Fatalf("the rewritten registry still names paths:\n%s", b)
 	}
 }
+
+// Issue 9 item 5: after a pull that failed (pending), a push must not
+// replace the container's newer file with the server's older one. The push
+// first completes the pending pull; when that fails again the push fails
+// and the container is not written. The pending record survives a server
+// restart.
+func TestPendingPullFencesPush(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	w := h.ws(t, "default")
+	write(t, w, "/f", "base")
+	_, err := w.Push(ctx)
+	must(t, err)
+	fake := h.remotes.Fake("default")
+	containerF := func() string {
+		t.Helper()
+		b, err := fake.Container.ReadFile(ctx, "f")
+		must(t, err)
+		return string(b)
+	}
+
+	// The command rewrites f in the container; the pull after it fails, and
+	// so does the retry the next push makes.
+	fake.FailPull(errors.New("connection reset"), errors.New("connection reset again"))
+	rep, err := w.Exec(ctx, workspace.ExecSpec{Shell: "write /f container-new"}, nil)
+	must(t, err)
+	if rep.Sync != workspace.SyncPending {
+		t.Fatalf("sync %q, want pending", rep.Sync)
+	}
+	// An API write commits on the server and waits in the push queue.
+	write(t, w, "/f", "server-older")
+
+	_, err = w.Push(ctx)
+	if !errors.Is(err, workspace.ErrPendingPull) || !strings.Contains(err.Error(), "connection reset again") {
+		t.Fatalf("push with a pending pull that fails again: %v, want ErrPendingPull naming the pull's error", err)
+	}
+	if got := workspace.ErrnoName(err); got != "EPENDING" {
+		t.Errorf("errno %s, want EPENDING", got)
+	}
+	if got := containerF(); got != "container-new" {
+		t.Fatalf("the fenced push wrote the container: f = %q", got)
+	}
+	if got := read(t, w, "/f"); got != "server-older" {
+		t.Fatalf("the API write was lost on the server: %q", got)
+	}
+	// An exec's push is fenced the same way: nothing is spawned.
+	fake.FailPull(errors.New("still down"))
+	if _, err := w.Exec(ctx, workspace.ExecSpec{Shell: "echo hi"}, nil); !errors.Is(err, workspace.ErrPushFailed) || !errors.Is(err, workspace.ErrPendingPull) {
+		t.Fatalf("exec with a pending pull that fails: %v", err)
+	}
+	if got := containerF(); got != "container-new" {
+		t.Fatalf("the fenced exec wrote the container: f = %q", got)
+	}
+
+	// A restart keeps the record: status shows it, and the fence holds.
+	st, err := w.Status(ctx)
+	must(t, err)
+	before := st.Pending
+	if before == nil || before.ExecID != rep.ExecID {
+		t.Fatalf("pending %+v, want exec %s", before, rep.ExecID)
+	}
+	must(t, h.m.Close())
+	h.m = h.open(t)
+	w = h.ws(t, "default")
+	st, err = w.Status(ctx)
+	must(t, err)
+	if st.Pending == nil || st.Pending.ExecID != before.ExecID || !st.Pending.Since.Equal(before.Since) {
+		t.Fatalf("after restart pending %+v, want %+v", st.Pending, before)
+	}
+	fake = h.remotes.Fake("default")
+	fake.FailPull(errors.New("down after restart"))
+	if _, err := w.Push(ctx); !errors.Is(err, workspace.ErrPendingPull) {
+		t.Fatalf("push after restart: %v, want ErrPendingPull", err)
+	}
+	if got := containerF(); got != "container-new" {
+		t.Fatalf("push after restart wrote the container: f = %q", got)
+	}
+
+	// Once the pull works, the push completes it first: the container's
+	// write reaches the server and nothing of it is lost. (Keeping the
+	// server's concurrent write too is the conflicts issue.)
+	_, err = w.Push(ctx)
+	must(t, err)
+	if got := containerF(); got != "container-new" {
+		t.Fatalf("container f = %q after the push", got)
+	}
+	if got := read(t, w, "/f"); got != "container-new" {
+		t.Fatalf("server f = %q, want the container's write pulled", got)
+	}
+	st, err = w.Status(ctx)
+	must(t, err)
+	if st.Pending != nil {
+		t.Fatalf("still pending: %+v", st.Pending)
+	}
+	must(t, h.m.Close())
+	h.m = h.open(t)
+	st, err = h.ws(t, "default").Status(ctx)
+	must(t, err)
+	if st.Pending != nil {
+		t.Fatalf("pending came back after a restart: %+v", st.Pending)
+	}
+}
+
+// A failed explicit pull leaves the same fence as an exec's: the container
+// may hold changes the server has not seen.
+func TestFailedPullFencesPush(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	w := h.ws(t, "default")
+	_, _ = w.Status(ctx)
+	fake := h.remotes.Fake("default")
+	_, err := fake.Container.WriteFile(ctx, "c", []byte("container"), 0o644)
+	must(t, err)
+	fake.FailPull(errors.New("reset"), errors.New("reset"))
+	if _, err := w.Pull(ctx); err == nil {
+		t.Fatal("pull did not fail")
+	}
+	write(t, w, "/c", "server")
+	if _, err := w.Push(ctx); !errors.Is(err, workspace.ErrPendingPull) {
+		t.Fatalf("push: %v, want ErrPendingPull", err)
+	}
+	b, err := fake.Container.ReadFile(ctx, "c")
+	must(t, err)
+	if string(b) != "container" {
+		t.Fatalf("container c = %q", b)
+	}
+}
