@@ -38,16 +38,29 @@ func seedEntries() []vfs.ChangeEntry {
 func seedRecords() [][]byte {
 	var raw []byte
 	for _, e := range seedEntries() {
-		raw, _ = appendRecord(raw, e)
+		raw, _ = appendRecord(raw, snapRecord{Tag: recEntry, Entry: e})
 	}
-	one, _ := appendRecord(nil, seedEntries()[1])
-	return [][]byte{append([]byte{4}, raw...), append([]byte{1}, one...), {1, 3, 1, 2, 3}}
+	one, _ := appendRecord(nil, snapRecord{Tag: recEntry, Entry: seedEntries()[1]})
+	// A file of five refs split in parts of two: a head and two
+	// continuations, one of them with a hole.
+	c := []byte("fuzz content")
+	big := vfs.ChangeEntry{Kind: vfs.EntryFile, Rev: 5, Path: "big", Mode: 0o644, Chunks: chunkstore.Manifest{
+		{Hash: chunkstore.Sum(c), Size: chunkstore.ChunkSize}, {Hash: chunkstore.Sum(c), Size: chunkstore.ChunkSize},
+		{Size: 3 * chunkstore.ChunkSize}, {Hash: chunkstore.Sum(c), Size: chunkstore.ChunkSize}, {Hash: chunkstore.Sum(c), Size: 12}}}
+	big.Size = big.Chunks.Size()
+	var split []byte
+	parts := splitEntry(big, 2)
+	for _, p := range parts {
+		split, _ = appendRecord(split, p)
+	}
+	return [][]byte{append([]byte{4}, raw...), append([]byte{1}, one...), {1, 3, 1, 2, 3}, append([]byte{byte(len(parts))}, split...),
+		{1, 3, recRefs, 1, 0}, {1, 4, recHead, 0xff, 0x7f}}
 }
 
 func seedPageBodies() [][]byte {
 	var raw []byte
 	for _, e := range seedEntries() {
-		raw, _ = appendRecord(raw, e)
+		raw, _ = appendRecord(raw, snapRecord{Tag: recEntry, Entry: e})
 	}
 	w := writer{}
 	w.uvarint(7)
@@ -119,21 +132,36 @@ func FuzzDecodeRecords(f *testing.F) {
 		if len(b) == 0 {
 			return
 		}
-		es, err := DecodeRecords(b[1:], int(b[0]))
+		recs, err := DecodeRecords(b[1:], int(b[0]))
 		if err != nil {
 			return
 		}
-		for _, e := range es {
-			if err := e.Validate(); err != nil || e.Kind == vfs.EntryDelete {
-				t.Fatalf("accepted entry %+v: %v", e, err)
+		for _, r := range recs {
+			if n := len(r.refs()); n > maxPartRefs {
+				t.Fatalf("accepted a record of %d refs", n)
 			}
-			rec, err := appendRecord(nil, e)
+			switch r.Tag {
+			case recEntry, recHead:
+				if err := r.Entry.Validate(); err != nil || r.Entry.Kind == vfs.EntryDelete {
+					t.Fatalf("accepted entry %+v: %v", r.Entry, err)
+				}
+				if r.Tag == recHead && (r.Entry.Kind != vfs.EntryFile || r.Refs <= len(r.Entry.Chunks) || r.Refs > chunkstore.MaxManifestChunks) {
+					t.Fatalf("accepted head of %d refs for %d", len(r.Entry.Chunks), r.Refs)
+				}
+			case recRefs:
+				if len(r.More) == 0 {
+					t.Fatal("accepted an empty continuation")
+				}
+			default:
+				t.Fatalf("accepted tag %d", r.Tag)
+			}
+			rec, err := appendRecord(nil, r)
 			if err != nil {
 				t.Fatal(err)
 			}
 			back, err := DecodeRecords(rec, 1)
-			if err != nil || back[0].Path != e.Path || !slices.Equal(back[0].Chunks, e.Chunks) {
-				t.Fatalf("re-decode %q: %v", e.Path, err)
+			if err != nil || back[0].Tag != r.Tag || back[0].Entry.Path != r.Entry.Path || back[0].Refs != r.Refs || !slices.Equal(back[0].refs(), r.refs()) {
+				t.Fatalf("re-decode %+v: %v", r, err)
 			}
 		}
 	})

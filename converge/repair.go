@@ -343,7 +343,7 @@ func chunkHashes(es []vfs.ChangeEntry) []chunkstore.Hash {
 	var out []chunkstore.Hash
 	for _, e := range es {
 		for _, r := range e.Chunks {
-			if isHole(r) {
+			if r.IsHole() {
 				continue
 			}
 			if !seen[r.Hash] {
@@ -387,6 +387,3 @@ func baseOf(p string) string {
 	}
 	return p
 }
-
-// isHole reports a hole ref (the all-zero hash): zeros, nothing stored.
-func isHole(r chunkstore.Ref) bool { return r.Hash == (chunkstore.Hash{}) }

@@ -3,6 +3,7 @@ package converge
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"runtime"
 	"sync"
@@ -67,46 +68,198 @@ func unzstd(z []byte, raw, max int) ([]byte, error) {
 	return out, nil
 }
 
-// A page's raw payload is a run of records, each length-framed:
+// A page's raw payload is a run of records, each length-framed and tagged:
 //
-//	uvarint(len) || one entry-stream message holding one entry (syncwire.AppendEntries)
+//	uvarint(len) || recEntry || one entry-stream message holding one live entry
+//	uvarint(len) || recHead  || uvarint(refs) || entry message of a file with its first refs
+//	uvarint(len) || recRefs  || uvarint(n) || n × (hash || uvarint(size))
 //
-// so a record's decode is bounded by its own frame.
+// A file of more than maxPartRefs refs is split: a head record carrying
+// its first maxPartRefs refs and the file's whole ref count, then
+// continuation records of at most maxPartRefs refs each, which may run
+// over several pages. So no record is larger than maxRecordLen, whatever
+// the file's size, and a record's decode is bounded by its own frame.
+
+// Record tags.
+const (
+	recEntry byte = iota
+	recHead
+	recRefs
+)
+
+const (
+	// maxPartRefs bounds the refs of one record (about 344 KiB of them).
+	maxPartRefs = 8192
+	// maxRecordLen bounds one record's encoding.
+	maxRecordLen = 128 + vfs.MaxPathLen + vfs.MaxTargetLen + 43*maxPartRefs
+	// minRefSize is the smallest encoded ref: hash and a one-byte size.
+	minRefSize = 33
+)
+
+// snapRecord is one decoded record.
+type snapRecord struct {
+	Tag byte
+	// Entry: the entry of a recEntry or recHead (a head's Chunks are the
+	// file's first refs, its Size theirs).
+	Entry vfs.ChangeEntry
+	// Refs: a head's whole ref count.
+	Refs int
+	// More: a continuation's refs.
+	More chunkstore.Manifest
+}
+
+// refs returns the refs the record carries.
+func (r *snapRecord) refs() chunkstore.Manifest {
+	if r.Tag == recRefs {
+		return r.More
+	}
+	return r.Entry.Chunks
+}
+
+// appendRecordBody appends a record's tag and body (no length frame).
+func appendRecordBody(b []byte, rec snapRecord) ([]byte, error) {
+	b = append(b, rec.Tag)
+	switch rec.Tag {
+	case recHead:
+		b = binary.AppendUvarint(b, uint64(rec.Refs))
+		fallthrough
+	case recEntry:
+		return syncwire.AppendEntries(b, []vfs.ChangeEntry{rec.Entry})
+	case recRefs:
+		return chunkstore.AppendManifest(b, rec.More), nil
+	}
+	return b, fmt.Errorf("record tag %d: %w", rec.Tag, vfs.ErrInvalid)
+}
 
 // appendRecord appends one length-framed record.
-func appendRecord(b []byte, e vfs.ChangeEntry) ([]byte, error) {
-	rec, err := syncwire.AppendEntries(nil, []vfs.ChangeEntry{e})
+func appendRecord(b []byte, rec snapRecord) ([]byte, error) {
+	body, err := appendRecordBody(nil, rec)
 	if err != nil {
 		return b, err
 	}
 	w := writer{b: b}
-	w.uvarint(uint64(len(rec)))
-	return append(w.b, rec...), nil
+	w.uvarint(uint64(len(body)))
+	return append(w.b, body...), nil
 }
 
-// DecodeRecords decodes a page's raw payload of n records. Each record is
-// one valid non-delete entry.
-func DecodeRecords(p []byte, n int) ([]vfs.ChangeEntry, error) {
+// splitEntry returns e's records: one, or for a file of more than
+// partRefs refs a head and its continuations.
+func splitEntry(e vfs.ChangeEntry, partRefs int) []snapRecord {
+	if len(e.Chunks) <= partRefs {
+		return []snapRecord{{Tag: recEntry, Entry: e}}
+	}
+	all := e.Chunks
+	head := e
+	head.Chunks = all[:partRefs:partRefs]
+	head.Size = head.Chunks.Size()
+	out := []snapRecord{{Tag: recHead, Entry: head, Refs: len(all)}}
+	for i := partRefs; i < len(all); i += partRefs {
+		out = append(out, snapRecord{Tag: recRefs, More: all[i:min(i+partRefs, len(all)):min(i+partRefs, len(all))]})
+	}
+	return out
+}
+
+// recordCount is how many records an entry of n refs takes.
+func recordCount(n, partRefs int) int {
+	if n <= partRefs {
+		return 1
+	}
+	return (n + partRefs - 1) / partRefs
+}
+
+// decodeRecordBody decodes one record's tag and body. Each record is
+// checked on its own: a valid live entry, a head's count at least its refs
+// and at most MaxManifestChunks, a continuation of 1..maxPartRefs refs.
+// That the parts of a file follow each other is checked where the records
+// are put together (stagedRoot).
+func decodeRecordBody(b []byte) (snapRecord, error) {
+	r := reader{b: b}
+	rec := snapRecord{Tag: r.byte()}
+	if r.err != nil {
+		return rec, r.err
+	}
+	switch rec.Tag {
+	case recHead:
+		rec.Refs = int(r.bounded("file refs", chunkstore.MaxManifestChunks))
+		if r.err != nil {
+			return rec, r.err
+		}
+		fallthrough
+	case recEntry:
+		es, err := syncwire.DecodeEntries(r.b)
+		if err != nil {
+			return rec, errAsMalformed(err)
+		}
+		if len(es) != 1 || es[0].Kind == vfs.EntryDelete {
+			return rec, malformed("not one live entry")
+		}
+		rec.Entry = es[0]
+		if n := len(rec.Entry.Chunks); n > maxPartRefs {
+			return rec, malformed("record of %d refs exceeds %d", n, maxPartRefs)
+		}
+		if rec.Tag == recHead && (rec.Entry.Kind != vfs.EntryFile || len(rec.Entry.Chunks) == 0 || rec.Refs <= len(rec.Entry.Chunks)) {
+			return rec, malformed("head of %d refs for a file of %d", len(rec.Entry.Chunks), rec.Refs)
+		}
+	case recRefs:
+		n := r.count("refs", maxPartRefs, minRefSize)
+		if r.err == nil && n == 0 {
+			r.fail("empty continuation")
+		}
+		if r.err != nil {
+			return rec, r.err
+		}
+		rec.More = make(chunkstore.Manifest, n)
+		for i := range rec.More {
+			rec.More[i].Hash = chunkstore.Hash(r.hash())
+			rec.More[i].Size = uint32(r.bounded("ref size", 1<<32-1))
+			if r.err == nil && rec.More[i].Size == 0 {
+				r.fail("empty ref")
+			}
+		}
+		if err := r.done(); err != nil {
+			return rec, err
+		}
+	default:
+		return rec, malformed("record tag %d", rec.Tag)
+	}
+	return rec, nil
+}
+
+// DecodeRecords decodes a page's raw payload of n records.
+func DecodeRecords(p []byte, n int) ([]snapRecord, error) {
 	if n < 0 || n > MaxPageRecords {
 		return nil, malformed("%d records in a page", n)
 	}
 	r := reader{b: p}
-	out := make([]vfs.ChangeEntry, 0, min(n, len(p)/8))
+	out := make([]snapRecord, 0, min(n, len(p)/8))
 	for i := range n {
-		rec := r.bytes("record", vfs.MaxPathLen+64+43*chunkstore.MaxManifestChunks)
+		b := r.bytes("record", maxRecordLen)
 		if r.err != nil {
 			return nil, r.err
 		}
-		es, err := syncwire.DecodeEntries(rec)
+		rec, err := decodeRecordBody(b)
 		if err != nil {
-			return nil, fmt.Errorf("record %d: %w", i, errAsMalformed(err))
+			return nil, fmt.Errorf("record %d: %w", i, err)
 		}
-		if len(es) != 1 || es[0].Kind == vfs.EntryDelete {
-			return nil, malformed("record %d: not one live entry", i)
-		}
-		out = append(out, es[0])
+		out = append(out, rec)
 	}
 	return out, r.done()
+}
+
+// recordHashes is the union of the records' data chunk hashes, in
+// first-use order (holes left out).
+func recordHashes(recs []snapRecord) []chunkstore.Hash {
+	seen := map[chunkstore.Hash]bool{}
+	var out []chunkstore.Hash
+	for i := range recs {
+		for _, r := range recs[i].refs() {
+			if !r.IsHole() && !seen[r.Hash] {
+				seen[r.Hash] = true
+				out = append(out, r.Hash)
+			}
+		}
+	}
+	return out
 }
 
 // errAsMalformed keeps an error's text but makes it ErrMalformed.
@@ -171,12 +324,14 @@ type BootstrapOptions struct {
 	// Peer names the local watermarks kept for the peer.
 	Peer string
 	// Progress, if set, is called after each page the peer staged with
-	// the records staged so far and the total.
+	// the records staged so far and the total (a file of more than
+	// maxPartRefs refs takes several records).
 	Progress func(staged, total int)
 
 	// For tests: a page size other than pageTarget, and a root to declare
 	// instead of ours.
 	pageBytes int
+	partRefs  int
 	claim     *Hash
 	noCommit  bool
 }
@@ -185,7 +340,7 @@ type BootstrapOptions struct {
 type BootstrapReport struct {
 	Root  Hash
 	Rev   int64 // the local rev the snapshot is of
-	Total int   // records in the snapshot
+	Total int   // records in the snapshot (one per entry, more for a file of many refs)
 	// ResumedAt is the record the peer had staged already (0: a fresh
 	// start), Sent the records this call sent.
 	ResumedAt, Sent int
@@ -228,7 +383,24 @@ func Bootstrap(ctx context.Context, local *vfs.Store, sess *syncwire.Session, op
 	}
 	recs := make([]rec, 0, t.Len())
 	t.walk(func(p string, n *node) error { recs = append(recs, rec{p, n}); return nil })
-	rep.Root, rep.Rev, rep.Total = t.Root, t.Rev, len(recs)
+	partRefs := maxPartRefs
+	if opts.partRefs > 0 {
+		partRefs = opts.partRefs
+	}
+	// Records: one per entry, more for a file of many refs. The count is
+	// read off each manifest's encoded length.
+	parts := func(n *node) int {
+		if n.Kind != vfs.KindFile {
+			return 1
+		}
+		refs, _ := binary.Uvarint(n.manifest)
+		return recordCount(int(min(refs, chunkstore.MaxManifestChunks)), partRefs)
+	}
+	total := 0
+	for _, r := range recs {
+		total += parts(r.n)
+	}
+	rep.Root, rep.Rev, rep.Total = t.Root, t.Rev, total
 
 	declared := t.Root
 	if opts.claim != nil {
@@ -238,43 +410,69 @@ func Bootstrap(ctx context.Context, local *vfs.Store, sess *syncwire.Session, op
 	if opts.pageBytes > 0 {
 		pageBytes = opts.pageBytes
 	}
-	next, err := snapBegin(ctx, sess, &st, declared, t.Rev, len(recs))
+	next, err := snapBegin(ctx, sess, &st, declared, t.Rev, total)
 	if err != nil {
 		return rep, fmt.Errorf("bootstrap: %w", err)
 	}
 	rep.ResumedAt = next
-	for i := next; i < len(recs); {
-		var raw []byte
-		var es []vfs.ChangeEntry
-		for j := i; j < len(recs) && len(es) < MaxPageRecords && len(raw) < pageBytes; j++ {
-			e, err := recs[j].n.entry(recs[j].path, t.Rev)
-			if err != nil {
-				return rep, fmt.Errorf("bootstrap: %w", err)
-			}
-			if raw, err = appendRecord(raw, e); err != nil {
-				return rep, fmt.Errorf("bootstrap: %w", err)
-			}
-			es = append(es, e)
-		}
-		if err := sendChunks(ctx, sess, &st, local, es, &rep); err != nil {
+	// Find the entry and part the peer resumes at.
+	ei, part := 0, next
+	for ei < len(recs) && part >= parts(recs[ei].n) {
+		part -= parts(recs[ei].n)
+		ei++
+	}
+	var pending []snapRecord // the current entry's records not sent yet
+	if ei < len(recs) {
+		e, err := recs[ei].n.entry(recs[ei].path, t.Rev)
+		if err != nil {
 			return rep, fmt.Errorf("bootstrap: %w", err)
 		}
-		staged, total, z, err := snapPage(ctx, sess, &st, i, len(es), raw)
+		pending = splitEntry(e, partRefs)[part:]
+		ei++
+	}
+	for i := next; i < total; {
+		var raw []byte
+		var page []snapRecord
+		for len(page) < MaxPageRecords && len(raw) < pageBytes {
+			if len(pending) == 0 {
+				if ei == len(recs) {
+					break
+				}
+				e, err := recs[ei].n.entry(recs[ei].path, t.Rev)
+				if err != nil {
+					return rep, fmt.Errorf("bootstrap: %w", err)
+				}
+				pending = splitEntry(e, partRefs)
+				ei++
+			}
+			if raw, err = appendRecord(raw, pending[0]); err != nil {
+				return rep, fmt.Errorf("bootstrap: %w", err)
+			}
+			page = append(page, pending[0])
+			pending = pending[1:]
+		}
+		if len(page) == 0 {
+			return rep, fmt.Errorf("bootstrap: records end at %d of %d", i, total)
+		}
+		if err := sendChunks(ctx, sess, &st, local, recordHashes(page), &rep); err != nil {
+			return rep, fmt.Errorf("bootstrap: %w", err)
+		}
+		staged, peerTotal, z, err := snapPage(ctx, sess, &st, i, len(page), raw)
 		if err != nil {
 			return rep, fmt.Errorf("bootstrap: %w", err)
 		}
 		crashpoint.Hit("converge.snapshot.paged")
 		rep.Pages++
-		rep.Sent += len(es)
-		metricSnapshotRecords.WithLabelValues("sent").Add(float64(len(es)))
+		rep.Sent += len(page)
+		metricSnapshotRecords.WithLabelValues("sent").Add(float64(len(page)))
 		rep.RawBytes += int64(len(raw))
 		rep.PageBytes += int64(z)
-		i += len(es)
-		if staged != i || total != len(recs) {
-			return rep, fmt.Errorf("bootstrap: %w", malformed("peer staged %d of %d, expected %d of %d", staged, total, i, len(recs)))
+		i += len(page)
+		if staged != i || peerTotal != total {
+			return rep, fmt.Errorf("bootstrap: %w", malformed("peer staged %d of %d, expected %d of %d", staged, peerTotal, i, total))
 		}
 		if opts.Progress != nil {
-			opts.Progress(staged, total)
+			opts.Progress(staged, peerTotal)
 		}
 	}
 	if opts.noCommit {
@@ -301,8 +499,7 @@ func Bootstrap(ctx context.Context, local *vfs.Store, sess *syncwire.Session, op
 
 // sendChunks probes the peer for the page's chunks and sends the missing
 // ones into its staging.
-func sendChunks(ctx context.Context, sess *syncwire.Session, st *callStats, local *vfs.Store, es []vfs.ChangeEntry, rep *BootstrapReport) error {
-	need := chunkHashes(es)
+func sendChunks(ctx context.Context, sess *syncwire.Session, st *callStats, local *vfs.Store, need []chunkstore.Hash, rep *BootstrapReport) error {
 	for len(need) > 0 {
 		part := need[:min(len(need), syncwire.MaxHashes)]
 		need = need[len(part):]

@@ -151,14 +151,14 @@ func TestSnapshotCorruptPageRefused(t *testing.T) {
 		}
 		e, err := nd.entry(p, tree.Rev)
 		must(t, err)
-		raw, err = appendRecord(raw, e)
+		raw, err = appendRecord(raw, snapRecord{Tag: recEntry, Entry: e})
 		must(t, err)
 		es = append(es, e)
 		n++
 		return nil
 	})
 	var rep BootstrapReport
-	must(t, sendChunks(ctx, sess, &st, server, es, &rep))
+	must(t, sendChunks(ctx, sess, &st, server, chunkHashes(es), &rep))
 	send := func(body []byte) error {
 		_, err := call(ctx, sess, &st, MethodSnapPage, body)
 		return err
@@ -215,7 +215,7 @@ func TestSnapshotCorruptPageRefused(t *testing.T) {
 	must(t, err)
 	es2, err := other.EntriesAt(ctx, []string{"unsent"})
 	must(t, err)
-	raw2, err := appendRecord(nil, es2[0])
+	raw2, err := appendRecord(nil, snapRecord{Tag: recEntry, Entry: es2[0]})
 	must(t, err)
 	if err := send(page(0, 1, raw2, nil)); !errors.Is(err, chunkstore.ErrUnknownHash) {
 		t.Errorf("page with unsent chunks: err = %v, want EUNKNOWN_HASH", err)

@@ -2,9 +2,12 @@ package converge
 
 import (
 	"context"
+	"crypto/sha256"
 	"database/sql"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"net/url"
 	"os"
@@ -34,10 +37,22 @@ type snapReceiver struct {
 	db *sql.DB
 }
 
+// stagingVersion is the staging format (PRAGMA user_version): a staging
+// database of another version is dropped and the snapshot starts over.
+// Version 2: records are tagged snapshot records (a file of many refs
+// takes several rows, continuations without a path).
+const stagingVersion = 2
+
 const stagingSchema = `
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value ANY) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS records(seq INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE, entry BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS records(seq INTEGER PRIMARY KEY, path TEXT UNIQUE, record BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS chunks(hash BLOB PRIMARY KEY, data BLOB NOT NULL) WITHOUT ROWID;
+`
+
+const stagingDrop = `
+DROP TABLE IF EXISTS meta;
+DROP TABLE IF EXISTS records;
+DROP TABLE IF EXISTS chunks;
 `
 
 // StagingPath is where the snapshot staging database of a store lives.
@@ -66,7 +81,18 @@ func (s *snapReceiver) open(ctx context.Context) (*sql.DB, error) {
 	db.SetMaxIdleConns(1)
 	db.SetConnMaxLifetime(0)
 	db.SetConnMaxIdleTime(0)
-	if _, err := db.ExecContext(ctx, stagingSchema); err != nil {
+	var version int
+	if err := db.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&version); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("snapshot staging: %w", err)
+	}
+	if version != stagingVersion {
+		if _, err := db.ExecContext(ctx, stagingDrop); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("snapshot staging: %w", err)
+		}
+	}
+	if _, err := db.ExecContext(ctx, stagingSchema+fmt.Sprintf("PRAGMA user_version = %d;", stagingVersion)); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("snapshot staging: %w", err)
 	}
@@ -305,11 +331,11 @@ func (s *snapReceiver) objects(ctx context.Context, c *syncwire.Incoming) error 
 
 // page stages one page of records: first, count, raw length, zstd bytes.
 func (s *snapReceiver) page(ctx context.Context, c *syncwire.Incoming) error {
-	first, es, err := DecodePage(c.Body)
+	first, recs, err := DecodePage(c.Body)
 	if err != nil {
 		return err
 	}
-	n := len(es)
+	n := len(recs)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	db, m, err := s.staging(ctx)
@@ -327,8 +353,8 @@ func (s *snapReceiver) page(ctx context.Context, c *syncwire.Incoming) error {
 		return malformed("page runs to record %d of %d", first+n, m.total)
 	}
 	// Every chunk a record names must be here before the record is: the
-	// staged count then implies the bytes too.
-	need := chunkHashes(es)
+	// staged count then implies the bytes too. Holes name no chunk.
+	need := recordHashes(recs)
 	for start := 0; start < len(need); start += syncwire.MaxHashes {
 		part := need[start:min(start+syncwire.MaxHashes, len(need))]
 		bits, err := s.stagedHas(ctx, db, part)
@@ -344,14 +370,18 @@ func (s *snapReceiver) page(ctx context.Context, c *syncwire.Incoming) error {
 		return err
 	}
 	defer tx.Rollback()
-	for i, e := range es {
-		rec, err := syncwire.AppendEntries(nil, []vfs.ChangeEntry{e})
+	for i, rec := range recs {
+		b, err := appendRecordBody(nil, rec)
 		if err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO records(seq, path, entry) VALUES(?, ?, ?)`, first+i, e.Path, rec); err != nil {
+		var path any
+		if rec.Tag != recRefs {
+			path = rec.Entry.Path
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO records(seq, path, record) VALUES(?, ?, ?)`, first+i, path, b); err != nil {
 			if strings.Contains(err.Error(), "UNIQUE") {
-				return malformed("record %d: path %q staged twice", first+i, e.Path)
+				return malformed("record %d: path %q staged twice", first+i, rec.Entry.Path)
 			}
 			return err
 		}
@@ -370,7 +400,7 @@ func (s *snapReceiver) page(ctx context.Context, c *syncwire.Incoming) error {
 // then its records (see DecodeRecords).
 //
 //	uvarint(first) uvarint(count) uvarint(raw length) zstd(records)
-func DecodePage(p []byte) (int, []vfs.ChangeEntry, error) {
+func DecodePage(p []byte) (int, []snapRecord, error) {
 	r := reader{b: p}
 	first := int(r.bounded("first record", MaxSnapshotRecords))
 	n := int(r.bounded("records", MaxPageRecords))
@@ -382,11 +412,11 @@ func DecodePage(p []byte) (int, []vfs.ChangeEntry, error) {
 	if err != nil {
 		return 0, nil, fmt.Errorf("snapshot page at %d: %w", first, err)
 	}
-	es, err := DecodeRecords(b, n)
+	recs, err := DecodeRecords(b, n)
 	if err != nil {
 		return 0, nil, fmt.Errorf("snapshot page at %d: %w", first, err)
 	}
-	return first, es, nil
+	return first, recs, nil
 }
 
 // commit checks the staged tree against the declared root and installs it.
@@ -451,8 +481,8 @@ func (s *snapReceiver) commit(ctx context.Context, c *syncwire.Incoming) error {
 }
 
 // stagedRecords calls fn for each staged record in order.
-func stagedRecords(ctx context.Context, db *sql.DB, fn func(seq int, e vfs.ChangeEntry) error) error {
-	rows, err := db.QueryContext(ctx, `SELECT seq, entry FROM records ORDER BY seq`)
+func stagedRecords(ctx context.Context, db *sql.DB, fn func(seq int, rec snapRecord) error) error {
+	rows, err := db.QueryContext(ctx, `SELECT seq, record FROM records ORDER BY seq`)
 	if err != nil {
 		return err
 	}
@@ -463,20 +493,81 @@ func stagedRecords(ctx context.Context, db *sql.DB, fn func(seq int, e vfs.Chang
 		if err := rows.Scan(&seq, &b); err != nil {
 			return err
 		}
-		es, err := syncwire.DecodeEntries(b)
-		if err != nil || len(es) != 1 {
-			return malformed("staged record %d does not decode", seq)
+		rec, err := decodeRecordBody(b)
+		if err != nil {
+			return malformed("staged record %d does not decode: %v", seq, err)
 		}
-		if err := fn(seq, es[0]); err != nil {
+		if err := fn(seq, rec); err != nil {
 			return err
 		}
 	}
 	return rows.Err()
 }
 
+// fileParts follows the records of a file split over several: they must
+// come in one run, head first, adding up to the head's count, every ref
+// valid where it stands (checked ref by ref, as chunkstore's Validate
+// would check the whole manifest, without holding it).
+type fileParts struct {
+	open  bool
+	path  string
+	want  int   // refs the head declared
+	got   int   // refs seen
+	size  int64 // bytes they cover
+	prev  chunkstore.Ref
+	onRef func(r chunkstore.Ref)
+}
+
+// start begins a file from its head record.
+func (f *fileParts) start(rec *snapRecord) error {
+	*f = fileParts{open: true, path: rec.Entry.Path, want: rec.Refs, onRef: f.onRef}
+	return f.add(rec.Entry.Chunks)
+}
+
+// add takes the next refs of the open file; it reports whether they close
+// it.
+func (f *fileParts) add(refs chunkstore.Manifest) error {
+	if !f.open {
+		return malformed("refs continue no file")
+	}
+	if f.got+len(refs) > f.want {
+		return malformed("%q: more than its %d refs", f.path, f.want)
+	}
+	for _, r := range refs {
+		if f.got > 0 {
+			// The previous ref is not the last: check it as such.
+			if err := (chunkstore.Manifest{f.prev, {Hash: chunkstore.Hash{1}, Size: 1}}).Validate(); err != nil {
+				return malformed("%q: ref %d: %v", f.path, f.got-1, err)
+			}
+		}
+		f.size += int64(r.Size)
+		if f.size > maxFileBytes {
+			return malformed("%q: more than %d bytes", f.path, int64(maxFileBytes))
+		}
+		f.prev = r
+		f.got++
+		if f.onRef != nil {
+			f.onRef(r)
+		}
+	}
+	if f.got == f.want {
+		if err := (chunkstore.Manifest{f.prev}).Validate(); err != nil {
+			return malformed("%q: last ref: %v", f.path, err)
+		}
+		f.open = false
+	}
+	return nil
+}
+
+// maxFileBytes is the largest file a manifest may describe.
+const maxFileBytes = int64(chunkstore.MaxManifestChunks) * chunkstore.ChunkSize
+
 // stagedRoot rebuilds the Merkle root of the staged records. Records come
-// parents first; a record whose parent is not a staged directory, or a
-// path staged twice, is malformed.
+// parents first; a record whose parent is not a staged directory, a path
+// staged twice, or the parts of a split file out of their run, is
+// malformed. A split file's content hash is computed as its parts stream
+// by (sha256 of the manifest's encoding: count, then the refs), so the
+// check holds no manifest whole.
 func stagedRoot(ctx context.Context, db *sql.DB) (Hash, error) {
 	type sdir struct {
 		kids []Child
@@ -484,7 +575,31 @@ func stagedRoot(ctx context.Context, db *sql.DB) (Hash, error) {
 	}
 	root := &sdir{subs: map[string]*sdir{}}
 	dirs := map[string]*sdir{"": root}
-	err := stagedRecords(ctx, db, func(seq int, e vfs.ChangeEntry) error {
+	var split fileParts
+	var splitHash hash.Hash
+	var splitDir *sdir
+	var splitChild Child
+	var refBuf []byte
+	split.onRef = func(r chunkstore.Ref) {
+		refBuf = append(refBuf[:0], r.Hash[:]...)
+		refBuf = binary.AppendUvarint(refBuf, uint64(r.Size))
+		splitHash.Write(refBuf)
+	}
+	err := stagedRecords(ctx, db, func(seq int, rec snapRecord) error {
+		if rec.Tag == recRefs {
+			if err := split.add(rec.More); err != nil {
+				return fmt.Errorf("record %d: %w", seq, err)
+			}
+			if !split.open {
+				splitHash.Sum(splitChild.Hash[:0])
+				splitDir.kids = append(splitDir.kids, splitChild)
+			}
+			return nil
+		}
+		if split.open {
+			return malformed("record %d: %q ends before its %d refs", seq, split.path, split.want)
+		}
+		e := &rec.Entry
 		d := dirs[parentOf(e.Path)]
 		if d == nil {
 			return malformed("record %d: parent of %q is not a staged directory", seq, e.Path)
@@ -493,6 +608,15 @@ func stagedRoot(ctx context.Context, db *sql.DB) (Hash, error) {
 		switch e.Kind {
 		case vfs.EntryFile:
 			c.Kind = vfs.KindFile
+			if rec.Tag == recHead {
+				splitHash = sha256.New()
+				splitHash.Write(binary.AppendUvarint(nil, uint64(rec.Refs)))
+				splitDir, splitChild = d, c
+				if err := split.start(&rec); err != nil {
+					return fmt.Errorf("record %d: %w", seq, err)
+				}
+				return nil
+			}
 			c.Hash = sha256Sum(chunkstore.AppendManifest(nil, e.Chunks))
 		case vfs.EntrySymlink:
 			c.Kind = vfs.KindSymlink
@@ -511,6 +635,9 @@ func stagedRoot(ctx context.Context, db *sql.DB) (Hash, error) {
 	})
 	if err != nil {
 		return Hash{}, err
+	}
+	if split.open {
+		return Hash{}, malformed("%q ends before its %d refs", split.path, split.want)
 	}
 	var fold func(d *sdir) (Hash, error)
 	fold = func(d *sdir) (Hash, error) {
@@ -567,14 +694,14 @@ func (s *snapReceiver) install(ctx context.Context, db *sql.DB, m stagedMeta) er
 	}
 	ws.AppliedPush, ws.Fetch = watermark.At(m.rev), watermark.At(m.rev)
 	for seq := 0; seq < m.total; {
-		batch, err := stagedBatch(ctx, db, seq, installBatch)
+		batch, next, err := stagedBatch(ctx, db, seq, installBatch)
 		if err != nil {
 			return err
 		}
 		if len(batch) == 0 {
 			return malformed("staged records end at %d of %d", seq, m.total)
 		}
-		seq += len(batch)
+		seq = next
 		if err := s.applyStaged(ctx, db, batch, m, &ws, seq == m.total); err != nil {
 			return err
 		}
@@ -585,28 +712,78 @@ func (s *snapReceiver) install(ctx context.Context, db *sql.DB, m stagedMeta) er
 	return nil
 }
 
-// stagedBatch reads up to n staged records from seq on.
-func stagedBatch(ctx context.Context, db *sql.DB, seq, n int) ([]vfs.ChangeEntry, error) {
-	rows, err := db.QueryContext(ctx, `SELECT seq, entry FROM records WHERE seq >= ? ORDER BY seq LIMIT ?`, seq, n)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
+// stagedBatch reads the entries of up to n staged records from seq on,
+// putting a split file's parts back together (a batch then reads past n
+// records to finish its last file; it stops after the file once it holds
+// installRefs refs). It returns the entries and the record after them.
+func stagedBatch(ctx context.Context, db *sql.DB, seq, n int) ([]vfs.ChangeEntry, int, error) {
 	var out []vfs.ChangeEntry
-	for rows.Next() {
-		var got int
-		var b []byte
-		if err := rows.Scan(&got, &b); err != nil {
-			return nil, err
+	var split fileParts
+	refs := 0
+	for {
+		rows, err := db.QueryContext(ctx, `SELECT seq, record FROM records WHERE seq >= ? ORDER BY seq LIMIT ?`, seq, n)
+		if err != nil {
+			return nil, seq, err
 		}
-		es, err := syncwire.DecodeEntries(b)
-		if err != nil || len(es) != 1 || got != seq+len(out) {
-			return nil, malformed("staged record %d does not decode", got)
+		read := 0
+		for rows.Next() {
+			var got int
+			var b []byte
+			if err := rows.Scan(&got, &b); err != nil {
+				rows.Close()
+				return nil, seq, err
+			}
+			rec, err := decodeRecordBody(b)
+			if err != nil || got != seq {
+				rows.Close()
+				return nil, seq, malformed("staged record %d does not decode", got)
+			}
+			switch {
+			case rec.Tag == recRefs:
+				if err = split.add(rec.More); err == nil {
+					last := &out[len(out)-1]
+					last.Chunks = append(last.Chunks, rec.More...)
+					last.Size = last.Chunks.Size()
+				}
+			case split.open:
+				err = malformed("staged %q ends before its %d refs", split.path, split.want)
+			case rec.Tag == recHead:
+				err = split.start(&rec)
+				e := rec.Entry
+				e.Chunks = make(chunkstore.Manifest, 0, rec.Refs)
+				e.Chunks = append(e.Chunks, rec.Entry.Chunks...)
+				out = append(out, e)
+			default:
+				out = append(out, rec.Entry)
+			}
+			if err != nil {
+				rows.Close()
+				return nil, seq, fmt.Errorf("staged record %d: %w", got, err)
+			}
+			refs += len(rec.refs())
+			seq++
+			read++
+			if !split.open && (len(out) >= n || refs >= installRefs) {
+				rows.Close()
+				return out, seq, nil
+			}
 		}
-		out = append(out, es[0])
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, seq, err
+		}
+		if read == 0 {
+			if split.open {
+				return nil, seq, malformed("staged %q ends before its %d refs", split.path, split.want)
+			}
+			return out, seq, nil
+		}
 	}
-	return out, rows.Err()
 }
+
+// installRefs is where an install batch is cut by refs, so a batch of many
+// large files holds no more than about this many refs beyond its last file.
+const installRefs = 1 << 16
 
 // applyStaged applies one batch of staged records with the chunks it needs
 // from staging; the last batch writes the watermarks in its transaction.
