@@ -58,6 +58,11 @@ const (
 	stressSharedNames    = 6
 	stressRecordLen      = 64
 	stressLog            = "shared/append.log"
+	// stressBlocks is a file every worker writes at once, each in its
+	// own region; the regions straddle chunk boundaries, so workers share
+	// chunks.
+	stressBlocks = "shared/blocks"
+	stressRegion = 300 << 10
 )
 
 func init() { helpers["stress"] = helperStress }
@@ -130,10 +135,17 @@ func TestStressProcesses(t *testing.T) {
 
 	// What the logs imply.
 	want := stressExpect{private: map[string]stressEntry{}, published: map[string]bool{}, records: map[string]int{}}
+	var blocks []byte // the blocks file as the workers' regions imply
 	for w := range workers {
 		var res stressResult
 		if err := json.Unmarshal(bytes.TrimSpace(lastLine(outs[w].Bytes())), &res); err != nil {
 			t.Fatalf("worker %d result: %v\n%s", w, err, outs[w])
+		}
+		if len(res.Region) > 0 {
+			if end := w*stressRegion + len(res.Region); end > len(blocks) {
+				blocks = append(blocks, make([]byte, end-len(blocks))...)
+			}
+			copy(blocks[w*stressRegion:], res.Region)
 		}
 		for p, e := range res.Private {
 			want.private[p] = stressEntry{Kind: e.Kind, Sha: e.Sha, Group: fmt.Sprintf("w%d.%d", w, e.Group)}
@@ -144,7 +156,8 @@ func TestStressProcesses(t *testing.T) {
 	for w := range workers {
 		t.Logf("%s", bytes.SplitN(outs[w].Bytes(), []byte("\n"), 2)[0])
 	}
-	if len(want.published) == 0 || len(want.records) == 0 || len(want.private) < workers {
+	want.blocks = blocks
+	if len(want.published) == 0 || len(want.records) == 0 || len(want.private) < workers || len(blocks) == 0 {
 		t.Fatalf("the workers did too little to check: %d versions published, %d records, %d private names",
 			len(want.published), len(want.records), len(want.private))
 	}
@@ -191,12 +204,16 @@ type stressResult struct {
 		Sha   string
 		Group int
 	}
+	// Region is the worker's region of the shared blocks file as it
+	// wrote it, up to its last written byte.
+	Region []byte
 }
 
 type stressExpect struct {
 	private   map[string]stressEntry
 	published map[string]bool // "w.v"
 	records   map[string]int  // append log records, counted
+	blocks    []byte          // the blocks file
 }
 
 // readStressLog reads a worker's log of successful operations: publish
@@ -291,6 +308,14 @@ func checkStressTree(t *testing.T, what string, got map[string]stressEntry, want
 	var records []string
 	for p, g := range got {
 		if !strings.HasPrefix(p, "shared/") || g.Kind != "file" {
+			continue
+		}
+		if p == stressBlocks {
+			if !bytes.Equal(g.Data, want.blocks) {
+				i := firstDiff(g.Data, want.blocks)
+				t.Errorf("%s: %s differs from the workers' regions: %d bytes, want %d; first difference at %d (region of worker %d)",
+					what, p, len(g.Data), len(want.blocks), i, i/stressRegion)
+			}
 			continue
 		}
 		if p == stressLog {
@@ -560,6 +585,7 @@ type stressWorker struct {
 	files   map[string]*pfile // private names
 	dirs    map[string]bool   // private directories
 	nextID  int
+	region  []byte
 	version int
 	seq     int
 	recent  []string
@@ -616,6 +642,7 @@ func helperStress(args []string) error {
 			Group int
 		}{Kind: "file", Sha: sha(f.data), Group: f.id}
 	}
+	res.Region = x.region
 	b, err := json.Marshal(res)
 	if err != nil {
 		return err
@@ -708,8 +735,10 @@ func (x *stressWorker) step() error {
 		return x.verifyOne()
 	case r < 78:
 		return x.publish()
-	case r < 86:
+	case r < 82:
 		return x.appendLog()
+	case r < 88:
+		return x.writeBlock()
 	default:
 		return x.sharedOp()
 	}
@@ -996,6 +1025,43 @@ func (x *stressWorker) publish() error {
 		return nil
 	}
 	x.done("publish", "%s %d.%d", to, x.w, v)
+	return nil
+}
+
+// writeBlock writes part of the worker's region of the blocks file while
+// other workers write theirs, and reads the whole region back.
+func (x *stressWorker) writeBlock() error {
+	off := x.rng.IntN(stressRegion)
+	b := x.bytes(1 + x.rng.IntN(min(stressRegion-off, 128<<10)))
+	base := int64(x.w * stressRegion)
+	fd, err := os.OpenFile(x.abs(stressBlocks), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("open the blocks: %w", err)
+	}
+	defer fd.Close()
+	if _, err := fd.WriteAt(b, base+int64(off)); err != nil {
+		return fmt.Errorf("write the blocks %d+%d: %w", base+int64(off), len(b), err)
+	}
+	if end := off + len(b); end > len(x.region) {
+		x.region = append(x.region, make([]byte, end-len(x.region))...)
+	}
+	copy(x.region[off:], b)
+	if x.rng.IntN(4) == 0 {
+		if err := fd.Sync(); err != nil {
+			return fmt.Errorf("fsync the blocks: %w", err)
+		}
+	}
+	got := make([]byte, len(x.region))
+	if _, err := fd.ReadAt(got, base); err != nil {
+		return fmt.Errorf("read the blocks back: %w", err)
+	}
+	if i := firstDiff(got, x.region); i >= 0 {
+		return fmt.Errorf("the blocks read back: region offset %d is %#x, written %#x", i, got[i], x.region[i])
+	}
+	if err := fd.Close(); err != nil {
+		return fmt.Errorf("close the blocks: %w", err)
+	}
+	x.done("block", "%d+%d", off, len(b))
 	return nil
 }
 
