@@ -54,6 +54,9 @@ var sentinels = map[string]error{
 	"EOPNOTSUPP":   workspace.ErrNotSupported,
 	"ENOTCONN":     workspace.ErrNoRemote,
 	"ESHUTDOWN":    workspace.ErrClosed,
+	"EBUSY":        workspace.ErrBusy,
+	"EEXEC_BUSY":   workspace.ErrBusy,
+	"EPENDING":     workspace.ErrPendingPull,
 	"EAUTH":        ErrUnauthorized,
 	"EFBIG":        ErrTooLarge,
 }
