@@ -164,6 +164,23 @@ type pairOpts struct {
 	separate string
 	// serverArgs are extra flags for serve.
 	serverArgs []string
+	// stateTmpfs and dataTmpfs, when not zero, put computerd's state
+	// directory (with separate "disk") and the server's data directory on
+	// a tmpfs of that many bytes, mounted for the test.
+	stateTmpfs, dataTmpfs int64
+}
+
+// mountTmpfs mounts a size-limited tmpfs on dir until the test ends.
+func mountTmpfs(t testing.TB, dir string, size int64) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0700", size)); err != nil {
+		t.Fatalf("mount a tmpfs on %s: %v", dir, err)
+	}
+	// Registered before the daemons start, so it runs after they stop.
+	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
 }
 
 func newPair(t testing.TB, o pairOpts) *pair {
@@ -180,10 +197,17 @@ func newPair(t testing.TB, o pairOpts) *pair {
 		syscall.Unmount(p.mount, syscall.MNT_DETACH)
 	})
 	p.env = []string{"WSYNC_TOKEN_FILE=" + tokenFile}
+	if o.dataTmpfs > 0 {
+		mountTmpfs(t, p.data, o.dataTmpfs)
+	}
 	switch o.separate {
 	case "":
 	case "disk":
 		p.cdState = filepath.Join(dir, "computerd.db")
+		if o.stateTmpfs > 0 {
+			mountTmpfs(t, filepath.Join(dir, "state"), o.stateTmpfs)
+			p.cdState = filepath.Join(dir, "state", "computerd.db")
+		}
 		p.startComputerd()
 	default:
 		p.cdState = o.separate
@@ -197,14 +221,29 @@ func (p *pair) tokenFile() string { return filepath.Join(p.dir, "token") }
 
 func (p *pair) startComputerd() {
 	p.t.Helper()
-	if p.cdAddr == "" {
-		p.cdAddr = freePort(p.t)
-	}
-	p.cd = start(p.t, "computerd", []string{bin.computerd, "--listen", p.cdAddr, "--mount", p.mount, "--state", p.cdState, "--token-file", p.tokenFile()})
+	p.launchComputerd()
 	waitHealthy(p.t, "http://"+p.cdAddr, p.cd)
 }
 
+// launchComputerd starts computerd with extra environment (a crash point)
+// and does not wait for it to be healthy: it may be meant to die first.
+func (p *pair) launchComputerd(env ...string) {
+	p.t.Helper()
+	if p.cdAddr == "" {
+		p.cdAddr = freePort(p.t)
+	}
+	p.cd = start(p.t, "computerd", []string{bin.computerd, "--listen", p.cdAddr, "--mount", p.mount, "--state", p.cdState, "--token-file", p.tokenFile()}, env...)
+}
+
 func (p *pair) startServer() {
+	p.t.Helper()
+	p.launchServer()
+	waitHealthy(p.t, p.url, p.server)
+}
+
+// launchServer starts workspace-server with extra environment and does not
+// wait for it to be healthy.
+func (p *pair) launchServer(env ...string) {
 	p.t.Helper()
 	if p.addr == "" {
 		p.addr = freePort(p.t)
@@ -217,8 +256,7 @@ func (p *pair) startServer() {
 	} else {
 		args = append(args, "--mount", p.mount)
 	}
-	p.server = start(p.t, "workspace-server", append(args, p.serverArgs...))
-	waitHealthy(p.t, p.url, p.server)
+	p.server = start(p.t, "workspace-server", append(args, p.serverArgs...), env...)
 }
 
 // result is one CLI run.
