@@ -223,9 +223,7 @@ func (t *wtx) applyEntry(e *ChangeEntry) (bool, error) {
 func (t *wtx) missingChunks(entries []ChangeEntry) (map[chunkstore.Hash]struct{}, error) {
 	var hs []chunkstore.Hash
 	for i := range entries {
-		for _, r := range entries[i].Chunks {
-			hs = append(hs, r.Hash)
-		}
+		hs = append(hs, entries[i].Chunks.Hashes()...) // holes have no bytes to miss
 	}
 	if len(hs) == 0 {
 		return nil, nil

@@ -204,7 +204,7 @@ func TestApplyWritesWatermarksInSameTransaction(t *testing.T) {
 	}
 	// A failed batch leaves them alone.
 	set2 := watermark.Set{AppliedPush: watermark.At(99)}
-	_, err = s.Apply(ctx, []ChangeEntry{{Kind: EntryFile, Path: "f", Size: 1, Chunks: chunkstore.Manifest{{Size: 1}}}}, ApplyOptions{Source: Upstream, Peer: "server", Watermarks: &set2})
+	_, err = s.Apply(ctx, []ChangeEntry{{Kind: EntryFile, Path: "f", Size: 1, Chunks: chunkstore.Manifest{{Hash: chunkstore.Sum([]byte("x")), Size: 1}}}}, ApplyOptions{Source: Upstream, Peer: "server", Watermarks: &set2})
 	if err == nil {
 		t.Fatal("batch with an unknown chunk applied")
 	}

@@ -21,6 +21,10 @@ var (
 	ErrNotSupp     = errors.New("operation not supported")
 	ErrRange       = errors.New("result too large")
 	ErrLoop        = errors.New("too many levels of symbolic links")
+	// ErrFileTooBig: a write or truncate past chunkstore.MaxFileSize.
+	ErrFileTooBig = errors.New("file too large")
+	// ErrNoSpace: the disk (or the database) is full.
+	ErrNoSpace = errors.New("no space left on device")
 	// ErrClosed: the store or handle is closed.
 	ErrClosed = errors.New("store closed")
 	// ErrSchemaTooNew: the database was written by a newer wsync.
@@ -44,6 +48,8 @@ var errnos = []struct {
 	{ErrNotSupp, syscall.EOPNOTSUPP},
 	{ErrRange, syscall.ERANGE},
 	{ErrLoop, syscall.ELOOP},
+	{ErrFileTooBig, syscall.EFBIG},
+	{ErrNoSpace, syscall.ENOSPC},
 	{ErrClosed, syscall.EIO},
 }
 
@@ -60,9 +66,22 @@ func Errno(err error) syscall.Errno {
 	}
 	var en syscall.Errno
 	if errors.As(err, &en) {
+		// ENOSPC and EDQUOT from a chunk write or fsync pass through
+		// as themselves.
 		return en
 	}
+	if sqliteFull(err) {
+		return syscall.ENOSPC
+	}
 	return syscall.EIO
+}
+
+// sqliteFull reports SQLite's "database or disk is full" (SQLITE_FULL, 13,
+// in the primary byte of an extended code): a commit that could not grow
+// the database or its WAL on a full disk.
+func sqliteFull(err error) bool {
+	var c interface{ Code() int }
+	return errors.As(err, &c) && c.Code()&0xff == 13
 }
 
 // ErrnoName is the symbolic name of err's errno ("ENOENT"), for API errors.
@@ -98,6 +117,12 @@ func ErrnoName(err error) string {
 		return "ELOOP"
 	case syscall.EACCES:
 		return "EACCES"
+	case syscall.EFBIG:
+		return "EFBIG"
+	case syscall.ENOSPC:
+		return "ENOSPC"
+	case syscall.EDQUOT:
+		return "EDQUOT"
 	}
 	return "EIO"
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,7 +71,11 @@ func extendImage(b *[]byte, n int64) {
 //
 // A chunk's bytes come from, in priority order: a dirty image in bufs, an
 // image being hashed and stored in flight, a chunk stored since the last
-// commit in stored, the committed manifest in base, or zeros (a hole).
+// commit in stored, the committed manifest in base (up to cut), or zeros
+// (a hole). Everything but base is kept per written chunk, so the state
+// costs memory in proportion to what was written, whatever the length: a
+// truncate to 1 TiB adds nothing, and a commit walks base's refs and the
+// written chunks, never every chunk index.
 type openFile struct {
 	s      *Store
 	ino    Ino
@@ -77,25 +83,59 @@ type openFile struct {
 	orphan bool // its last name went while open; guarded by Store.openMu
 
 	mu       sync.Mutex
+	idle     sync.Cond // L is &mu; signalled as each background store ends
 	loaded   bool
-	base     chunkstore.Manifest
+	base     chunkstore.Manifest // the committed content
+	bidx     chunkstore.Index    // base's chunk index
+	baseSize int64
+	cut      int64 // base bytes at or past cut were truncated away: zeros
 	size     int64
 	mtime    int64
 	dirty    bool
 	bufs     map[int64]*[]byte
-	lru      []int64 // dirty chunk indices, oldest first
-	flights  map[int64]*flight
-	stored   map[int64]chunkstore.Ref
+	lru      []int64                  // dirty chunk indices, oldest first
+	flights  map[int64]*flight        // the newest image of each chunk in flight
+	inflight int                      // background stores running, superseded ones too
+	stored   map[int64]chunkstore.Ref // chunks stored since the last commit; a hole for zeros
 	stage    *chunkstore.Stage
-	err      error // a background store failed; reported by the next write or flush
-	stale    bool  // the committed content changed under a clean file (an apply)
+	// werr is a failure the writer has not heard of (a background store,
+	// or a commit FlushAll ran): the next write, flush or close reports
+	// it, once.
+	werr error
+	// failing is the last background store's failure, nil once one
+	// succeeds. While it is set a write that needs a new image past the
+	// dirty bound retries a store in the foreground and fails if it
+	// fails, so memory stays bounded while the disk is full.
+	failing  error
+	stale    bool // the committed content changed under a clean file (an apply)
 	released bool
 }
 
 type flight struct {
-	buf  *[]byte
-	n    int
-	done chan struct{}
+	buf   *[]byte
+	n     int
+	stage *chunkstore.Stage // the stage of the commit it belongs to
+}
+
+func newOpenFile(s *Store, ino Ino) *openFile {
+	f := &openFile{s: s, ino: ino}
+	f.idle.L = &f.mu
+	return f
+}
+
+// readerFile is a read-only view of committed content.
+func (s *Store) readerFile(ino Ino, m chunkstore.Manifest, size int64) *openFile {
+	f := newOpenFile(s, ino)
+	f.setBase(m, size)
+	f.loaded = true
+	return f
+}
+
+// setBase makes m the committed content, nothing cut.
+func (f *openFile) setBase(m chunkstore.Manifest, size int64) {
+	f.base, f.bidx = m, m.Index()
+	f.baseSize = m.Size()
+	f.cut, f.size = f.baseSize, size
 }
 
 // Handle is one open of a file. Writes are buffered in the inode's open
@@ -118,7 +158,7 @@ func (s *Store) OpenHandle(ctx context.Context, ino Ino) (*Handle, error) {
 	s.openMu.Lock()
 	f := s.open[ino]
 	if f == nil {
-		f = &openFile{s: s, ino: ino}
+		f = newOpenFile(s, ino)
 		s.open[ino] = f
 	}
 	f.refs++
@@ -195,8 +235,11 @@ func (s *Store) overlay(a Attr) Attr {
 	if f == nil {
 		return a
 	}
+	// A loaded file that no apply changed knows the size and mtime,
+	// committed or not: a commit landing between the caller's read of the
+	// node and this check must not take the file back to its old size.
 	f.mu.Lock()
-	if f.dirty {
+	if f.loaded && (f.dirty || !f.stale) {
 		a.Size = f.size
 		a.Mtime = time.Unix(0, f.mtime)
 	}
@@ -207,7 +250,7 @@ func (s *Store) overlay(a Attr) Attr {
 func (s *Store) setOpenMtime(ino Ino, mtime int64) {
 	if f := s.openState(ino); f != nil {
 		f.mu.Lock()
-		if f.dirty {
+		if f.loaded {
 			f.mtime = mtime
 		}
 		f.mu.Unlock()
@@ -247,7 +290,8 @@ func (f *openFile) load(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	f.base, f.size, f.mtime = m, n.size, n.mtime
+	f.setBase(m, n.size)
+	f.mtime = n.mtime
 	f.loaded, f.stale = true, false
 	return nil
 }
@@ -330,14 +374,23 @@ func (f *openFile) readChunk(ctx context.Context, i int64, p []byte, off int64, 
 		return nil
 	}
 	ref, ok := f.stored[i]
+	valid := int64(ref.Size)
 	if !ok {
-		if i >= int64(len(f.base)) {
+		if ref, ok = f.bidx.Chunk(i); !ok {
 			clear(p)
 			return nil
 		}
-		ref = f.base[i]
+		valid = min(int64(ref.Size), f.cut-i*cs)
 	}
-	if off >= int64(ref.Size) {
+	if off >= valid {
+		clear(p)
+		return nil
+	}
+	if int64(len(p)) > valid-off {
+		clear(p[valid-off:])
+		p = p[:valid-off]
+	}
+	if ref.IsHole() {
 		clear(p)
 		return nil
 	}
@@ -385,9 +438,14 @@ func (f *openFile) resize(ctx context.Context, size int64) error {
 				delete(f.stored, i)
 			}
 		}
-		if int64(len(f.base)) > limit {
-			f.base = f.base[:limit]
+		// Flights past the end are superseded: growing again must not
+		// bring their bytes back.
+		for i := range f.flights {
+			if i >= limit {
+				delete(f.flights, i)
+			}
 		}
+		f.cut = min(f.cut, size)
 		if b := f.bufs[edge]; edge >= 0 && int64(len(*b)) > size-edge*cs {
 			*b = (*b)[:size-edge*cs]
 		}
@@ -409,12 +467,33 @@ func (h *Handle) file(ctx context.Context) (*openFile, error) {
 	return f, nil
 }
 
+// checkRange bounds a caller's offset and length before anything is
+// allocated for them: negative is EINVAL, past MaxFileSize EFBIG.
+func checkRange(off, n int64) error {
+	switch {
+	case off < 0 || n < 0:
+		return ErrInvalid
+	case off > chunkstore.MaxFileSize || n > chunkstore.MaxFileSize-off:
+		return ErrFileTooBig
+	}
+	return nil
+}
+
+// takeErr returns the failure the writer has not heard of, once. Called
+// with f.mu held.
+func (f *openFile) takeErr() error {
+	err := f.werr
+	f.werr = nil
+	return err
+}
+
 // WriteAt writes p at off. Chunks the write fills to their end are hashed
 // and stored in the background; the write blocks only when too many are in
-// flight.
+// flight. A background store that failed since the last write, flush or
+// close is reported here (its bytes are kept dirty and stored again later).
 func (h *Handle) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
-	if off < 0 {
-		return 0, ErrInvalid
+	if err := checkRange(off, int64(len(p))); err != nil {
+		return 0, err
 	}
 	if len(p) == 0 {
 		return 0, nil
@@ -423,12 +502,15 @@ func (h *Handle) WriteAt(ctx context.Context, p []byte, off int64) (int, error) 
 	if err != nil {
 		return 0, err
 	}
-	if f.err != nil {
-		err := f.err
+	if err := f.takeErr(); err != nil {
 		f.mu.Unlock()
 		return 0, err
 	}
 	end := off + int64(len(p))
+	if err := f.makeRoom(ctx, off/cs, (end-1)/cs); err != nil {
+		f.mu.Unlock()
+		return 0, err
+	}
 	if end > f.size {
 		if err := f.resize(ctx, end); err != nil {
 			f.mu.Unlock()
@@ -455,18 +537,46 @@ func (h *Handle) WriteAt(ctx context.Context, p []byte, off int64) (int, error) 
 	}
 	f.dirty = true
 	f.mtime = time.Now().UnixNano()
-	// Past the dirty bound, the oldest images go too.
-	for len(f.bufs)-len(full) > maxDirtyChunks {
-		full = append(full, f.lru[0])
-		f.dropLRU(f.lru[0])
-	}
 	flights := f.launch(full)
+	// Past the dirty bound, the oldest images go too.
+	for len(f.bufs) > maxDirtyChunks {
+		flights = append(flights, f.launch(f.lru[:1])...)
+	}
 	f.mu.Unlock()
 	for _, fl := range flights {
 		f.s.hashSem <- struct{}{}
 		go f.store(ctx, fl.i, fl.f)
 	}
 	return written, nil
+}
+
+// makeRoom keeps the dirty images of a file whose stores fail within the
+// bound: while a write to chunks [first, last] would take them past it, the
+// oldest image is stored in the foreground, and its failure fails the write
+// (ENOSPC while the disk is full) instead of the image staying in memory.
+// Called with f.mu held, which it releases while it stores.
+func (f *openFile) makeRoom(ctx context.Context, first, last int64) error {
+	for f.failing != nil && len(f.lru) > 0 {
+		need := 0
+		for i := first; i <= last; i++ {
+			if _, ok := f.bufs[i]; !ok {
+				need++
+			}
+		}
+		if len(f.bufs)+need <= maxDirtyChunks {
+			return nil
+		}
+		fl := f.launch(f.lru[:1])
+		f.mu.Unlock()
+		f.s.hashSem <- struct{}{}
+		f.store(ctx, fl[0].i, fl[0].f)
+		f.mu.Lock()
+		if f.failing != nil {
+			f.werr = nil // reported now
+			return f.failing
+		}
+	}
+	return nil
 }
 
 type launched struct {
@@ -477,7 +587,7 @@ type launched struct {
 // launch moves chunk images into flight. Called with f.mu held.
 func (f *openFile) launch(idx []int64) []launched {
 	var out []launched
-	for _, i := range idx {
+	for _, i := range slices.Clone(idx) {
 		b, ok := f.bufs[i]
 		if !ok {
 			continue
@@ -491,40 +601,67 @@ func (f *openFile) launch(idx []int64) []launched {
 			f.stage = f.s.chunks.NewStage()
 		}
 		extendImage(b, chunkLen(f.size, i))
-		fl := &flight{buf: b, n: int(chunkLen(f.size, i)), done: make(chan struct{})}
+		fl := &flight{buf: b, n: int(chunkLen(f.size, i)), stage: f.stage}
 		f.flights[i] = fl
+		f.inflight++
 		out = append(out, launched{i, fl})
 	}
 	return out
 }
 
-// store hashes and stores one chunk image in the background.
+// storeImage stores one chunk image under stage: an all-zero image becomes
+// a hole without being hashed.
+func storeImage(ctx context.Context, stage *chunkstore.Stage, data []byte) (chunkstore.Ref, error) {
+	if chunkstore.IsZero(data) {
+		return chunkstore.Ref{Hash: chunkstore.HoleHash, Size: uint32(len(data))}, nil
+	}
+	return stage.PutHashed(ctx, data)
+}
+
+// store hashes and stores one chunk image, holding a slot of hashSem. On
+// failure an image that is still the chunk's newest goes back to the dirty
+// images (nothing is lost while the file is open) and the error waits for
+// the writer.
 func (f *openFile) store(ctx context.Context, i int64, fl *flight) {
 	defer func() { <-f.s.hashSem }()
+	ref, err := storeImage(context.WithoutCancel(ctx), fl.stage, (*fl.buf)[:fl.n])
 	f.mu.Lock()
-	stage := f.stage
-	f.mu.Unlock()
-	ref, err := stage.PutHashed(context.WithoutCancel(ctx), (*fl.buf)[:fl.n])
-	f.mu.Lock()
-	if err != nil && f.err == nil {
-		f.err = fmt.Errorf("store chunk %d of inode %d: %w", i, f.ino, err)
+	keep := false
+	if err != nil {
+		err = fmt.Errorf("store chunk %d of inode %d: %w", i, f.ino, err)
 	}
 	if f.flights[i] == fl {
 		delete(f.flights, i)
-		_, redirtied := f.bufs[i]
 		// Unless newer bytes superseded the image or a resize changed the
 		// chunk's length (resize re-images a chunk whose length changes),
 		// the stored chunk is now the chunk's source.
-		if !redirtied && err == nil && int64(fl.n) == chunkLen(f.size, i) {
-			if f.stored == nil {
-				f.stored = make(map[int64]chunkstore.Ref)
+		_, redirtied := f.bufs[i]
+		if !redirtied && int64(fl.n) == chunkLen(f.size, i) {
+			if err == nil {
+				if f.stored == nil {
+					f.stored = make(map[int64]chunkstore.Ref)
+				}
+				f.stored[i] = ref
+			} else {
+				if f.bufs == nil {
+					f.bufs = make(map[int64]*[]byte)
+				}
+				f.bufs[i] = fl.buf
+				f.lru = append(f.lru, i)
+				keep = true
+				if f.werr == nil {
+					f.werr = err
+				}
 			}
-			f.stored[i] = ref
 		}
 	}
+	f.failing = err
+	f.inflight--
+	f.idle.Broadcast()
 	f.mu.Unlock()
-	putBuf(fl.buf)
-	close(fl.done)
+	if !keep {
+		putBuf(fl.buf)
+	}
 }
 
 // ReadAt reads through the open state: buffered writes are visible.
@@ -565,10 +702,11 @@ func (f *openFile) readAt(ctx context.Context, p []byte, off int64) (int, error)
 	return n, nil
 }
 
-// Truncate sets the file's size and commits it.
+// Truncate sets the file's size and commits it. Growing adds a hole: no
+// bytes are written or hashed, however large.
 func (h *Handle) Truncate(ctx context.Context, size int64) error {
-	if size < 0 {
-		return ErrInvalid
+	if err := checkRange(0, size); err != nil {
+		return err
 	}
 	f, err := h.file(ctx)
 	if err != nil {
@@ -584,6 +722,19 @@ func (h *Handle) Truncate(ctx context.Context, size int64) error {
 	}
 	f.mu.Unlock()
 	return h.Flush(ctx)
+}
+
+// Allocate makes the file at least off+n bytes long (fallocate(2) mode 0:
+// the store reserves no space, so the new bytes are a hole), under the
+// same bounds as a write.
+func (h *Handle) Allocate(ctx context.Context, off, n int64) error {
+	if err := checkRange(off, n); err != nil {
+		return err
+	}
+	if off+n <= h.Size() {
+		return nil
+	}
+	return h.Truncate(ctx, off+n)
 }
 
 // Size is the file's current size, buffered writes included.
@@ -608,7 +759,9 @@ func (h *Handle) Dirty() bool {
 
 // Flush commits buffered writes: every chunk is stored, then one
 // transaction writes the manifest, size and mtime and stamps one rev on the
-// node and all its names.
+// node and all its names. A failure (a full disk: ENOSPC) keeps the writes
+// buffered, so a later flush retries them; an earlier failure that this
+// commit made good is not reported.
 func (h *Handle) Flush(ctx context.Context) error {
 	if h.closed.Load() {
 		return ErrClosed
@@ -619,56 +772,38 @@ func (h *Handle) Flush(ctx context.Context) error {
 func (f *openFile) commit(ctx context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if !f.dirty {
+	for f.inflight > 0 {
+		f.idle.Wait()
+	}
+	// A failure not yet reported is settled by this commit: retried
+	// below, it either succeeds (nothing was lost) or returns its error.
+	f.werr = nil
+	if !f.dirty || f.released {
 		return nil
-	}
-	// Wait for background stores.
-	for len(f.flights) > 0 {
-		var fl *flight
-		for _, x := range f.flights {
-			fl = x
-			break
-		}
-		f.mu.Unlock()
-		<-fl.done
-		f.mu.Lock()
-	}
-	if f.err != nil {
-		return f.err
 	}
 	if f.stage == nil {
 		f.stage = f.s.chunks.NewStage()
 	}
-	nchunks := (f.size + cs - 1) / cs
-	m := make(chunkstore.Manifest, nchunks)
-	var zero *[]byte
-	for i := range nchunks {
+	for i, b := range f.bufs {
 		l := chunkLen(f.size, i)
-		switch b, isBuf := f.bufs[i]; {
-		case isBuf:
-			extendImage(b, l)
-			ref, err := f.stage.PutHashed(ctx, (*b)[:l])
-			if err != nil {
-				return fmt.Errorf("flush inode %d: %w", f.ino, err)
-			}
-			m[i] = ref
-		case f.stored[i].Size == uint32(l):
-			m[i] = f.stored[i]
-		case i < int64(len(f.base)) && f.base[i].Size == uint32(l):
-			m[i] = f.base[i]
-		default:
-			// A hole.
-			if zero == nil {
-				zero = getBuf()
-				clear(*zero)
-				defer putBuf(zero)
-			}
-			ref, err := f.stage.PutHashed(ctx, (*zero)[:l])
-			if err != nil {
-				return fmt.Errorf("flush inode %d: %w", f.ino, err)
-			}
-			m[i] = ref
+		extendImage(b, l)
+		ref, err := storeImage(ctx, f.stage, (*b)[:l])
+		if err != nil {
+			f.failing = fmt.Errorf("store chunk %d of inode %d: %w", i, f.ino, err)
+			return fmt.Errorf("flush inode %d: %w", f.ino, f.failing)
 		}
+		if f.stored == nil {
+			f.stored = make(map[int64]chunkstore.Ref)
+		}
+		f.stored[i] = ref
+		delete(f.bufs, i)
+		f.dropLRU(i)
+		putBuf(b)
+	}
+	f.failing = nil
+	m := f.manifest()
+	if err := m.Validate(); err != nil || m.Size() != f.size {
+		return fmt.Errorf("flush inode %d: built a manifest of %d bytes for %d: %v", f.ino, m.Size(), f.size, err)
 	}
 	mtime := f.mtime
 	err := f.s.update(ctx, func(t *wtx) error {
@@ -694,17 +829,49 @@ func (f *openFile) commit(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("flush inode %d: %w", f.ino, err)
 	}
-	f.base = m
-	for i, b := range f.bufs {
-		putBuf(b)
-		delete(f.bufs, i)
-	}
-	f.lru = f.lru[:0]
+	f.setBase(m, f.size)
 	clear(f.stored)
 	f.stage.Release()
 	f.stage = nil
 	f.dirty = false
 	return nil
+}
+
+// manifest builds the file's manifest from the committed one and the
+// chunks stored since: base's refs where the chunk is untouched and not
+// cut, the stored ref where it was written, holes elsewhere. It walks
+// base's refs in the ranges it copies and the stored chunks, not every
+// chunk index. Called with f.mu held and no dirty images.
+func (f *openFile) manifest() chunkstore.Manifest {
+	nchunks := (f.size + cs - 1) / cs
+	// Base chunks [0, reuse) are whole and uncut, with the same length in
+	// the new file; the partial tail counts when the size is unchanged.
+	lim := min(f.cut, f.size, f.baseSize)
+	reuse := lim / cs
+	if f.baseSize%cs != 0 && lim == f.baseSize && f.size == f.baseSize {
+		reuse++
+	}
+	var m chunkstore.Manifest
+	fill := func(lo, hi int64) {
+		if b := min(hi, reuse); lo < b {
+			m = f.bidx.AppendChunks(m, lo, b)
+			lo = b
+		}
+		if lo < hi {
+			m = m.AppendHole(min(hi*cs, f.size) - lo*cs)
+		}
+	}
+	next := int64(0)
+	for _, i := range slices.Sorted(maps.Keys(f.stored)) {
+		if i >= nchunks {
+			continue
+		}
+		fill(next, i)
+		m = m.Append(f.stored[i])
+		next = i + 1
+	}
+	fill(next, nchunks)
+	return m
 }
 
 // Release flushes and closes the handle. The last release of a file whose
@@ -727,11 +894,15 @@ func (h *Handle) Release(ctx context.Context) error {
 		return err
 	}
 	f.mu.Lock()
+	for f.inflight > 0 {
+		f.idle.Wait()
+	}
 	f.released = true
 	for i, b := range f.bufs {
 		putBuf(b)
 		delete(f.bufs, i)
 	}
+	f.lru = nil
 	if f.stage != nil {
 		f.stage.Release()
 		f.stage = nil
@@ -753,8 +924,12 @@ func (h *Handle) Release(ctx context.Context) error {
 	return errors.Join(err, derr)
 }
 
-// FlushAll commits every dirty open handle, so a feed read sees what
-// still-running processes wrote.
+// FlushAll commits every dirty open file it can, so a feed read sees what
+// still-running processes wrote. One file's failure does not fail the call
+// (the pull goes on with the others): the error stays with the file, for
+// its writer's next write, flush or close, and is logged. Only a cancelled
+// context or a closed store fail it; when the store is closing, every
+// file's failure is returned.
 func (s *Store) FlushAll(ctx context.Context) error {
 	s.openMu.Lock()
 	fs := make([]*openFile, 0, len(s.open))
@@ -762,9 +937,24 @@ func (s *Store) FlushAll(ctx context.Context) error {
 		fs = append(fs, f)
 	}
 	s.openMu.Unlock()
+	closing := ctx.Value(closingKey{}) != nil
 	var errs []error
 	for _, f := range fs {
-		errs = append(errs, f.commit(ctx))
+		err := f.commit(ctx)
+		switch {
+		case err == nil:
+		case closing:
+			errs = append(errs, err)
+		case ctx.Err() != nil || errors.Is(err, ErrClosed):
+			return err
+		default:
+			f.mu.Lock()
+			if f.werr == nil {
+				f.werr = err
+			}
+			f.mu.Unlock()
+			s.log.Warn("commit of an open file failed; its writer will get the error", "ino", f.ino, "err", err)
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -792,6 +982,5 @@ func (s *Store) ReadAt(ctx context.Context, ino Ino, p []byte, off int64) (int, 
 	if err != nil {
 		return 0, err
 	}
-	f := &openFile{s: s, ino: ino, loaded: true, base: m, size: n.size}
-	return f.readAt(ctx, p, off)
+	return s.readerFile(ino, m, n.size).readAt(ctx, p, off)
 }

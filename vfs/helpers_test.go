@@ -155,7 +155,7 @@ func syncInto(t testing.TB, src, dst *Store, after watermark.Cursor, ig Ignore) 
 		stage := dst.Chunks().NewStage()
 		defer stage.Release()
 		for _, e := range batch {
-			for _, r := range e.Chunks {
+			for _, r := range e.Chunks.DataRefs() {
 				b, err := src.ReadChunk(ctx, r.Hash)
 				if err != nil {
 					t.Fatal(err)

@@ -116,8 +116,7 @@ func (s *Store) OpenReader(ctx context.Context, path string) (io.ReaderAt, int64
 	if err != nil {
 		return nil, 0, err
 	}
-	f := &openFile{s: s, ino: n.ino, loaded: true, base: m, size: n.size}
-	return readerAt{ctx, f}, n.size, nil
+	return readerAt{ctx, s.readerFile(n.ino, m, n.size)}, n.size, nil
 }
 
 type readerAt struct {
