@@ -18,17 +18,29 @@ import (
 
 // Full disks during sync: the receiving side's directory is a small tmpfs,
 // filled (but for a few MiB) by a ballast file before a sync of more than
-// fits. The sync must fail with a clear error, keep everything committed
+// fits, in three shapes (see fullLoads). The sync must fail with a clear error, keep everything committed
 // before, leave the sending side's cursor at what was applied, and
 // complete once the ballast is gone. (A full disk under a write through
 // the mount is fusefs's test.)
 
-const (
-	fullTmpfs  = 64 << 20 // the tmpfs
-	fullSpare  = 6 << 20  // left free by the ballast
-	fullFiles  = 12       // workload files of fullFileSz: 30 MiB, five times the spare room
-	fullFileSz = 5 << 19
-)
+// fullTmpfs is the size of the tmpfs under the receiving side.
+const fullTmpfs = 64 << 20
+
+// fullLoad is one shape of a workload larger than the free space: each
+// fills another part of the store first (chunk files, pack files, or rows
+// of the database itself, where SQLite reports the full disk).
+type fullLoad struct {
+	name  string
+	files int
+	size  int   // bytes per file
+	spare int64 // left free by the ballast
+}
+
+var fullLoads = []fullLoad{
+	{"chunk-files", 12, 5 << 19, 6 << 20}, // 30 MiB of 2.5 MiB files
+	{"packs", 100, 120 << 10, 8 << 20},    // 12 MiB of partial chunks
+	{"rows", 1000, 7 << 9, 2 << 20},       // 3.5 MiB of chunks inline in the database
+}
 
 // ballast fills dir's filesystem until spare bytes are left and returns
 // the file to remove to free it.
@@ -94,115 +106,99 @@ func checkPrefix(t *testing.T, side string, got, base, want treeModel) int {
 }
 
 func TestFullContainerDiskDuringPush(t *testing.T) {
-	p := newPair(t, pairOpts{separate: "disk", stateTmpfs: fullTmpfs})
-	c := p.client()
-	rng := rand.New(rand.NewPCG(9, 9))
-	server := apiSide{t: t, c: c}
-	m := treeModel{}
-	genPhase(rng, m, server, 1)
-	p.sync("push")
-	base := maps.Clone(m)
-	stateDir := filepath.Dir(p.cdState)
-	bf := ballast(t, stateDir, fullSpare)
-
-	server.mkdir("/big")
-	m["/big"] = "dir"
-	for i := range fullFiles {
-		b := randomBytes(rng, fullFileSz)
-		pth := fmt.Sprintf("/big/%02d", i)
-		server.write(pth, b)
-		m[pth] = "file:" + sum(b)
+	for _, l := range fullLoads {
+		t.Run(l.name, func(t *testing.T) { fullDiskSync(t, "push", l) })
 	}
-	r := p.cli("", "push")
-	if r.code == 0 {
-		t.Fatalf("a push of %d MiB into %d MiB of free space succeeded", fullFiles*fullFileSz>>20, fullSpare>>20)
-	}
-	if !strings.Contains(r.stderr, "no space left on device") {
-		t.Errorf("push into a full disk: exit %d, stderr %q, want it to say no space left on device", r.code, r.stderr)
-	}
-	t.Logf("push into a full disk: %s", strings.TrimSpace(r.stderr))
-	// Everything committed before is there; of the push, only whole files.
-	applied := checkPrefix(t, "container", mountTree(t, p.mount), base, m)
-	st := p.remoteStatus()
-	if !st.Container.AppliedPush.Watermark().Covers(st.Server.Push.Watermark()) {
-		t.Errorf("server's push cursor %+v is past what the container applied (%+v)", st.Server.Push, st.Container.AppliedPush)
-	}
-	if st.Server.Push.Watermark().Covers(watermark.At(st.Server.CurrentRev)) {
-		t.Errorf("server's push cursor %+v reached its current rev %d though the push failed", st.Server.Push, st.Server.CurrentRev)
-	}
-
-	// Free the space: the next push completes.
-	if err := os.Remove(bf); err != nil {
-		t.Fatal(err)
-	}
-	t0 := time.Now()
-	rep := p.sync("push")
-	recover := time.Since(t0)
-	if rv := p.cli("", "verify"); rv.code != 0 {
-		t.Errorf("verify after the space came back: exit %d\n%s%s", rv.code, rv.stdout, rv.stderr)
-	}
-	m.check(t, "server", serverTree(t, c))
-	m.check(t, "container", mountTree(t, p.mount))
-	if rep.Skipped > 256 {
-		t.Errorf("the push after the full disk re-sent %d entries the container had, want at most one batch", rep.Skipped)
-	}
-	t.Logf("full container disk: %d workload entries applied before the disk filled; after freeing space the push applied %d, re-sent %d already applied, in %v",
-		applied, rep.Entries, rep.Skipped, recover.Round(time.Millisecond))
 }
 
 func TestFullServerDiskDuringPull(t *testing.T) {
-	p := newPair(t, pairOpts{separate: "disk", dataTmpfs: fullTmpfs})
-	c := p.client()
-	rng := rand.New(rand.NewPCG(7, 7))
-	container := mountSide{t: t, root: p.mount}
-	m := treeModel{}
-	genPhase(rng, m, container, 1)
-	p.sync("pull")
-	base := maps.Clone(m)
-	bf := ballast(t, p.data, fullSpare)
-	before := p.remoteStatus()
+	for _, l := range fullLoads {
+		t.Run(l.name, func(t *testing.T) { fullDiskSync(t, "pull", l) })
+	}
+}
 
-	container.mkdir("/big")
+// fullDiskSync fills the receiving side's disk during a sync of more than
+// fits: the container's state directory for a push, the server's data
+// directory for a pull.
+func fullDiskSync(t *testing.T, verb string, l fullLoad) {
+	opts := pairOpts{separate: "disk", stateTmpfs: fullTmpfs}
+	if verb == "pull" {
+		opts = pairOpts{separate: "disk", dataTmpfs: fullTmpfs}
+	}
+	p := newPair(t, opts)
+	c := p.client()
+	rng := rand.New(rand.NewPCG(uint64(len(l.name)), 9))
+	var sender fsSide = apiSide{t: t, c: c}
+	receiver, full := "container", filepath.Dir(p.cdState)
+	if verb == "pull" {
+		sender, receiver, full = mountSide{t: t, root: p.mount}, "server", p.data
+	}
+	m := treeModel{}
+	genPhase(rng, m, sender, 1)
+	p.sync(verb)
+	base := maps.Clone(m)
+	before := p.remoteStatus()
+	bf := ballast(t, full, l.spare)
+
+	sender.mkdir("/big")
 	m["/big"] = "dir"
-	for i := range fullFiles {
-		b := randomBytes(rng, fullFileSz)
-		pth := fmt.Sprintf("/big/%02d", i)
-		container.write(pth, b)
+	for i := range l.files {
+		b := randomBytes(rng, l.size)
+		pth := fmt.Sprintf("/big/%04d", i)
+		sender.write(pth, b)
 		m[pth] = "file:" + sum(b)
 	}
-	r := p.cli("", "pull")
+	r := p.cli("", verb)
 	if r.code == 0 {
-		t.Fatalf("a pull of %d MiB into %d MiB of free space succeeded", fullFiles*fullFileSz>>20, fullSpare>>20)
+		t.Fatalf("a %s of %d MiB into %d MiB of free space succeeded", verb, l.files*l.size>>20, l.spare>>20)
 	}
-	if !strings.Contains(r.stderr, "no space left on device") {
-		t.Errorf("pull into a full disk: exit %d, stderr %q, want it to say no space left on device", r.code, r.stderr)
+	if msg := r.stderr; !strings.Contains(msg, "no space left on device") && !strings.Contains(msg, "disk is full") {
+		t.Errorf("%s into a full disk: exit %d, stderr %q, want it to say the disk is full", verb, r.code, msg)
 	}
-	t.Logf("pull into a full disk: %s", strings.TrimSpace(r.stderr))
-	applied := checkPrefix(t, "server", serverTree(t, c), base, m)
-	after := p.remoteStatus()
-	// The fetch cursor moved at most past the batches the server applied:
-	// never to the container's current rev.
-	if after.Server.Fetch.Watermark().Covers(watermark.At(after.Container.CurrentRev)) {
-		t.Errorf("server's fetch cursor %+v reached the container's rev %d though the pull failed", after.Server.Fetch, after.Container.CurrentRev)
+	t.Logf("%s into a full disk: %s", verb, strings.TrimSpace(r.stderr))
+
+	// Everything committed before is there; of this sync, only whole
+	// entries.
+	got := serverTree(t, c)
+	if verb == "push" {
+		got = mountTree(t, p.mount)
 	}
-	if !after.Server.Fetch.Watermark().Covers(before.Server.Fetch.Watermark()) {
-		t.Errorf("fetch cursor went back: %+v -> %+v", before.Server.Fetch, after.Server.Fetch)
+	applied := checkPrefix(t, receiver, got, base, m)
+	// The sender's cursor stays at what the receiver applied: short of
+	// the end, and for a push never past what the container echoes.
+	st := p.remoteStatus()
+	switch verb {
+	case "push":
+		if !st.Container.AppliedPush.Watermark().Covers(st.Server.Push.Watermark()) {
+			t.Errorf("server's push cursor %+v is past what the container applied (%+v)", st.Server.Push, st.Container.AppliedPush)
+		}
+		if st.Server.Push.Watermark().Covers(watermark.At(st.Server.CurrentRev)) {
+			t.Errorf("server's push cursor %+v reached its current rev %d though the push failed", st.Server.Push, st.Server.CurrentRev)
+		}
+	case "pull":
+		if st.Server.Fetch.Watermark().Covers(watermark.At(st.Container.CurrentRev)) {
+			t.Errorf("server's fetch cursor %+v reached the container's rev %d though the pull failed", st.Server.Fetch, st.Container.CurrentRev)
+		}
+		if !st.Server.Fetch.Watermark().Covers(before.Server.Fetch.Watermark()) {
+			t.Errorf("fetch cursor went back: %+v -> %+v", before.Server.Fetch, st.Server.Fetch)
+		}
 	}
 
+	// Free the space: the next sync completes, with nothing else done.
 	if err := os.Remove(bf); err != nil {
 		t.Fatal(err)
 	}
 	t0 := time.Now()
-	rep := p.sync("pull")
-	recover := time.Since(t0)
+	rep := p.sync(verb)
 	if rv := p.cli("", "verify"); rv.code != 0 {
 		t.Errorf("verify after the space came back: exit %d\n%s%s", rv.code, rv.stdout, rv.stderr)
 	}
+	recover := time.Since(t0)
 	m.check(t, "server", serverTree(t, c))
 	m.check(t, "container", mountTree(t, p.mount))
 	if rep.Skipped > 256 {
-		t.Errorf("the pull after the full disk re-fetched %d entries the server had, want at most one batch", rep.Skipped)
+		t.Errorf("the %s after the full disk re-sent %d entries the %s had, want at most one batch", verb, rep.Skipped, receiver)
 	}
-	t.Logf("full server disk: %d workload entries applied before the disk filled; after freeing space the pull applied %d, re-fetched %d already applied, in %v",
-		applied, rep.Entries, rep.Skipped, recover.Round(time.Millisecond))
+	t.Logf("full %s disk (%s, %d x %.1f KiB into %d MiB free): %d entries applied before it filled; after freeing space the %s applied %d and re-sent %d already applied, verified equal in %v",
+		receiver, l.name, l.files, float64(l.size)/1024, l.spare>>20, applied, verb, rep.Entries, rep.Skipped, recover.Round(time.Millisecond))
 }
