@@ -8,8 +8,8 @@
 //
 // # Node model
 //
-// One Node type stands for every vfs inode (file, directory, symlink); the
-// store decides what an operation means for each kind. The FUSE node id is
+// One Node type stands for every vfs inode (file, directory, symlink,
+// special file); the store decides what an operation means for each kind. The FUSE node id is
 // the vfs inode number (fs.Options.ExternalNodeID) with one generation for
 // the mount's life, since the store never reuses an inode number: inode
 // numbers are stable, a hardlink is the same node under two names, and an
@@ -31,6 +31,14 @@
 // even though the kernel's RELEASE comes later. For files still open by
 // running processes, the flush rule applies: vfs.Store.FlushAll (or
 // Server.Flush) before a feed is answered.
+//
+// Errors reach the process: a chunk the store could not write (a full
+// disk) is reported at the next write, fsync or close (FLUSH) as ENOSPC, or
+// EIO, never as success; the bytes stay buffered and a later fsync or close
+// commits them once space is free. A write, truncate or fallocate past
+// chunkstore.MaxFileSize (4 TiB) is EFBIG; a truncate or fallocate that
+// grows a file adds a hole, stored as nothing. toErrno is the one errno
+// mapping.
 //
 // A file unlinked while open keeps working until its last release. mmap
 // works through the kernel page cache: shared writable mappings are written
@@ -78,6 +86,18 @@
 // or root. FUSE requests carry no supplementary groups, so those rules use
 // the primary gid.
 //
+// # Special files
+//
+// mkfifo, mknod and bind(2) of a Unix socket make nodes of the store's
+// special kinds (vfs.Store.Mknod). The kernel serves a FIFO's bytes and a
+// socket's connections itself from the inode it holds; we keep the node,
+// so type, mode, owner and times, rename, hardlinks and unlink work as on
+// a local disk, and a socket stays reachable through a rename or an
+// invalidation because a lookup returns the same node id. The mount is
+// nodev: mknod of a device by root succeeds and opening it fails with
+// EACCES, as on a nodev tmpfs. Special files are local to the container:
+// they never reach the change feed or the Merkle scan (see package vfs).
+//
 // # Locks
 //
 // flock(2) and fcntl(2) locks are kept by the kernel (go-fuse's EnableLocks
@@ -91,8 +111,9 @@
 //
 // # What is not supported
 //
-//   - RENAME_EXCHANGE and RENAME_WHITEOUT (EINVAL); O_TMPFILE (EOPNOTSUPP);
-//     mknod of devices, FIFOs and sockets (ENOTSUP).
+//   - RENAME_EXCHANGE and RENAME_WHITEOUT (EINVAL); O_TMPFILE (EOPNOTSUPP).
+//   - Device nodes can be made but not opened (nodev, EACCES); FIFOs and
+//     sockets are never synced.
 //   - fallocate other than mode 0 (extends the file) and
 //     FALLOC_FL_KEEP_SIZE (a no-op): punching and collapsing holes are
 //     EOPNOTSUPP. SEEK_DATA/SEEK_HOLE report one data region up to EOF.

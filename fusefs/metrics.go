@@ -40,6 +40,7 @@ const (
 	opRemovexattr
 	opStatfs
 	opCopyFileRange
+	opMknod
 	numOps
 )
 
@@ -50,7 +51,7 @@ var opNames = [numOps]string{
 	opMkdir: "mkdir", opRmdir: "rmdir", opUnlink: "unlink", opRename: "rename",
 	opSymlink: "symlink", opReadlink: "readlink", opLink: "link", opGetxattr: "getxattr",
 	opSetxattr: "setxattr", opListxattr: "listxattr", opRemovexattr: "removexattr",
-	opStatfs: "statfs", opCopyFileRange: "copy_file_range",
+	opStatfs: "statfs", opCopyFileRange: "copy_file_range", opMknod: "mknod",
 }
 
 func (o op) String() string { return opNames[o] }

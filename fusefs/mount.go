@@ -170,7 +170,10 @@ func Mount(ctx context.Context, dir string, store *vfs.Store, opts Options) (*Se
 			AllowOther: true,
 			// The kernel does the permission checks (including the setgid
 			// clearing of chmod by a non-member) from our attributes.
-			Options:      []string{"default_permissions"},
+			// nodev: device nodes can be made (they are local, like FIFOs
+			// and sockets) but not opened, whoever asks. go-fuse's direct
+			// mount sets it already; naming it keeps it on fusermount3's.
+			Options:      []string{"default_permissions", "nodev"},
 			FsName:       opts.FsName,
 			Name:         DefaultFsName,
 			DirectMount:  true, // we run as root; falls back to fusermount3

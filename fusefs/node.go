@@ -66,6 +66,7 @@ var (
 	_ fs.NodeUnlinker       = (*Node)(nil)
 	_ fs.NodeRenamer        = (*Node)(nil)
 	_ fs.NodeSymlinker      = (*Node)(nil)
+	_ fs.NodeMknoder        = (*Node)(nil)
 	_ fs.NodeReadlinker     = (*Node)(nil)
 	_ fs.NodeLinker         = (*Node)(nil)
 	_ fs.NodeGetxattrer     = (*Node)(nil)
@@ -170,10 +171,10 @@ func (n *Node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		return toErrno(err)
 	}
 	if req.size != nil {
-		switch cur.Kind {
-		case vfs.KindDir:
+		switch {
+		case cur.Kind == vfs.KindDir:
 			return syscall.EISDIR
-		case vfs.KindSymlink:
+		case cur.Kind != vfs.KindFile:
 			return syscall.EINVAL
 		}
 		// The store truncates through the file's open state when it is
@@ -224,6 +225,11 @@ func (n *Node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 
 func (n *Node) Open(ctx context.Context, flags uint32) (_ fs.FileHandle, fuseFlags uint32, errno syscall.Errno) {
 	defer n.srv.metrics.track(opOpen, time.Now(), &errno)
+	if n.StableAttr().Mode&syscall.S_IFMT != syscall.S_IFREG {
+		// The kernel opens FIFOs and sockets itself and refuses device
+		// nodes on this nodev mount; OPEN never reaches us for them.
+		return nil, 0, syscall.EACCES
+	}
 	fh, a, errno := n.open(context.WithoutCancel(ctx), flags, nil)
 	if errno != 0 {
 		return nil, 0, errno
@@ -318,6 +324,39 @@ func (n *Node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 		return nil, toErrno(err)
 	}
 	return n.child(ctx, a, out), 0
+}
+
+// Mknod makes FIFOs, sockets (bind(2) of a Unix socket comes here) and
+// device nodes, all local to the container (vfs.Store.Mknod). Opening a
+// device node fails with EACCES, as on any nodev mount: the kernel checks
+// that before it would ask us. mknod(2) of a regular file comes here too.
+func (n *Node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (_ *fs.Inode, errno syscall.Errno) {
+	defer n.srv.metrics.track(opMknod, time.Now(), &errno)
+	ctx = context.WithoutCancel(ctx)
+	parent, err := n.parentAttr(ctx)
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	a := newNodeAttr(parent, callerOf(ctx), mode, false)
+	var got vfs.Attr
+	switch mode & syscall.S_IFMT {
+	case syscall.S_IFREG, 0:
+		got, err = n.srv.store.Create(ctx, n.ino, name, a)
+	case syscall.S_IFIFO:
+		got, err = n.srv.store.Mknod(ctx, n.ino, name, vfs.KindFifo, 0, a)
+	case syscall.S_IFSOCK:
+		got, err = n.srv.store.Mknod(ctx, n.ino, name, vfs.KindSocket, 0, a)
+	case syscall.S_IFCHR:
+		got, err = n.srv.store.Mknod(ctx, n.ino, name, vfs.KindCharDev, dev, a)
+	case syscall.S_IFBLK:
+		got, err = n.srv.store.Mknod(ctx, n.ino, name, vfs.KindBlockDev, dev, a)
+	default:
+		return nil, syscall.EINVAL
+	}
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	return n.child(ctx, got, out), 0
 }
 
 func (n *Node) Readlink(ctx context.Context) (_ []byte, errno syscall.Errno) {

@@ -120,6 +120,7 @@ func fillAttr(out *fuse.Attr, a vfs.Attr) {
 	// and every write(2) is a round trip here.
 	out.Blksize = blockSize
 	out.Mode = kindMode(a.Kind) | a.Mode&07777
+	out.Rdev = a.Rdev
 	out.Nlink = a.Nlink
 	out.Uid = a.Uid
 	out.Gid = a.Gid
@@ -149,6 +150,14 @@ func kindMode(k vfs.Kind) uint32 {
 		return syscall.S_IFDIR
 	case vfs.KindSymlink:
 		return syscall.S_IFLNK
+	case vfs.KindFifo:
+		return syscall.S_IFIFO
+	case vfs.KindSocket:
+		return syscall.S_IFSOCK
+	case vfs.KindCharDev:
+		return syscall.S_IFCHR
+	case vfs.KindBlockDev:
+		return syscall.S_IFBLK
 	}
 	return syscall.S_IFREG
 }

@@ -21,7 +21,9 @@ var posixSkips = map[string]string{
 }
 
 // TestPosix runs go-fuse's conformance suite against a fresh mount per test,
-// with long cache timeouts so the kernel caches aggressively.
+// with long cache timeouts so the kernel caches aggressively. The suite has
+// no case for FIFOs, sockets or device nodes: TestSpecialFilesAsOnNodevTmpfs
+// runs a table of those against a nodev tmpfs as the reference.
 func TestPosix(t *testing.T) {
 	RequireFUSE(t)
 	names := make([]string, 0, len(posixtest.All))

@@ -4,8 +4,8 @@
 //
 // # Model
 //
-// A store is one SQLite database. Nodes (files, directories, symlinks) are
-// rows keyed by inode number; directory entries (parent, name, child) name
+// A store is one SQLite database. Nodes (files, directories, symlinks, and
+// the local special files below) are rows keyed by inode number; directory entries (parent, name, child) name
 // them. The root is inode 1. A rename moves a directory entry; a hardlink is
 // a second entry for the same file node. Inode numbers are never reused.
 // A file's content is a manifest: its 512 KiB chunks, by sha256, kept by
@@ -52,11 +52,47 @@
 // manifest as one rev. A file whose last name is unlinked while open stays
 // usable until its last Release.
 //
+// Files may be sparse. The open state is kept per written chunk and the
+// commit walks the committed manifest's refs and the written chunks, so a
+// truncate to 1 TiB costs a few hundred hole refs (chunkstore.HoleHash) and
+// no hashing; an all-zero chunk image is committed as a hole. Offsets and
+// sizes are checked against chunkstore.MaxFileSize before anything is
+// allocated: past it is ErrFileTooBig (EFBIG).
+//
+// # Errors reach the writer
+//
+// A background chunk store that fails keeps its image dirty and leaves the
+// error for the writer: the next WriteAt, Flush or Release returns it once
+// (Errno: ENOSPC for a full disk, whether the chunk write or SQLite found
+// it; EIO otherwise). A Flush retries every dirty image and succeeds once
+// space is free. While stores fail, a write that would hold more than the
+// dirty bound of images stores the oldest in the foreground and fails with
+// its error, so a full disk costs no memory. FlushAll commits every file it
+// can: a file whose commit fails keeps the error for its writer and does
+// not fail the call (the pull of the other files goes on).
+//
 // # Connections
 //
 // One writer connection (all writes serialise on it) and a pool of
 // read-only connections in WAL mode, so reads never wait for the writer. An
 // in-memory store (Memory) uses one connection for both.
+//
+// # Special files
+//
+// FIFOs, sockets and device nodes (Mknod; KindFifo, KindSocket,
+// KindCharDev, KindBlockDev, with a device's number in nodes.rdev) are
+// nodes of the store that made them and never sync. Creating, renaming,
+// linking, chmod and unlink of one stamp no rev and record no change row;
+// a directory rename or removal stamps and records the synced nodes of
+// its subtree only. The feed and EntriesAt materialise a path that holds
+// one as absent (a delete entry), so `rm f; mkfifo f` syncs as a delete of
+// f; ScanTree and Empty skip them, so they stay out of Merkle roots and a
+// snapshot installs over them; Stat and List of the path API hide them.
+// No row is needed for a special file's own path: it can only take a free
+// name or replace a node whose removal is recorded. Apply replaces one at
+// an entry's path or in a parent's place like any node of another type,
+// removes those under a deleted directory, and skips a delete of a path
+// that holds one (it reads as absent already, and it is not the peer's).
 //
 // # Extended attributes
 //
