@@ -444,6 +444,7 @@ func sendObjects(ctx context.Context, send func(context.Context, []byte) error, 
 		e.uvarint(uint64(count))
 		p := append(e.b, msg...)
 		msg, count = msg[:0], 0
+		crashpoint.Hit("syncwire.objects.sent")
 		return send(ctx, p)
 	}
 	for _, h := range hs {

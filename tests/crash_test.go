@@ -46,6 +46,7 @@ var crashScenarios = []crashScenario{
 	{"push", "server", "syncwire.entries.sent", 3},        // the batch's chunks sent, its entries not
 	{"pull", "server", "syncwire.pull.applied", 2},        // a pulled batch committed with its cursor
 	{"pull", "computerd", "syncwire.entries.sent", 1},     // the feed read, nothing sent
+	{"pull", "computerd", "syncwire.objects.sent", 4},     // a pulled batch's chunks in flight
 	{"install", "computerd", "converge.install.batch", 2}, // part of a snapshot installed
 	{"install", "server", "converge.snapshot.paged", 1},   // the snapshot staged, not committed
 	{"gc", "computerd", "vfs.gc.committed", 1},            // GC's rows gone, its files not yet
