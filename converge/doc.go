@@ -41,10 +41,23 @@
 // through vfs.ValidatePath, depth at most MaxWalkDepth, page limit
 // 1..MaxChildren, ignore list, a byte budget per page); the initiator
 // refuses any answer that breaks them (more children than asked, names out
-// of order or invalid, unknown kinds, endless pages, a walk deeper than
-// MaxWalkDepth) with ErrMalformed, which is syncwire.ErrProtocol on both
-// sides of the wire. The walk descends only where the local tree has a
-// directory too, so a hostile peer cannot make it deeper than our own tree.
+// of order or invalid, unknown kinds, endless pages, more than
+// MaxDirChildren for a directory, a walk deeper than MaxWalkDepth) with
+// ErrMalformed, which is syncwire.ErrProtocol on both sides of the wire.
+// The walk descends only where the local tree has a directory too, so a
+// hostile peer cannot make it deeper than our own tree.
+//
+// What a walk keeps is charged before it is kept: each difference costs
+// diffOverhead (256) bytes plus its path and names, against a budget of
+// the report's limit (MaxDifferences for Verify, RepairOptions.MaxPaths
+// for Repair) and MaxDiffBytes, shared by the directories of a level
+// compared at once. A directory that finds the budget spent stops paging;
+// the walk ends at it (dropping what later directories found, and
+// comparing it again if they had taken budget it needed), so the report is
+// the first differences in walk order and Truncated. Memory is then
+// bounded by the limits, and by a small multiple of the bytes the peer
+// sent: before, a peer could make the walk keep about 4x what it sent for
+// a whole level before the limit applied.
 //
 // # Repair
 //
@@ -60,19 +73,29 @@
 // are fetched (MethodRevs, MethodEntries, FetchObjects) and applied
 // locally as upstream. Bounce suppression moves the cursors over the revs
 // the repair itself stamped, as the sync driver does. A directory won by a
-// side whose peer lacks it travels with its whole subtree. Repair then
-// verifies again.
+// side whose peer lacks it travels with its whole subtree; the peer's
+// subtree paths come from Node pages, each refused past vfs.MaxPathLen and
+// charged against MaxPaths and MaxDiffBytes before it is kept (a larger
+// subtree is cut there, parents first, and converges on the next Repair).
+// Hole refs (chunkstore.Ref.IsHole) are never probed, fetched or pushed.
+// Repair then verifies again.
 //
 // # Snapshot
 //
 // Bootstrap sends the whole tree to an empty container as pages of
-// length-framed records (one entry each), zstd-compressed, each page's
-// missing chunks sent before it (MethodSnapHave, MethodSnapObjects). The
+// length-framed records (one entry each; a file of more than maxPartRefs
+// (8192) refs as a head record and continuation records, so no record
+// exceeds about 350 KiB however large the file), zstd-compressed, each
+// page's missing data chunks sent before it (MethodSnapHave,
+// MethodSnapObjects; holes are never sent). The
 // receiver stages pages and chunk bytes in a SQLite database of its own
 // beside the store, one transaction per page, so an interrupted snapshot
 // resumes from the staged count (MethodSnapBegin answers it). On
 // MethodSnapCommit the receiver rebuilds the Merkle root from the staged
-// records and compares it with the root the sender declared at begin; a
+// records (a split file's parts must run in order, head first, to its
+// declared count, each ref valid where it stands; its content hash is
+// computed as they stream by) and compares it with the root the sender
+// declared at begin; a
 // mismatch discards the staging and leaves the live store untouched. Then
 // it installs: live paths the snapshot lacks are deleted and the records
 // applied in batches as upstream, the last batch writing the watermarks
@@ -82,6 +105,21 @@
 // into the live chunk store, so a bootstrap needs the tree's size twice on
 // disk for a while; that is the price of resuming and of a live store that
 // stays untouched until the check.
+//
+// # Limits
+//
+// Every decoder checks counts against their bound and against what the
+// remaining bytes could hold, and lengths against their bound and the
+// body, before it allocates: MaxChildren and MaxPageBytes a Node page,
+// MaxDirChildren a directory, MaxWalkDepth, MaxPaths a Revs or Entries
+// call, MaxPageRecords and MaxPageRaw a snapshot page (its zstd frame must
+// decode to exactly its declared length), maxPartRefs a record,
+// MaxSnapshotRecords a snapshot, MaxDifferences and MaxDiffBytes a walk. A
+// call holds at most one decoded page or object message beyond its body;
+// an install holds one batch of staged records plus the one file being
+// put back together (at most chunkstore.MaxManifestChunks refs). The
+// hostile-peer tests (hostile_test.go) send crafted messages over a real
+// session and check the heap against the bytes sent.
 //
 // # Methods
 //

@@ -196,6 +196,69 @@ func FuzzDecodeObjects(f *testing.F) {
 	})
 }
 
+func seedPaths() [][]byte {
+	return [][]byte{appendPaths(nil, []string{"a", "d/b"}), appendPaths(nil, nil), {0x80, 0x08}, {2, 1, 'a', 2, '.', '.'}}
+}
+
+func FuzzDecodePaths(f *testing.F) {
+	for _, s := range seedPaths() {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		paths, err := decodePaths(b)
+		if err != nil {
+			return
+		}
+		if len(paths) > MaxPaths {
+			t.Fatalf("%d paths", len(paths))
+		}
+		for _, p := range paths {
+			if err := vfs.ValidatePath(p); err != nil {
+				t.Fatalf("accepted path %q: %v", p, err)
+			}
+		}
+	})
+}
+
+func seedRevs() [][]byte {
+	return [][]byte{appendRevs(nil, []int64{1, 1 << 40}), appendRevs(nil, nil), {3, 1}}
+}
+
+func FuzzDecodeRevs(f *testing.F) {
+	for _, s := range seedRevs() {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if len(b) == 0 {
+			return
+		}
+		n := int(b[0]) * 8
+		revs, err := decodeRevs(b[1:], n)
+		if err == nil && len(revs) != n {
+			t.Fatalf("%d revs for %d paths", len(revs), n)
+		}
+	})
+}
+
+func seedRootInfos() [][]byte {
+	return [][]byte{appendRootInfo(nil, rootInfo{Root: Hash{1}, Rev: 7, Names: 3}), make([]byte, 31)}
+}
+
+func FuzzDecodeRootInfo(f *testing.F) {
+	for _, s := range seedRootInfos() {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ri, err := decodeRootInfo(b)
+		if err != nil {
+			return
+		}
+		if got, err := decodeRootInfo(appendRootInfo(nil, ri)); err != nil || got != ri {
+			t.Fatalf("re-decode %+v: %+v, %v", ri, got, err)
+		}
+	})
+}
+
 func TestWriteFuzzCorpus(t *testing.T) {
 	if os.Getenv("WSYNC_WRITE_CORPUS") == "" {
 		t.Skip("set WSYNC_WRITE_CORPUS=1 to rewrite testdata/fuzz")
@@ -203,6 +266,7 @@ func TestWriteFuzzCorpus(t *testing.T) {
 	for target, seeds := range map[string][][]byte{
 		"FuzzDecodeNodePage": seedPages(), "FuzzDecodeNodeRequest": seedRequests(), "FuzzDecodeRecords": seedRecords(),
 		"FuzzDecodePage": seedPageBodies(), "FuzzDecodeObjects": seedObjects(),
+		"FuzzDecodePaths": seedPaths(), "FuzzDecodeRevs": seedRevs(), "FuzzDecodeRootInfo": seedRootInfos(),
 	} {
 		dir := filepath.Join("testdata", "fuzz", target)
 		must(t, os.MkdirAll(dir, 0o755))

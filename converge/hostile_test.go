@@ -1,14 +1,18 @@
 package converge
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/wsync/wsync/chunkstore"
 	"github.com/wsync/wsync/syncwire"
 	"github.com/wsync/wsync/vfs"
 )
@@ -163,5 +167,149 @@ func TestHostileRepairPathsBounded(t *testing.T) {
 	p.check(t)
 	if !errors.Is(err, ErrMalformed) {
 		t.Fatalf("err = %v, want ErrMalformed", err)
+	}
+}
+
+// uv is a uvarint.
+func uv(v uint64) []byte { return binary.AppendUvarint(nil, v) }
+
+func cat(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+
+// zeroBomb is a zstd frame of n zero bytes: a few hundred bytes on the
+// wire that decompress to n.
+func zeroBomb(n int) []byte { return zenc().EncodeAll(make([]byte, n), nil) }
+
+// TestHostileCallsBounded: every call the responder serves, given crafted
+// bodies over a real session (counts claiming more than the body holds,
+// lengths past the bounds, decompression bombs, garbage), answers with a
+// typed error, and what the process holds afterwards stays within a
+// fixed multiple of the bytes sent plus a constant however often the peer
+// repeats it: no claim drives an allocation past the documented bounds,
+// and nothing accumulates.
+func TestHostileCallsBounded(t *testing.T) {
+	ctx := context.Background()
+	cont := newStore(t, "container") // empty, so a snapshot can begin
+	r := newRig(t, nil, cont)
+	sess := r.session(t)
+	var st callStats
+	page := func(first, n, raw uint64, z []byte) []byte { return cat(uv(first), uv(n), uv(raw), z) }
+	tests := []struct {
+		name   string
+		method syncwire.Method
+		body   []byte
+		stream [][]byte // MethodSnapObjects messages
+		want   error
+	}{
+		{"root: bad ignore flag", MethodRoot, []byte{7}, nil, syncwire.ErrProtocol},
+		{"root: ignore count past the body", MethodRoot, cat([]byte{1}, uv(maxIgnore)), nil, syncwire.ErrProtocol},
+		{"node: garbage", MethodNode, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, nil, syncwire.ErrProtocol},
+		{"node: path length past the body", MethodNode, uv(vfs.MaxPathLen), nil, syncwire.ErrProtocol},
+		{"revs: path count past the body", MethodRevs, uv(MaxPaths), nil, syncwire.ErrProtocol},
+		{"revs: path count past the bound", MethodRevs, uv(MaxPaths + 1), nil, syncwire.ErrProtocol},
+		{"entries: path count past the body", MethodEntries, cat(uv(MaxPaths), []byte{1, 'a'}), nil, syncwire.ErrProtocol},
+		{"snapshot begin: total past the bound", MethodSnapBegin, cat(make([]byte, 32), uv(1), uv(MaxSnapshotRecords+1)), nil, syncwire.ErrProtocol},
+		{"snapshot have: hash count past the body", MethodSnapHave, uv(syncwire.MaxHashes), nil, syncwire.ErrProtocol},
+		{"snapshot page: raw length past the bound", MethodSnapPage, page(0, 1, MaxPageRaw+1, zeroBomb(16)), nil, syncwire.ErrProtocol},
+		{"snapshot page: record count past the bound", MethodSnapPage, page(0, MaxPageRecords+1, 16, zeroBomb(16)), nil, syncwire.ErrProtocol},
+		{"snapshot page: decompression bomb", MethodSnapPage, page(0, MaxPageRecords, MaxPageRaw, zeroBomb(MaxPageRaw)), nil, syncwire.ErrProtocol},
+		{"snapshot page: bomb past its declared length", MethodSnapPage, page(0, 1, 64, zeroBomb(MaxPageRaw)), nil, syncwire.ErrProtocol},
+		{"snapshot page: record longer than the bound", MethodSnapPage, func() []byte {
+			raw := cat(uv(maxRecordLen+1), make([]byte, 64))
+			return page(0, 1, uint64(len(raw)), zenc().EncodeAll(raw, nil))
+		}(), nil, syncwire.ErrProtocol},
+		{"snapshot page: continuation claiming more refs than it holds", MethodSnapPage, func() []byte {
+			raw := cat(uv(4), []byte{recRefs}, uv(maxPartRefs), []byte{0})
+			return page(0, 1, uint64(len(raw)), zenc().EncodeAll(raw, nil))
+		}(), nil, syncwire.ErrProtocol},
+		{"snapshot page: head claiming a file past the bound", MethodSnapPage, func() []byte {
+			raw := cat(uv(12), []byte{recHead}, uv(chunkstore.MaxManifestChunks+1))
+			raw = append(raw, make([]byte, 12-len(raw)+len(uv(12)))...)
+			return page(0, 1, uint64(len(raw)), zenc().EncodeAll(raw, nil))
+		}(), nil, syncwire.ErrProtocol},
+		{"snapshot objects: decompression bombs", MethodSnapObjects, nil, func() [][]byte {
+			var ms [][]byte
+			for range 8 {
+				ms = append(ms, cat(uv(maxObjectsRaw), zeroBomb(maxObjectsRaw)))
+			}
+			return ms
+		}(), syncwire.ErrProtocol},
+		{"snapshot objects: object count past the body", MethodSnapObjects, nil, [][]byte{func() []byte {
+			raw := uv(syncwire.MaxHashes)
+			return cat(uv(uint64(len(raw))), zenc().EncodeAll(raw, nil))
+		}()}, syncwire.ErrProtocol},
+		{"snapshot commit: garbage", MethodSnapCommit, []byte{1, 2, 3}, nil, syncwire.ErrProtocol},
+	}
+	// Objects need a begun snapshot.
+	_, err := snapBegin(ctx, sess, &st, Hash{5}, 1, 10)
+	must(t, err)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newHeapProbe(2, 2<<20)
+			for range 16 {
+				var err error
+				if tt.stream != nil {
+					err = func() error {
+						o, err := sess.Open(ctx, tt.method, nil, true)
+						if err != nil {
+							return err
+						}
+						defer o.Close()
+						for _, m := range tt.stream {
+							if o.Send(ctx, m) != nil {
+								break
+							}
+							p.sentBytes(len(m))
+						}
+						o.CloseSend()
+						_, err = o.Reply(ctx)
+						return err
+					}()
+				} else {
+					p.sentBytes(len(tt.body))
+					_, err = call(ctx, sess, &st, tt.method, tt.body)
+				}
+				if !errors.Is(err, tt.want) {
+					t.Fatalf("err = %v, want %v", err, tt.want)
+				}
+				p.measure()
+			}
+			p.check(t)
+		})
+	}
+}
+
+// TestWalkBudgetKeepsWalkOrder: the directories of a level compared at
+// once share the difference budget; whichever finishes first, the report
+// is the first MaxDifferences differences in walk order (directories in
+// order, names in order), Truncated.
+func TestWalkBudgetKeepsWalkOrder(t *testing.T) {
+	ctx := context.Background()
+	var base, extra []vfs.ChangeEntry
+	for d := range 20 {
+		dir := fmt.Sprintf("d%02d", d)
+		base = append(base, vfs.ChangeEntry{Kind: vfs.EntryDir, Path: dir, Mode: 0o755})
+		for f := range 3 {
+			c := contents[f%len(contents)]
+			base = append(base, vfs.ChangeEntry{Kind: vfs.EntryFile, Path: fmt.Sprintf("%s/f%d", dir, f), Mode: 0o644, Size: int64(len(c)), Chunks: chunkstore.Manifest{ref(c)}})
+		}
+		for x := range 10 {
+			extra = append(extra, vfs.ChangeEntry{Kind: vfs.EntryDir, Path: fmt.Sprintf("%s/x%d", dir, x), Mode: 0o755})
+		}
+	}
+	server, cont := newStore(t, "server"), newStore(t, "container")
+	applyAll(t, server, base)
+	applyAll(t, cont, append(slices.Clone(base), extra...))
+	var want []string
+	for _, e := range extra[:MaxDifferences] {
+		want = append(want, e.Path)
+	}
+	r := newRig(t, server, cont)
+	sess := r.session(t)
+	for range 5 {
+		rep, err := Verify(ctx, server, sess, nil)
+		must(t, err)
+		if got := diffPaths(rep.Differences); !slices.Equal(got, want) || !rep.Truncated {
+			t.Fatalf("differences (truncated %v):\n%q\nwant\n%q", rep.Truncated, got, want)
+		}
 	}
 }

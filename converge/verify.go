@@ -220,11 +220,17 @@ func (w *walker) walk(root *dir, limit int) ([]Difference, bool, error) {
 // walkLevel compares one level's directories, taking their results in
 // order. A directory that stopped at the budget ends the walk there: the
 // directories after it are cancelled and their differences dropped (their
-// budget returned), and, when they had taken budget it needed, it is
-// compared again, so the report is the first differences in walk order.
+// budget returned). When they had taken budget it needed, it is compared
+// again alone, and the level goes on after it if that fits; so the report
+// is the first differences in walk order.
 func (w *walker) walkLevel(level []pendingDir, budget *diffBudget, diffs *[]Difference) (next []pendingDir, stop bool, _ error) {
-	ctx, cancel := context.WithCancel(w.ctx)
-	defer cancel()
+	// The calls in flight share one context, renewed after a drop.
+	var cur struct {
+		ctx    context.Context
+		cancel context.CancelFunc
+	}
+	cur.ctx, cur.cancel = context.WithCancel(w.ctx)
+	defer func() { cur.cancel() }()
 	type slot struct {
 		done chan struct{}
 		res  dirResult
@@ -236,16 +242,16 @@ func (w *walker) walkLevel(level []pendingDir, budget *diffBudget, diffs *[]Diff
 	launch := func() {
 		s := &slot{done: make(chan struct{})}
 		slots[launched] = s
-		p := level[launched]
+		p, c := level[launched], cur.ctx
 		launched++
 		wg.Go(func() {
 			defer close(s.done)
-			s.res = w.compare(ctx, p, budget)
+			s.res = w.compare(c, p, budget)
 		})
 	}
 	// drop cancels and discards every result after i.
 	drop := func(i int) (returned int) {
-		cancel()
+		cur.cancel()
 		wg.Wait()
 		for j := i + 1; j < launched; j++ {
 			r := slots[j].res
@@ -266,20 +272,20 @@ func (w *walker) walkLevel(level []pendingDir, budget *diffBudget, diffs *[]Diff
 			drop(i)
 			return nil, false, r.err
 		}
-		if r.full {
-			if drop(i) > 0 {
-				// Later directories held budget this one needed: compare it
-				// again with what they returned.
-				budget.give(len(r.diffs), r.bytes)
-				r = w.compare(w.ctx, level[i], budget)
-				if r.err != nil {
-					return nil, false, r.err
-				}
+		if r.full && drop(i) > 0 {
+			// Later directories held budget this one needed: compare it
+			// again alone with what they returned, then go on after it.
+			budget.give(len(r.diffs), r.bytes)
+			if r = w.compare(w.ctx, level[i], budget); r.err != nil {
+				return nil, false, r.err
 			}
-			*diffs = append(*diffs, r.diffs...)
-			return nil, true, nil
+			cur.ctx, cur.cancel = context.WithCancel(w.ctx)
+			launched = i + 1
 		}
 		*diffs = append(*diffs, r.diffs...)
+		if r.full {
+			return nil, true, nil
+		}
 		next = append(next, r.descend...)
 	}
 	if budget.spent() && len(next) > 0 {
