@@ -325,8 +325,10 @@ func (x *fsx) step() error {
 		return nil
 	case r < 94:
 		return x.reopen()
-	default:
+	case r < 99:
 		return x.readOther()
+	default:
+		return x.far()
 	}
 }
 
@@ -454,6 +456,47 @@ func (x *fsx) reopen() error {
 		return fmt.Errorf("reopen: %w", err)
 	}
 	x.fd = fd
+	return x.checkSize()
+}
+
+// far makes the file sparse and huge for a moment: it truncates it to
+// tens of GiB, writes a few bytes near the new end, reads them and a
+// stretch of the hole back, and truncates back to the model's size, whose
+// bytes the next reads and compares check.
+func (x *fsx) far() error {
+	size := int64(len(x.model))
+	end := int64(16<<30) + x.rng.Int64N(48<<30)
+	b := x.data(1 + x.length(0)%4096)
+	at := end - int64(len(b)) - x.rng.Int64N(fsxChunk)
+	x.note("far", "far: truncate %d, write %d+%d, truncate back (size %d)", end, at, len(b), size)
+	if err := unix.Ftruncate(x.fd, end); err != nil {
+		return fmt.Errorf("ftruncate %d: %w", end, err)
+	}
+	if _, err := unix.Pwrite(x.fd, b, at); err != nil {
+		return fmt.Errorf("pwrite %d+%d: %w", at, len(b), err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(x.fd, &st); err != nil || st.Size != end {
+		return fmt.Errorf("fstat after far write: size %d (%v), want %d", st.Size, err, end)
+	}
+	got := make([]byte, len(b)+8192)
+	k, err := unix.Pread(x.fd, got, at-8192)
+	if err != nil || k != len(got) {
+		return fmt.Errorf("pread around the far write: %d bytes, %v", k, err)
+	}
+	if i := slices.IndexFunc(got[:8192], func(c byte) bool { return c != 0 }); i >= 0 {
+		return fmt.Errorf("the hole before the far write has %#x at %d", got[i], at-8192+int64(i))
+	}
+	if !bytes.Equal(got[8192:], b) {
+		return fmt.Errorf("the far write reads back differently at %d", at+int64(firstDiff(got[8192:], b)))
+	}
+	if k, err := unix.Pread(x.fd, got[:4096], size+x.rng.Int64N(end-size-4096)); err != nil || k != 4096 ||
+		slices.IndexFunc(got[:4096], func(c byte) bool { return c != 0 }) >= 0 {
+		return fmt.Errorf("a read in the far hole: %d bytes, %v, or not zeros", k, err)
+	}
+	if err := unix.Ftruncate(x.fd, size); err != nil {
+		return fmt.Errorf("ftruncate back to %d: %w", size, err)
+	}
 	return x.checkSize()
 }
 
