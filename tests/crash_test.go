@@ -30,7 +30,8 @@ import (
 // same on-disk state, the sync run to completion, and both trees compared
 // with a model of what the user was told was written.
 //
-// WSYNC_CRASH_SEED=n replays one seed; WSYNC_LONG=1 runs more of them.
+// WSYNC_CRASH_SEED=n replays one seed (a-b a range of them); WSYNC_LONG=1
+// runs ten per scenario.
 
 // crashScenario is one cell of the matrix.
 type crashScenario struct {
@@ -69,11 +70,20 @@ func TestCrashMatrix(t *testing.T) {
 	var seeds []uint64
 	switch {
 	case os.Getenv("WSYNC_CRASH_SEED") != "":
-		s, err := strconv.ParseUint(os.Getenv("WSYNC_CRASH_SEED"), 10, 64)
-		if err != nil {
-			t.Fatalf("WSYNC_CRASH_SEED: %v", err)
+		// One seed, or a range "a-b".
+		v := os.Getenv("WSYNC_CRASH_SEED")
+		from, to, isRange := strings.Cut(v, "-")
+		if !isRange {
+			to = from
 		}
-		seeds = []uint64{s}
+		a, err1 := strconv.ParseUint(from, 10, 64)
+		b, err2 := strconv.ParseUint(to, 10, 64)
+		if err1 != nil || err2 != nil || a == 0 || b < a {
+			t.Fatalf("WSYNC_CRASH_SEED=%q: want a seed n >= 1 or a range a-b", v)
+		}
+		for s := a; s <= b; s++ {
+			seeds = append(seeds, s)
+		}
 	case os.Getenv("WSYNC_LONG") != "":
 		for s := range uint64(10 * len(crashScenarios)) {
 			seeds = append(seeds, s+1)
