@@ -100,23 +100,43 @@ func fileSHA256(ctx context.Context, s *vfs.Store, sp string) (string, error) {
 // List lists the directory at path (its entries, in name order; with
 // recursive, the whole subtree depth first, each directory before its
 // children). A file lists as itself, as ls does. Ignored names are left out.
+// It collects Walk's entries, at most MaxList of them.
 func (w *Workspace) List(ctx context.Context, path string, recursive, hash bool) ([]FileInfo, error) {
-	sp, err := w.clean("list", path)
+	var out []FileInfo
+	err := w.Walk(ctx, path, recursive, hash, func(fi FileInfo) error {
+		if len(out) >= MaxList {
+			return &vfs.PathError{Op: "list", Path: path, Err: fmt.Errorf("%w: more than %d entries", vfs.ErrRange, MaxList)}
+		}
+		out = append(out, fi)
+		return nil
+	})
 	if err != nil {
 		return nil, err
+	}
+	return out, nil
+}
+
+// Walk calls yield with each entry List returns, in the same order, as it
+// reads them: it holds one directory's listing per level, never the whole
+// answer, so a caller that made a large tree cheaply cannot make the
+// server hold it (the API streams a listing this way). An error from yield
+// ends the walk and is returned.
+func (w *Workspace) Walk(ctx context.Context, path string, recursive, hash bool, yield func(FileInfo) error) error {
+	sp, err := w.clean("list", path)
+	if err != nil {
+		return err
 	}
 	s, err := w.Store(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	top, err := w.info(ctx, s, sp, hash)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if top.Type != vfs.KindDir.String() {
-		return []FileInfo{top}, nil
+		return yield(top)
 	}
-	var out []FileInfo
 	var walk func(dir string) error
 	walk = func(dir string) error {
 		ents, err := s.List(ctx, dir)
@@ -138,10 +158,9 @@ func (w *Workspace) List(ctx context.Context, path string, recursive, hash bool)
 			if err != nil {
 				return err
 			}
-			if len(out) >= MaxList {
-				return &vfs.PathError{Op: "list", Path: top.Path, Err: fmt.Errorf("%w: more than %d entries", vfs.ErrRange, MaxList)}
+			if err := yield(fi); err != nil {
+				return err
 			}
-			out = append(out, fi)
 			if recursive && e.Kind == vfs.KindDir {
 				if err := walk(child); err != nil && !errors.Is(err, vfs.ErrNotExist) {
 					return err
@@ -150,10 +169,7 @@ func (w *Workspace) List(ctx context.Context, path string, recursive, hash bool)
 		}
 		return nil
 	}
-	if err := walk(sp); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return walk(sp)
 }
 
 // Open returns a reader over the file at path as it is now.

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -113,11 +114,37 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request, ws *workspace.Work
 		writeError(w, err)
 		return
 	}
-	ls, err := ws.List(r.Context(), queryPath(r), rec, hash)
-	if ls == nil && err == nil {
-		ls = []workspace.FileInfo{}
+	// The array streams as the walk reads the tree: the server never holds
+	// the whole answer. An error before the first entry is an ordinary
+	// error response; after it the response is cut (no closing "]"), which
+	// every JSON reader reports.
+	started := false
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	err = ws.Walk(r.Context(), queryPath(r), rec, hash, func(fi workspace.FileInfo) error {
+		sep := ","
+		if !started {
+			started, sep = true, "["
+			w.Header().Set("Content-Type", "application/json")
+			w.Header().Set("X-Content-Type-Options", "nosniff")
+			w.WriteHeader(http.StatusOK)
+		}
+		if _, err := io.WriteString(w, sep); err != nil {
+			return err
+		}
+		return enc.Encode(fi)
+	})
+	switch {
+	case err != nil && !started:
+		writeError(w, err)
+	case err != nil:
+		s.log.Warn("listing cut", "path", queryPath(r), "err", err)
+		panic(http.ErrAbortHandler)
+	case !started:
+		writeJSON(w, http.StatusOK, []workspace.FileInfo{})
+	default:
+		io.WriteString(w, "]\n")
 	}
-	respond(w, ls, err)
 }
 
 // queryPath is the path query parameter; absent means the root.
