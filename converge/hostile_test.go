@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"slices"
 	"strings"
@@ -311,5 +312,49 @@ func TestWalkBudgetKeepsWalkOrder(t *testing.T) {
 		if got := diffPaths(rep.Differences); !slices.Equal(got, want) || !rep.Truncated {
 			t.Fatalf("differences (truncated %v):\n%q\nwant\n%q", rep.Truncated, got, want)
 		}
+	}
+}
+
+// TestHostileSnapshotReceiverRefused: the sender's decoders of the
+// snapshot replies refuse a receiver's garbage with a typed error.
+func TestHostileSnapshotReceiverRefused(t *testing.T) {
+	ctx := context.Background()
+	server := newStore(t, "server")
+	applyAll(t, server, smallTree())
+	reply := func(b []byte) syncwire.Handler {
+		return func(ctx context.Context, c *syncwire.Incoming) error { return c.Reply(b) }
+	}
+	for _, tt := range []struct {
+		name   string
+		method syncwire.Method
+		h      syncwire.Handler
+	}{
+		{"begin: staged past the total", MethodSnapBegin, reply(uv(1 << 40))},
+		{"begin: trailing bytes", MethodSnapBegin, reply([]byte{0, 0})},
+		{"have: bitmap of the wrong length", MethodSnapHave, reply(make([]byte, 4096))},
+		{"page: staged count not the pages", MethodSnapPage, reply(cat(uv(7), uv(7)))},
+		{"page: garbage", MethodSnapPage, reply([]byte{0xff})},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cont := newStore(t, "container")
+			srv := syncwire.NewServer(cont, syncwire.ServerOptions{Config: testConfig()})
+			resp := &Responder{store: cont, log: slog.New(slog.DiscardHandler)}
+			resp.snap.r = resp
+			t.Cleanup(func() { resp.Close() })
+			for m, h := range map[syncwire.Method]syncwire.Handler{
+				MethodSnapBegin: resp.snap.begin, MethodSnapHave: resp.snap.have, MethodSnapObjects: resp.snap.objects,
+				MethodSnapPage: resp.snap.page, MethodSnapCommit: resp.snap.commit,
+			} {
+				if m == tt.method {
+					h = tt.h
+				}
+				srv.Handle(m, h)
+			}
+			r := serveRig(t, server, cont, srv, resp)
+			_, err := Bootstrap(ctx, server, r.session(t), BootstrapOptions{Peer: peerName})
+			if !errors.Is(err, syncwire.ErrProtocol) {
+				t.Fatalf("err = %v, want EPROTOCOL", err)
+			}
+		})
 	}
 }

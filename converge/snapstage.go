@@ -750,8 +750,8 @@ func stagedBatch(ctx context.Context, db *sql.DB, seq, n int) ([]vfs.ChangeEntry
 			case rec.Tag == recHead:
 				err = split.start(&rec)
 				e := rec.Entry
-				e.Chunks = make(chunkstore.Manifest, 0, rec.Refs)
-				e.Chunks = append(e.Chunks, rec.Entry.Chunks...)
+				// Grown as the parts come, not sized from the head's count.
+				e.Chunks = slices.Clone(rec.Entry.Chunks)
 				out = append(out, e)
 			default:
 				out = append(out, rec.Entry)
