@@ -4,6 +4,18 @@
 // its chunks' Refs (hash and size); vfs keeps manifests in its node rows and
 // asks this package for the bytes.
 //
+// # Holes
+//
+// A Ref whose Hash is HoleHash (all zeros, the address of no chunk) is a
+// hole: Size bytes of zeros with nothing stored. A hole ref covers a run of
+// whole chunks, up to MaxHoleRun, or the file's tail, so a manifest maps
+// chunk indices to refs through Index rather than by position; a file is
+// at most MaxFileSize (4 TiB). AddRefs, DropRefs and GC never see holes,
+// Has reports HoleHash present (there is nothing to fetch), ReadAt fills
+// zeros; callers collect what to probe, fetch or send with
+// Manifest.Hashes or DataRefs. The manifest encoding is the same with or
+// without holes.
+//
 // # Layout
 //
 // The chunk metadata is one table, chunks, in the caller's SQLite database

@@ -11,6 +11,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/wsync/wsync/chunkstore"
 	"github.com/wsync/wsync/vfs"
 )
 
@@ -181,23 +182,23 @@ func (f *fileHandle) Release(ctx context.Context) (errno syscall.Errno) {
 }
 
 // Allocate implements fallocate(2) mode 0 as an extension of the file (the
-// store keeps no preallocated space, and sparse regions read as zeros) and
-// FALLOC_FL_KEEP_SIZE as a no-op; punching or collapsing holes is
-// EOPNOTSUPP.
+// store keeps no preallocated space: the new bytes are a hole, stored as
+// nothing) and FALLOC_FL_KEEP_SIZE as a no-op; punching or collapsing
+// holes is EOPNOTSUPP. A range past the largest file is EFBIG, as for a
+// write.
 func (f *fileHandle) Allocate(ctx context.Context, off, size uint64, mode uint32) (errno syscall.Errno) {
 	defer f.srv.metrics.track(opAllocate, time.Now(), &errno)
 	ctx = context.WithoutCancel(ctx)
 	const keepSize = 0x01 // FALLOC_FL_KEEP_SIZE
-	switch mode {
-	case 0:
-		end := int64(off + size)
-		if end <= f.h.Size() {
-			return 0
-		}
-		// Truncate commits the extension with any pending writes.
-		return toErrno(f.h.Truncate(ctx, end))
-	case keepSize:
+	if mode != 0 && mode != keepSize {
+		return syscall.EOPNOTSUPP
+	}
+	if off > chunkstore.MaxFileSize || size > chunkstore.MaxFileSize-off {
+		return syscall.EFBIG
+	}
+	if mode == keepSize {
 		return 0
 	}
-	return syscall.EOPNOTSUPP
+	// Allocate commits the extension with any pending writes.
+	return toErrno(f.h.Allocate(ctx, int64(off), int64(size)))
 }

@@ -227,19 +227,24 @@ func (s *Store) WriteFileFrom(ctx context.Context, path string, r io.Reader, mod
 	return n.attr(), nil
 }
 
-// storeChunks reads r to its end in chunks, staging each.
+// storeChunks reads r to its end in chunks, staging each; all-zero
+// chunks become holes.
 func storeChunks(ctx context.Context, stage *chunkstore.Stage, r io.Reader) (chunkstore.Manifest, error) {
 	b := getBuf()
 	defer putBuf(b)
 	var m chunkstore.Manifest
+	var total int64
 	for {
 		n, err := io.ReadFull(r, *b)
+		if total += int64(n); total > chunkstore.MaxFileSize {
+			return nil, ErrFileTooBig
+		}
 		if n > 0 {
-			ref, perr := stage.PutHashed(ctx, (*b)[:n])
+			ref, perr := storeImage(ctx, stage, (*b)[:n])
 			if perr != nil {
 				return nil, perr
 			}
-			m = append(m, ref)
+			m = m.Append(ref)
 		}
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 			return m, nil

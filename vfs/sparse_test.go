@@ -292,3 +292,19 @@ func TestShrinkDropsChunksInFlight(t *testing.T) {
 		t.Fatal("the stores in flight came back at commit")
 	}
 }
+
+// WriteFile (the API's write) stores all-zero chunks as holes too.
+func TestWriteFileZerosAreHoles(t *testing.T) {
+	s := newStore(t)
+	data := make([]byte, 3*cs+5)
+	data[cs] = 1
+	writeFile(t, s, "f", data)
+	m, err := s.Manifest(ctx, "f")
+	must(t, err)
+	if len(m) != 3 || !m[0].IsHole() || m[1].IsHole() || !m[2].IsHole() || m[2].Size != cs+5 {
+		t.Fatalf("manifest = %v", m)
+	}
+	if !bytes.Equal(readFile(t, s, "f"), data) {
+		t.Fatal("content differs")
+	}
+}
