@@ -362,6 +362,7 @@ type ChangeStream struct {
 	done func()
 	buf  []vfs.ChangeEntry
 	eof  bool
+	dec  EntryDecoder
 }
 
 // FetchChanges opens the peer's feed.
@@ -403,13 +404,16 @@ func (cs *ChangeStream) Next(ctx context.Context, max int) ([]vfs.ChangeEntry, e
 		}
 		p, err := cs.o.Recv(ctx)
 		if errors.Is(err, io.EOF) {
+			if err := cs.dec.Finish(); err != nil {
+				return nil, fmt.Errorf("fetch changes: %w", err)
+			}
 			cs.eof = true
 			break
 		}
 		if err != nil {
 			return nil, fmt.Errorf("fetch changes: %w", err)
 		}
-		if cs.buf, err = DecodeEntries(p); err != nil {
+		if cs.buf, err = cs.dec.Decode(p); err != nil {
 			return nil, fmt.Errorf("fetch changes: %w", err)
 		}
 	}

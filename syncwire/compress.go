@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/wsync/wsync/chunkstore"
@@ -83,8 +84,15 @@ func putCompressBuf(z []byte) {
 	compressBufs.Put(&z)
 }
 
-// decompress decodes one compressed chunk of exactly raw bytes.
+// decompressed counts the bytes decompress produced (tests check that
+// refused objects cost none).
+var decompressed atomic.Int64
+
+// decompress decodes one compressed chunk of exactly raw bytes into a
+// buffer of that size: the decoder stops at its capacity, so a frame that
+// claims or yields more is an error, never a larger allocation.
 func decompress(z []byte, raw int) ([]byte, error) {
+	defer func() { decompressed.Add(int64(raw)) }()
 	out, err := zstdDecoder().DecodeAll(z, make([]byte, 0, raw))
 	if err != nil {
 		return nil, fmt.Errorf("%w: zstd: %v", ErrProtocol, err)

@@ -16,8 +16,16 @@
 // slow consumer bounds its producer's memory to one window and never stalls
 // the session's other calls (an exec's output cannot block a fetch).
 //
+// Both sides count call slots the same way: the caller holds one from its
+// CALL until it reads the final frame or writes its CANCEL, the callee from
+// the CALL until just before it writes its final frame or reads the CANCEL.
+// A call beyond the callee's MaxCalls (or its bound on running handlers) is
+// answered ErrBusy (EBUSY) and the session stays up.
+//
 // The first frame each way is a HELLO: protocol name, version range,
 // features, the process's RuntimeID, the store id, window and call limit.
+// This build speaks version 2 only (hole refs, entry parts, announced
+// PushObjects, EBUSY).
 // Without a common version both sides fail with ErrVersion naming both
 // ranges. Every call has a deadline (the caller's, or Config.CallTimeout)
 // that travels to the callee. Pings on an interval detect a silent peer: past
@@ -30,6 +38,20 @@
 // maps codes to sentinels both ways, so errors.Is(err, vfs.ErrNotExist),
 // chunkstore.ErrUnknownHash, watermark.ErrInvariant, ErrExecBusy and the rest
 // hold on the caller's side exactly as on the callee's.
+//
+// # Bounds against a hostile peer
+//
+// Every decoder checks counts against the bytes left before allocating.
+// Object streams are checked against what was asked (the FetchObjects
+// request, the hashes a PushObjects announces) object by object, before
+// decompression, and decoded one object at a time into a buffer of the
+// object's declared size (DecodeObjectsFunc): the memory a message costs is
+// one chunk, whatever its compression ratio, and a call decodes at most a
+// chunk per hash asked. A file entry too long for a frame travels as entry
+// parts (EntryDecoder assembles at most one, growing only with what
+// arrived, up to chunkstore.MaxManifestChunks). Hole refs
+// (chunkstore.HoleHash) are never probed, fetched or pushed; naming one as
+// an object is EPROTOCOL.
 //
 // # Serving and extending
 //

@@ -326,6 +326,9 @@ func (d *Driver) cutPushBatch(ctx context.Context, s *Session, pending []vfs.Cha
 	var probe []chunkstore.Hash
 	for _, e := range pending {
 		for _, r := range e.Chunks {
+			if r.IsHole() {
+				continue // zeros: never probed, sent or counted
+			}
 			if !seen[r.Hash] {
 				seen[r.Hash] = true
 				probe = append(probe, r.Hash)
@@ -350,7 +353,7 @@ func (d *Driver) cutPushBatch(ctx context.Context, s *Session, pending []vfs.Cha
 		var add int64
 		var adds []chunkstore.Hash
 		for _, r := range e.Chunks {
-			if !have[r.Hash] && !counted[r.Hash] {
+			if !r.IsHole() && !have[r.Hash] && !counted[r.Hash] {
 				counted[r.Hash] = true
 				add += int64(r.Size)
 				adds = append(adds, r.Hash)
@@ -364,7 +367,7 @@ func (d *Driver) cutPushBatch(ctx context.Context, s *Session, pending []vfs.Cha
 		}
 		missingBytes += add
 		missing = append(missing, adds...)
-		refBytes += e.Chunks.Size()
+		refBytes += dataBytes(e.Chunks)
 		n++
 	}
 	return pending[:n], missing, refBytes, nil
@@ -528,9 +531,9 @@ func (d *Driver) fetchBatch(ctx context.Context, s *Session, f *fetchedBatch, pr
 	seen := map[chunkstore.Hash]bool{}
 	var need []chunkstore.Hash
 	for _, e := range f.batch {
-		f.refBytes += e.Chunks.Size()
+		f.refBytes += dataBytes(e.Chunks)
 		for _, r := range e.Chunks {
-			if !seen[r.Hash] && !prev[r.Hash] {
+			if !r.IsHole() && !seen[r.Hash] && !prev[r.Hash] {
 				seen[r.Hash] = true
 				need = append(need, r.Hash)
 			}
@@ -603,6 +606,18 @@ func (d *Driver) applyPulled(ctx context.Context, f *fetchedBatch, ws *watermark
 		return d.local.SetWatermarks(ctx, d.peer, *ws)
 	}
 	return nil
+}
+
+// dataBytes is the bytes of m's data refs: what could cross the wire
+// (holes never do).
+func dataBytes(m chunkstore.Manifest) int64 {
+	var n int64
+	for _, r := range m {
+		if !r.IsHole() {
+			n += int64(r.Size)
+		}
+	}
+	return n
 }
 
 // fifo runs functions one at a time in arrival order. A waiter that gives

@@ -157,6 +157,105 @@ func FuzzDecodeEntries(f *testing.F) {
 	})
 }
 
+// longSample is a file entry long enough to travel as three entry parts.
+func longSample() vfs.ChangeEntry {
+	h := chunkstore.Sum([]byte("x"))
+	m := chunkstore.Manifest{}
+	for range 2*partRefs + 10 {
+		m = append(m, chunkstore.Ref{Hash: h, Size: chunkstore.ChunkSize}, chunkstore.Ref{Hash: chunkstore.HoleHash, Size: chunkstore.ChunkSize})
+	}
+	m = m[:2*partRefs+10]
+	return vfs.ChangeEntry{Kind: vfs.EntryFile, Rev: 7, Path: "big/file", Mode: 0o644, Mtime: 1, Chunks: m, Size: m.Size()}
+}
+
+// seedParts are entry-part messages: the three parts of longSample, and a
+// whole sparse entry as one part.
+func seedParts() [][]byte {
+	en := longSample()
+	parts, _ := AppendEntryParts(&en)
+	m := chunkstore.Manifest{}.AppendHole(1 << 40)
+	small := vfs.ChangeEntry{Kind: vfs.EntryFile, Rev: 1, Path: "sparse", Chunks: m, Size: m.Size()}
+	one, _ := AppendEntryParts(&small)
+	return append(parts, one...)
+}
+
+// FuzzEntryParts feeds an EntryDecoder the input as a message on its own,
+// then after the first part of a long entry: whatever it accepts
+// validates, and a stream never ends inside an entry unnoticed.
+func FuzzEntryParts(f *testing.F) {
+	addSeeds(f, seedParts())
+	first := seedParts()[0]
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, prefix := range [][]byte{nil, first} {
+			var x EntryDecoder
+			if prefix != nil {
+				if es, err := x.Decode(prefix); err != nil || len(es) != 0 {
+					t.Fatalf("first part: %v, %d entries", err, len(es))
+				}
+			}
+			es, err := x.Decode(b)
+			if err != nil {
+				continue
+			}
+			for i := range es {
+				if err := es[i].Validate(); err != nil {
+					t.Fatalf("decoded entry %d does not validate: %v", i, err)
+				}
+			}
+			if x.pending == nil && x.Finish() != nil || x.pending != nil && x.Finish() == nil {
+				t.Fatal("Finish disagrees with the pending entry")
+			}
+		}
+	})
+}
+
+func TestEntryPartsRoundTrip(t *testing.T) {
+	en := longSample()
+	parts, err := AppendEntryParts(&en)
+	if err != nil || len(parts) != 3 {
+		t.Fatalf("%d parts, %v", len(parts), err)
+	}
+	var x EntryDecoder
+	var got []vfs.ChangeEntry
+	for i, p := range parts {
+		if len(p) > MaxPayload {
+			t.Fatalf("part %d of %d bytes", i, len(p))
+		}
+		es, err := x.Decode(p)
+		if err != nil {
+			t.Fatalf("part %d: %v", i, err)
+		}
+		got = append(got, es...)
+	}
+	if err := x.Finish(); err != nil || len(got) != 1 || !reflect.DeepEqual(got[0], en) {
+		t.Fatalf("round trip: %v, %d entries", err, len(got))
+	}
+	// Out of order, repeated, cut short, interleaved: typed errors.
+	bad := map[string][][]byte{
+		"second part first": {parts[1]},
+		"part repeated":     {parts[0], parts[0]},
+		"part skipped":      {parts[0], parts[2]},
+		"ordinary inside":   {parts[0], mustAppend(AppendEntries(nil, sampleEntries()))},
+	}
+	for name, msgs := range bad {
+		var x EntryDecoder
+		var err error
+		for _, p := range msgs {
+			if _, err = x.Decode(p); err != nil {
+				break
+			}
+		}
+		if !errors.Is(err, ErrProtocol) {
+			t.Errorf("%s: err = %v, want ErrProtocol", name, err)
+		}
+	}
+	var cut EntryDecoder
+	cut.Decode(parts[0])
+	if err := cut.Finish(); !errors.Is(err, ErrProtocol) {
+		t.Errorf("cut short: Finish = %v, want ErrProtocol", err)
+	}
+}
+
 func FuzzDecodeObjects(f *testing.F) {
 	addSeeds(f, seedObjects())
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -366,6 +465,7 @@ func TestWriteFuzzCorpus(t *testing.T) {
 		"FuzzDecodeHello":   seedHellos(),
 		"FuzzDecodeEntries": seedEntries(),
 		"FuzzDecodeObjects": seedObjects(),
+		"FuzzEntryParts":    seedParts(),
 		"FuzzDecodeHashes":  seedHashes(),
 		"FuzzDecodeMessage": seedMessages(),
 	} {

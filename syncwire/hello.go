@@ -11,10 +11,13 @@ import (
 // ProtocolName opens every HELLO.
 const ProtocolName = "wsync"
 
-// The protocol versions this build speaks.
+// The protocol versions this build speaks. Version 2 (issue 9): hole refs
+// in manifests, long file entries split into entry parts, PushObjects
+// announcing its hashes, and the EBUSY answer to a call over the limit.
+// Version 1 peers cannot follow those, so 2 is the only one spoken.
 const (
-	ProtocolMinVersion = 1
-	ProtocolMaxVersion = 1
+	ProtocolMinVersion = 2
+	ProtocolMaxVersion = 2
 )
 
 // RuntimeID identifies this process start in every handshake.

@@ -1,6 +1,7 @@
 package syncwire
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"github.com/wsync/wsync/chunkstore"
@@ -29,9 +30,19 @@ const (
 	MaxHashes = 16384
 	// MaxPushEntries bounds the entries of one Push.
 	MaxPushEntries = 16384
-	// MaxPushBytes bounds the encoded entries of one Push.
-	MaxPushBytes = 64 << 20
-	maxIgnore    = 1024
+	// MaxPushBytes bounds the encoded entries of one Push: room for the
+	// longest manifest (split across frames as entry parts) plus a batch
+	// of ordinary entries.
+	MaxPushBytes = 64<<20 + chunkstore.MaxManifestChunks*maxRefSize
+	// maxRefSize bounds one encoded ref: 32 hash bytes, a uvarint size.
+	maxRefSize = 32 + 5
+	// entryPartMarker opens an entry-stream message carrying one part of a
+	// file entry too long for one frame (docs/PROTOCOL.md, "Entry parts").
+	// It is above any entry count, so it cannot start an ordinary message.
+	entryPartMarker = 1 << 24
+	// partRefs is how many refs one entry part carries (about 256 KiB).
+	partRefs  = entryFrameTarget / maxRefSize
+	maxIgnore = 1024
 	// minEntrySize is the smallest encoded entry (kind, rev, prefix,
 	// suffix length, one path byte, mode, mtime).
 	minEntrySize = 7
@@ -326,7 +337,127 @@ func appendEntry(e *enc, en *vfs.ChangeEntry, prev string) {
 
 // entrySize is an upper bound of an entry's encoding, to cut messages.
 func entrySize(en *vfs.ChangeEntry) int {
-	return 40 + len(en.Path) + len(en.Target) + 43*len(en.Chunks)
+	return 40 + len(en.Path) + len(en.Target) + maxRefSize*len(en.Chunks)
+}
+
+// longEntry reports whether en is sent as entry parts: a manifest that
+// would take more than half a frame.
+func longEntry(en *vfs.ChangeEntry) bool {
+	return en.Kind == vfs.EntryFile && entrySize(en) > MaxPayload/2
+}
+
+// AppendEntryParts encodes a long file entry as entry-part messages, each
+// well within one frame: the first carries the entry with its first refs,
+// the others the following refs. Every part is marker, the manifest's
+// total ref count, the index of the part's first ref, then (first part)
+// the entry with a manifest of the part's refs, or (later parts) those
+// refs as a manifest.
+func AppendEntryParts(en *vfs.ChangeEntry) ([][]byte, error) {
+	if en.Kind != vfs.EntryFile {
+		return nil, fmt.Errorf("%w: entry parts for a %s entry", vfs.ErrInvalid, en.Kind)
+	}
+	m := en.Chunks
+	var out [][]byte
+	for off := 0; off == 0 || off < len(m); {
+		k := min(partRefs, len(m)-off)
+		e := enc{}
+		e.uvarint(entryPartMarker)
+		e.uvarint(uint64(len(m)))
+		e.uvarint(uint64(off))
+		if off == 0 {
+			first := *en
+			first.Chunks = m[:k]
+			appendEntry(&e, &first, "")
+		} else {
+			e.b = chunkstore.AppendManifest(e.b, m[off:off+k])
+		}
+		if e.err != nil {
+			return nil, e.err
+		}
+		out = append(out, e.b)
+		off += k
+		if len(m) == 0 {
+			break
+		}
+	}
+	return out, nil
+}
+
+// EntryDecoder decodes an entry stream: ordinary messages (DecodeEntries)
+// and the parts of long entries. It holds at most one partial entry, whose
+// refs grow only with the parts received, up to MaxManifestChunks.
+type EntryDecoder struct {
+	pending *vfs.ChangeEntry
+	total   int // refs the pending entry's manifest has in all
+}
+
+// Decode decodes one message of the stream; a part that does not complete
+// its entry returns no entries.
+func (x *EntryDecoder) Decode(p []byte) ([]vfs.ChangeEntry, error) {
+	d := dec{b: p}
+	if v, n := binary.Uvarint(p); n <= 0 || v != entryPartMarker {
+		if x.pending != nil {
+			return nil, protoErr("entry part %d of %d refs of %q: an ordinary message before its end", len(x.pending.Chunks), x.total, x.pending.Path)
+		}
+		return DecodeEntries(p)
+	}
+	d.uvarint()
+	total := int(d.bounded("entry part total refs", chunkstore.MaxManifestChunks))
+	off := int(d.bounded("entry part offset", uint64(total)))
+	if d.err != nil {
+		return nil, d.err
+	}
+	if off == 0 {
+		if x.pending != nil {
+			return nil, protoErr("entry part: a new entry before %q ended", x.pending.Path)
+		}
+		en, err := decodeEntry(&d, 0, "")
+		if err != nil {
+			return nil, err
+		}
+		if en.Kind != vfs.EntryFile {
+			return nil, protoErr("entry part: a %s entry", en.Kind)
+		}
+		x.pending, x.total = &en, total
+	} else {
+		if x.pending == nil || off != len(x.pending.Chunks) || total != x.total {
+			return nil, protoErr("entry part at ref %d of %d out of order", off, total)
+		}
+		m := d.manifest()
+		if d.err != nil {
+			return nil, d.err
+		}
+		x.pending.Chunks = append(x.pending.Chunks, m...)
+	}
+	if err := d.done(); err != nil {
+		return nil, err
+	}
+	en := x.pending
+	switch got := len(en.Chunks); {
+	case got > x.total:
+		return nil, protoErr("entry part: %d refs of %d", got, x.total)
+	case got == off && x.total > 0:
+		return nil, protoErr("entry part at ref %d carries no refs", off)
+	case got < x.total:
+		return nil, nil
+	}
+	x.pending = nil
+	if len(en.Chunks) == 0 {
+		en.Chunks = nil
+	}
+	en.Size = en.Chunks.Size()
+	if err := en.Validate(); err != nil {
+		return nil, fmt.Errorf("long entry (rev %d): %w", en.Rev, err)
+	}
+	return []vfs.ChangeEntry{*en}, nil
+}
+
+// Finish reports a stream that ended inside a long entry.
+func (x *EntryDecoder) Finish() error {
+	if x.pending != nil {
+		return protoErr("entry stream ended after %d of %d refs of %q", len(x.pending.Chunks), x.total, x.pending.Path)
+	}
+	return nil
 }
 
 // DecodeEntries decodes one entry-stream message. Every entry is checked
@@ -340,31 +471,9 @@ func DecodeEntries(p []byte) ([]vfs.ChangeEntry, error) {
 	out := make([]vfs.ChangeEntry, 0, n)
 	prev := ""
 	for i := range n {
-		var en vfs.ChangeEntry
-		en.Kind = vfs.EntryKind(d.byte())
-		en.Rev = d.rev()
-		k := int(d.bounded("shared prefix", uint64(len(prev))))
-		suffix := d.bytes("path", vfs.MaxPathLen)
-		if d.err == nil && k+len(suffix) > vfs.MaxPathLen {
-			d.fail("path of %d bytes", k+len(suffix))
-		}
-		en.Path = prev[:k] + string(suffix)
-		en.Mode = uint32(d.bounded("mode", 07777))
-		en.Mtime = d.varint()
-		switch en.Kind {
-		case vfs.EntryFile:
-			if en.Chunks = d.manifest(); len(en.Chunks) == 0 {
-				en.Chunks = nil // an empty file: no chunks
-			}
-			en.Size = en.Chunks.Size()
-		case vfs.EntrySymlink:
-			en.Target = d.str("symlink target", vfs.MaxTargetLen)
-		case vfs.EntryDir, vfs.EntryDelete:
-		default:
-			d.fail("entry %d: kind %d", i, en.Kind)
-		}
-		if d.err != nil {
-			return nil, d.err
+		en, err := decodeEntry(&d, i, prev)
+		if err != nil {
+			return nil, err
 		}
 		if err := en.Validate(); err != nil {
 			return nil, fmt.Errorf("entry %d (rev %d): %w", i, en.Rev, err)
@@ -376,6 +485,35 @@ func DecodeEntries(p []byte) ([]vfs.ChangeEntry, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// decodeEntry decodes entry i of a message whose previous path is prev. It
+// does not validate: an entry part is validated once complete.
+func decodeEntry(d *dec, i int, prev string) (vfs.ChangeEntry, error) {
+	var en vfs.ChangeEntry
+	en.Kind = vfs.EntryKind(d.byte())
+	en.Rev = d.rev()
+	k := int(d.bounded("shared prefix", uint64(len(prev))))
+	suffix := d.bytes("path", vfs.MaxPathLen)
+	if d.err == nil && k+len(suffix) > vfs.MaxPathLen {
+		d.fail("path of %d bytes", k+len(suffix))
+	}
+	en.Path = prev[:k] + string(suffix)
+	en.Mode = uint32(d.bounded("mode", 07777))
+	en.Mtime = d.varint()
+	switch en.Kind {
+	case vfs.EntryFile:
+		if en.Chunks = d.manifest(); len(en.Chunks) == 0 {
+			en.Chunks = nil // an empty file: no chunks
+		}
+		en.Size = en.Chunks.Size()
+	case vfs.EntrySymlink:
+		en.Target = d.str("symlink target", vfs.MaxTargetLen)
+	case vfs.EntryDir, vfs.EntryDelete:
+	default:
+		d.fail("entry %d: kind %d", i, en.Kind)
+	}
+	return en, d.err
 }
 
 // AppendHashes appends a hash list: a count, then 32 bytes each.
@@ -559,4 +697,4 @@ func (q *objectQueue) finish() error {
 
 // isHole reports whether h is the hole hash: a run of zeros, never an
 // object (never probed, fetched, pushed or stored).
-func isHole(h chunkstore.Hash) bool { return h == chunkstore.Hash{} }
+func isHole(h chunkstore.Hash) bool { return h == chunkstore.HoleHash }

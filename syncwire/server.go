@@ -252,9 +252,13 @@ func (ss *serverSession) push(ctx context.Context, c *Incoming) error {
 	}
 	var entries []vfs.ChangeEntry
 	var size int
+	var ed EntryDecoder
 	for {
 		p, err := c.Recv(ctx)
 		if errors.Is(err, io.EOF) {
+			if err := ed.Finish(); err != nil {
+				return fmt.Errorf("push: %w", err)
+			}
 			break
 		}
 		if err != nil {
@@ -264,7 +268,7 @@ func (ss *serverSession) push(ctx context.Context, c *Incoming) error {
 		if size > MaxPushBytes {
 			return protoErr("push: entries exceed %d bytes", MaxPushBytes)
 		}
-		batch, err := DecodeEntries(p)
+		batch, err := ed.Decode(p)
 		if err != nil {
 			return fmt.Errorf("push: %w", err)
 		}
@@ -366,13 +370,22 @@ func sendEntries(ctx context.Context, send func(context.Context, []byte) error, 
 				return err
 			}
 		}
-		if n > MaxPayload/2 {
-			// A manifest this long (a file over ~6 GiB) goes in a message
-			// of its own. One entry must fit one frame: files up to about
-			// 12 GiB (24,000 chunks of 43 bytes or less).
+		if longEntry(&en) {
+			// A manifest this long (a dense file over ~6 GiB) travels as
+			// entry parts, each well within a frame.
 			if err := flush(); err != nil {
 				return err
 			}
+			parts, err := AppendEntryParts(&en)
+			if err != nil {
+				return err
+			}
+			for _, p := range parts {
+				if err := send(ctx, p); err != nil {
+					return err
+				}
+			}
+			continue
 		}
 		batch = append(batch, en)
 		size += n

@@ -1007,6 +1007,7 @@ func (q *recvQueue) push(p []byte) error {
 	q.outstanding += cost
 	q.msgs = append(q.msgs, p)
 	q.mu.Unlock()
+	bufferedAll.Add(int64(len(p)))
 	n := q.s.stats.buffered.Add(int64(len(p)))
 	for {
 		peak := q.s.stats.bufferedPeak.Load()
@@ -1034,6 +1035,7 @@ func (q *recvQueue) end(err error) {
 		}
 		q.msgs = nil
 		q.s.stats.buffered.Add(-int64(n))
+		bufferedAll.Add(-int64(n))
 	}
 	q.mu.Unlock()
 	q.signal()
@@ -1055,6 +1057,7 @@ func (q *recvQueue) recv(ctx context.Context) ([]byte, error) {
 			}
 			q.mu.Unlock()
 			q.s.stats.buffered.Add(-int64(len(p)))
+			bufferedAll.Add(-int64(len(p)))
 			if grant > 0 {
 				var e enc
 				e.uvarint(uint64(grant))
@@ -1078,6 +1081,10 @@ func (q *recvQueue) recv(ctx context.Context) ([]byte, error) {
 		}
 	}
 }
+
+// bufferedAll is the stream bytes received and not yet consumed across
+// every session of the process.
+var bufferedAll atomic.Int64
 
 // sendCredit is the sending end's view of one stream's credit.
 type sendCredit struct {

@@ -199,7 +199,7 @@ func TestWatchdogFailsASilentPeer(t *testing.T) {
 func TestVersionMismatchFailsBothSides(t *testing.T) {
 	a, b := Pipe()
 	ca := testConfig()
-	ca.MinVersion, ca.MaxVersion = 2, 3
+	ca.MinVersion, ca.MaxVersion = 1, 1 // a peer from before version 2 (holes, entry parts)
 	sa := NewSession(a, true, ca, nil)
 	sb := NewSession(b, false, testConfig(), nil)
 	ctx := tctx(t, 10*time.Second)
@@ -208,8 +208,8 @@ func TestVersionMismatchFailsBothSides(t *testing.T) {
 	go func() { errc <- sb.Handshake(ctx) }()
 	for range 2 {
 		err := <-errc
-		if !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), "2..3") || !strings.Contains(err.Error(), "1..1") {
-			t.Errorf("err = %v, want ErrVersion naming 1..1 and 2..3", err)
+		if !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), "2..2") || !strings.Contains(err.Error(), "1..1") {
+			t.Errorf("err = %v, want ErrVersion naming 1..1 and 2..2", err)
 		}
 	}
 }
@@ -282,7 +282,7 @@ func rawPeer(t *testing.T, url string) *websocket.Conn {
 	}
 	ws.SetReadLimit(4 << 20)
 	t.Cleanup(func() { ws.CloseNow() })
-	h := Hello{Protocol: ProtocolName, MinVersion: 1, MaxVersion: 1, RuntimeID: RuntimeID, StoreID: "raw", Window: defaultWindow, MaxCalls: 8}
+	h := Hello{Protocol: ProtocolName, MinVersion: ProtocolMinVersion, MaxVersion: ProtocolMaxVersion, RuntimeID: RuntimeID, StoreID: "raw", Window: defaultWindow, MaxCalls: 8}
 	f, _ := AppendFrame(nil, Frame{Type: FrameHello, Payload: AppendHello(nil, h)})
 	if err := ws.Write(ctx, websocket.MessageBinary, f); err != nil {
 		t.Fatal(err)
