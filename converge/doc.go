@@ -13,7 +13,13 @@
 // own hash). Mtimes, owners and inode numbers are not part of it: they are
 // not synced. Ignored names (vfs.Ignore, whole segment) are left out at
 // every level with their subtrees, by the same list on both sides. The
-// root's hash is the tree's root.
+// root's hash is the tree's root. Special files (FIFOs, sockets, device
+// nodes: vfs.Kind.Special) are local to the store that holds them:
+// vfs.Store.ScanTree leaves them out, so they are in no root, never a
+// difference, and never in a snapshot (an install leaves them in place).
+// A file's content hash covers its manifest encoding with its hole refs,
+// as the store writes them (canonical: zero chunks become holes, adjacent
+// holes merge).
 //
 // Trees are computed, not kept: BuildTree reads the store in one SQL pass
 // over dirents joined with nodes (vfs.Store.ScanTree, one read
