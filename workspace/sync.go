@@ -342,6 +342,9 @@ func (w *Workspace) Exec(ctx context.Context, spec ExecSpec, out func(ExecEvent)
 	if spec.Timeout < 0 {
 		return rep, fmt.Errorf("exec: %w: negative timeout", vfs.ErrInvalid)
 	}
+	if err := checkExecSizes(spec); err != nil {
+		return rep, err
+	}
 	for _, e := range spec.Env {
 		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
 			return rep, fmt.Errorf("exec: %w: env entry %q is not K=V", vfs.ErrInvalid, e)
@@ -403,6 +406,32 @@ func (w *Workspace) Exec(ctx context.Context, spec ExecSpec, out func(ExecEvent)
 	w.log.Info("exec", "exec", res.ExecID, "code", res.ExitCode, "signal", res.Signal,
 		"pushed", rep.Pushed.Entries, "pulled", rep.Pulled.Entries, "sync", rep.Sync, "duration", time.Since(start))
 	return rep, nil
+}
+
+// Exec request limits: what the container accepts in one exec request
+// (execrpc's MaxStdin, MaxArgs, MaxStrLen), checked before the push, so a
+// request the container would refuse neither syncs nor reaches the wire.
+const (
+	MaxExecStdin  = 512 << 10
+	MaxExecArgs   = 4096 // argv entries, and env entries
+	MaxExecStrLen = 128 << 10
+)
+
+func checkExecSizes(spec ExecSpec) error {
+	if len(spec.Stdin) > MaxExecStdin {
+		return fmt.Errorf("exec: %w: stdin of %d bytes (at most %d)", vfs.ErrInvalid, len(spec.Stdin), MaxExecStdin)
+	}
+	if len(spec.Argv) > MaxExecArgs || len(spec.Env) > MaxExecArgs {
+		return fmt.Errorf("exec: %w: %d argv and %d env entries (at most %d each)", vfs.ErrInvalid, len(spec.Argv), len(spec.Env), MaxExecArgs)
+	}
+	for _, list := range [][]string{spec.Argv, spec.Env, {spec.Shell, spec.Cwd}} {
+		for _, a := range list {
+			if len(a) > MaxExecStrLen {
+				return fmt.Errorf("exec: %w: an argument of %d bytes (at most %d)", vfs.ErrInvalid, len(a), MaxExecStrLen)
+			}
+		}
+	}
+	return nil
 }
 
 // collector keeps output in the report up to the manager's bound.

@@ -542,6 +542,12 @@ func TestExecRefusesBadSpecs(t *testing.T) {
 		{Argv: []string{"a"}, Env: []string{"NOEQUALS"}},
 		{Argv: []string{"a"}, Env: []string{"=v"}},
 		{Argv: []string{"a"}, Timeout: -1},
+		// Sizes the container refuses are refused before the push (SPEC 8).
+		{Argv: []string{"cat"}, Stdin: make([]byte, workspace.MaxExecStdin+1)},
+		{Argv: make([]string, workspace.MaxExecArgs+1)},
+		{Argv: []string{"a"}, Env: make([]string, workspace.MaxExecArgs+1)},
+		{Argv: []string{"echo", strings.Repeat("x", workspace.MaxExecStrLen+1)}},
+		{Shell: strings.Repeat("x", workspace.MaxExecStrLen+1)},
 	} {
 		if _, err := w.Exec(context.Background(), spec, nil); !errors.Is(err, vfs.ErrInvalid) {
 			t.Errorf("%+v: %v, want EINVAL", spec, err)

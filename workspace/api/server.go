@@ -21,7 +21,7 @@ import (
 // Default request limits.
 const (
 	DefaultMaxJSON  = 1 << 20 // JSON request bodies
-	DefaultMaxExec  = 16 << 20
+	DefaultMaxExec  = 4 << 20 // room for the container's limits (workspace.MaxExecStdin, base64) and more
 	DefaultMaxWrite = 4 << 30 // one file written by PUT
 )
 
