@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -412,6 +413,22 @@ func TestDecodersRejectBadInput(t *testing.T) {
 			return err
 		},
 		"hash count beyond message": func() error { _, err := DecodeHashes(huge); return err },
+		"shared-prefix path bomb": func() error {
+			// One 4 KiB path, then entries that share all but its last
+			// byte: ~10 bytes each on the wire, 4 KiB each decoded.
+			long := strings.Repeat("d/", 2047) + "x"
+			var e enc
+			n := 16000
+			e.uvarint(uint64(n))
+			prev := ""
+			for i := range n {
+				p := long[:len(long)-1] + string(rune('a'+i%26))
+				appendEntry(&e, &vfs.ChangeEntry{Kind: vfs.EntryDir, Rev: 1, Path: p, Mode: 0o755}, prev)
+				prev = p
+			}
+			_, err := DecodeEntries(e.b)
+			return err
+		},
 		"trailing bytes":            func() error { _, err := DecodeHashes(append(AppendHashes(nil, nil), 0)); return err },
 		"zstd bomb": func() error {
 			data := make([]byte, chunkstore.ChunkSize)

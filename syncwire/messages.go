@@ -470,10 +470,16 @@ func DecodeEntries(p []byte) ([]vfs.ChangeEntry, error) {
 	}
 	out := make([]vfs.ChangeEntry, 0, n)
 	prev := ""
+	// Shared prefixes let a few bytes stand for a 4 KiB path: bound what
+	// the message's strings may add up to by its length.
+	strBudget := maxStringsPerByte*len(p) + maxStringsConst
 	for i := range n {
 		en, err := decodeEntry(&d, i, prev)
 		if err != nil {
 			return nil, err
+		}
+		if strBudget -= len(en.Path) + len(en.Target); strBudget < 0 {
+			return nil, protoErr("entries: paths of more than %d bytes in a message of %d", maxStringsPerByte*len(p)+maxStringsConst, len(p))
 		}
 		if err := en.Validate(); err != nil {
 			return nil, fmt.Errorf("entry %d (rev %d): %w", i, en.Rev, err)
@@ -486,6 +492,16 @@ func DecodeEntries(p []byte) ([]vfs.ChangeEntry, error) {
 	}
 	return out, nil
 }
+
+// An entry message's decoded paths and targets total at most
+// maxStringsPerByte bytes per message byte plus maxStringsConst: far above
+// what prefix sharing saves an honest sender (which cuts messages by full
+// path length), far below the 500-fold a hostile one could get from 4 KiB
+// paths that differ in their last byte.
+const (
+	maxStringsPerByte = 16
+	maxStringsConst   = 4 << 20
+)
 
 // decodeEntry decodes entry i of a message whose previous path is prev. It
 // does not validate: an entry part is validated once complete.
