@@ -10,10 +10,29 @@
 // # Errors
 //
 // Every error is a JSON body {"error": message, "errno": "ENOENT"} with a
-// status that follows the errno: 404 ENOENT, 409 EEXIST and ENOTEMPTY, 400
-// for bad arguments (EINVAL, ENOTDIR, EISDIR, ...), 401 EAUTH, 413 EFBIG
-// (a body over the limit), 501 EOPNOTSUPP, 503 ENOTCONN (no remote), 500
-// otherwise (EIO, or a sync wire code such as EPROTOCOL).
+// status that follows the errno (one table, statusOf): 404 ENOENT, 409
+// EEXIST, ENOTEMPTY and EPENDING (a push fenced by a pending pull), 400 for
+// bad arguments (EINVAL, ENOTDIR, EISDIR, ...), 401 EAUTH, 403 EPERM (an
+// endpoint outside --allow-endpoint), 413 EFBIG (a body over the limit),
+// 429 EBUSY and EEXEC_BUSY (the computerd session or its runner is at its
+// limit: nothing was done, retry; with Retry-After), 501 EOPNOTSUPP, 503
+// ENOTCONN (no remote), 500 otherwise (EIO, or a sync wire code such as
+// EPROTOCOL).
+//
+// # Workspaces
+//
+// POST /v1/workspaces takes a workspace's computerd token by value
+// (computerd_token) and refuses token_file: the API never reads a host
+// path a caller names. Registrations are shown as workspace.Info: no
+// token, no path.
+//
+// # Bounds
+//
+// Every body is read through a limit before it is decoded (JSON 1 MiB,
+// exec 4 MiB, file writes 4 GiB streamed to the store); exec requests are
+// held to the container's own limits before anything syncs. A listing
+// streams its JSON array as the walk reads the tree, so what the server
+// holds does not grow with the answer.
 //
 // # Files and sync
 //

@@ -5,7 +5,9 @@
 // status and the errno name and unwraps to the matching sentinel, so
 // errors.Is(err, vfs.ErrNotExist) works on the client as on the server;
 // ENOTCONN unwraps to workspace.ErrNoRemote, EOPNOTSUPP to
-// workspace.ErrNotSupported, EAUTH to ErrUnauthorized.
+// workspace.ErrNotSupported, EAUTH to ErrUnauthorized, EBUSY and
+// EEXEC_BUSY to workspace.ErrBusy (retry later), EPENDING to
+// workspace.ErrPendingPull.
 //
 //	c, err := client.New("http://127.0.0.1:8080", token)
 //	ws := c.Workspace("default")
