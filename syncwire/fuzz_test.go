@@ -429,7 +429,7 @@ func TestDecodersRejectBadInput(t *testing.T) {
 			_, err := DecodeEntries(e.b)
 			return err
 		},
-		"trailing bytes":            func() error { _, err := DecodeHashes(append(AppendHashes(nil, nil), 0)); return err },
+		"trailing bytes": func() error { _, err := DecodeHashes(append(AppendHashes(nil, nil), 0)); return err },
 		"zstd bomb": func() error {
 			data := make([]byte, chunkstore.ChunkSize)
 			z := compress(data)
