@@ -73,6 +73,53 @@
 // If the GC's transaction rolls back, the caller never calls Finish and the
 // next GC covers the same ground.
 //
+// # Live collection
+//
+// GC does everything in one transaction: what a store runs when it opens.
+// A running store collects with a Collection instead, in Steps, each in a
+// write transaction of its own that deletes at most MaxChunks unreferenced
+// rows (in id order, from a cursor), checks at most MaxChunks released
+// files and, once the rows are done, moves at most MaxChunks records of
+// the packs Plan found mostly dead; the caller finishes each step's Sweep
+// after its commit. Plan counts packs' referenced bytes on a reader, outside
+// the writer; a step checks again what it acts on (a pack is dropped only
+// when no row names it inside the step's transaction). DropRefs counts the
+// bytes of rows left unreferenced (DroppedBytes, Dropped) so a caller can
+// start a pass after enough was dropped.
+//
+// Why a live step never collects a chunk that is needed:
+//
+//   - Referenced: a step deletes only rows with refs <= 0 as read inside
+//     its own write transaction, and writers serialise with it, so no
+//     commit lands between the read and the delete.
+//   - Staged: a step skips pinned hashes under the store's lock; Put pins
+//     before writing bytes, and Finish checks the pins again, per file,
+//     under the lock, before each unlink.
+//   - Dropped to zero, then referenced again before the step: the AddRefs
+//     of that commit raised refs above zero in a committed transaction the
+//     step reads; the row is not a victim.
+//   - Referenced again after the step committed (the row is gone): the
+//     new commit's AddRefs needs the bytes; they come from its stage (a
+//     pinned chunk: file and pack bytes were written before the pin could
+//     go, inline bytes are held by the pin), or, for a file or record no
+//     stage holds, AddRefs takes the hash or pack off the pending sweep
+//     before it checks the bytes, so Finish cannot remove them under it. If
+//     Finish removed them first, AddRefs fails with ErrUnknownHash and the
+//     transaction rolls back: nothing refers to missing bytes.
+//   - Needed outside any transaction: the caller's Keep (vfs passes the
+//     committed manifests of open files, read under their locks inside
+//     the step's transaction) and the grace: rows that lost their last
+//     reference, or that Has reported present while unreferenced, less
+//     than Grace ago are skipped, so a reader between a manifest and its
+//     chunks, or a peer between its probe and its apply, finds them.
+//   - Compaction: a moved record's copy is fsynced before the step
+//     commits; the old pack stays until Finish, after the commit, and a
+//     reader that already found the old location reads the old pack.
+//
+// A SIGKILL anywhere leaves committed rows that name durable bytes (the
+// step's transaction either committed or not) plus, at worst, files and
+// packs no row names, which the GC at open removes.
+//
 // Packs: GC counts each sealed pack's live bytes from its rows; the rest of
 // the file is dead (deleted rows, appends never committed, superseded
 // copies). A sealed pack with no live row is deleted at Finish; one more

@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
+	"sync/atomic"
+	"time"
 )
 
 // Sweep is a collection in two steps: GC deletes rows inside the caller's
@@ -41,13 +44,152 @@ type Sweep struct {
 // removes their files once the transaction has committed. It also looks for
 // orphan files (bytes written by a stage whose transaction never committed,
 // or left by a crash): on the first GC of a Store the whole Dir is listed,
-// after that only the files of stages released since.
+// after that only the files of stages released since. It is one unbounded
+// step: what a store runs when it opens. A live store collects in bounded
+// steps with a Collection.
 //
 // A newer GC supersedes an unfinished Sweep: its Finish reports its rows
 // and unlinks nothing, the newer sweep covering the files.
 func (s *Store) GC(ctx context.Context, q Querier) (*Sweep, error) {
-	if err := s.checkOpen(); err != nil {
+	sw, _, err := s.NewCollection(GCOptions{}).Step(ctx, q)
+	return sw, err
+}
+
+// GCOptions configure a Collection.
+type GCOptions struct {
+	// MaxChunks bounds one Step: the rows it looks at and deletes, the
+	// released files it checks and the pack records it moves, each at most
+	// MaxChunks. 0 means no bound: one step does everything (GC).
+	MaxChunks int
+	// Grace spares rows whose last reference went, or that Has reported
+	// present while unreferenced, less than Grace ago: a reader that read
+	// a manifest just before it was replaced, or a sync peer that probed a
+	// chunk and is about to reference it, finds the bytes still there.
+	Grace time.Duration
+	// Keep reports hashes the caller still needs outside any transaction
+	// (vfs: the committed manifests open files read through); a step
+	// leaves them alone. It is called with the Store's lock held and must
+	// not call back into the Store.
+	Keep func(Hash) bool
+}
+
+// Collection is one pass of a collection run in bounded steps, each inside
+// a write transaction of its own, so that writers wait at most one step.
+// Plan (optional, outside the writer) finds the packs worth compacting;
+// Step collects the next MaxChunks rows and moves the next records. A
+// Collection is used by one goroutine at a time.
+type Collection struct {
+	s     *Store
+	opts  GCOptions
+	after int64 // row id cursor: rows up to it were looked at
+	// rowsDone: the cursor passed the last unreferenced row.
+	rowsDone bool
+	// packs are the sealed packs Plan found mostly or entirely dead, in
+	// the order they are worked on.
+	packs   []int64
+	planned bool
+	steps   int
+}
+
+// NewCollection starts a pass.
+func (s *Store) NewCollection(opts GCOptions) *Collection {
+	return &Collection{s: s, opts: opts}
+}
+
+// SetKeep replaces GCOptions.Keep for the next steps.
+func (c *Collection) SetKeep(keep func(Hash) bool) { c.opts.Keep = keep }
+
+// bounded reports whether steps are bounded.
+func (c *Collection) bounded() bool { return c.opts.MaxChunks > 0 }
+
+// Plan counts each sealed pack's live bytes from the rows, through r (a
+// reader: no writer lock is needed, a step checks again what it acts on),
+// and lists the packs to compact or delete. It also seals the current pack
+// when it is large and mostly dead, so that its dead space can be
+// reclaimed without waiting for it to fill.
+func (c *Collection) Plan(ctx context.Context, r Querier) error {
+	s := c.s
+	c.planned = true
+	if s.dir == "" {
+		return nil
+	}
+	// Rows without references are left out: the pass deletes them
+	// before it turns to packs.
+	live, err := packLiveBytes(ctx, r, true)
+	if err != nil {
+		return fmt.Errorf("gc plan: %w", err)
+	}
+	c.packs = c.packs[:0]
+	for _, p := range s.packs.list() {
+		if p.pins > 0 {
+			continue
+		}
+		if p.current {
+			if p.size < sealMinSize || float64(p.size-live[p.id].bytes) <= compactDeadRatio*float64(p.size) {
+				continue
+			}
+			s.packs.seal(p.id)
+		}
+		if dead, _ := c.s.packDead(p.id, live[p.id]); dead {
+			c.packs = append(c.packs, p.id)
+		}
+	}
+	slices.Sort(c.packs)
+	return nil
+}
+
+// sealMinSize: Plan seals a current pack at least this large that is more
+// than half dead (smaller ones are not worth a new file).
+const sealMinSize = 8 << 20
+
+type liveCount struct{ n, bytes int64 }
+
+// packLiveBytes counts the rows and bytes (headers included) each pack's
+// rows name; only referenced rows with referenced set.
+func packLiveBytes(ctx context.Context, q Querier, referenced bool) (map[int64]liveCount, error) {
+	live := make(map[int64]liveCount)
+	query := "SELECT pack, count(*), sum(size) FROM chunks WHERE pack IS NOT NULL GROUP BY pack"
+	if referenced {
+		query = "SELECT pack, count(*), sum(size) FROM chunks WHERE pack IS NOT NULL AND refs > 0 GROUP BY pack"
+	}
+	rows, err := q.QueryContext(ctx, query)
+	if err != nil {
 		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var id int64
+		var c liveCount
+		if err := rows.Scan(&id, &c.n, &c.bytes); err != nil {
+			return nil, err
+		}
+		c.bytes += c.n * recordHeaderLen
+		live[id] = c
+	}
+	return live, rows.Err()
+}
+
+// packDead reports whether a sealed pack has no live row or is more than
+// compactDeadRatio dead.
+func (s *Store) packDead(id int64, c liveCount) (bool, error) {
+	if c.n == 0 {
+		return true, nil
+	}
+	fi, err := os.Stat(s.packs.path(id))
+	if err != nil {
+		return false, err
+	}
+	return float64(fi.Size()-c.bytes) > compactDeadRatio*float64(fi.Size()), nil
+}
+
+// Step runs one step inside the caller's write transaction and returns its
+// Sweep (Finish it after the commit) and whether the pass has more to do.
+// A bounded step deletes at most MaxChunks rows, checks at most MaxChunks
+// released files and moves at most MaxChunks pack records.
+func (c *Collection) Step(ctx context.Context, q Querier) (*Sweep, bool, error) {
+	s := c.s
+	if err := s.checkOpen(); err != nil {
+		return nil, false, err
 	}
 	sw := &Sweep{s: s, files: make(map[Hash]int64), records: make(map[Hash]packLoc),
 		dropPacks: make(map[int64]struct{}), moved: make(map[Hash]packLoc)}
@@ -59,13 +201,17 @@ func (s *Store) GC(ctx context.Context, q Querier) (*Sweep, error) {
 		inline bool
 		loc    packLoc
 	}
+	limit := -1
+	if c.bounded() {
+		limit = c.opts.MaxChunks
+	}
 	var rows *sql.Rows
 	err := withPackColumns(ctx, q, func() (err error) {
-		rows, err = q.QueryContext(ctx, "SELECT id, hash, size, data IS NOT NULL, pack, pack_off FROM chunks WHERE refs <= 0")
+		rows, err = q.QueryContext(ctx, "SELECT id, hash, size, data IS NOT NULL, pack, pack_off FROM chunks WHERE refs <= 0 AND id > ? ORDER BY id LIMIT ?", c.after, limit)
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("gc: %w", err)
+		return nil, false, fmt.Errorf("gc: %w", err)
 	}
 	var victims []victim
 	for rows.Next() {
@@ -74,24 +220,38 @@ func (s *Store) GC(ctx context.Context, q Querier) (*Sweep, error) {
 		var pack, off *int64
 		if err := rows.Scan(&v.id, &hb, &v.size, &v.inline, &pack, &off); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("gc: %w", err)
+			return nil, false, fmt.Errorf("gc: %w", err)
 		}
 		v.loc = nullLoc(pack, off)
 		if v.hash, err = blobHash(hb); err != nil {
 			rows.Close()
-			return nil, fmt.Errorf("gc: %w", err)
+			return nil, false, fmt.Errorf("gc: %w", err)
 		}
 		victims = append(victims, v)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("gc: %w", err)
+		return nil, false, fmt.Errorf("gc: %w", err)
 	}
+	if len(victims) > 0 {
+		c.after = victims[len(victims)-1].id
+	}
+	c.rowsDone = limit < 0 || len(victims) < limit
 
+	now := time.Now()
 	s.mu.Lock()
+	if c.steps == 0 {
+		s.pruneYoungLocked(now, c.opts.Grace)
+	}
+	c.steps++
 	keep := victims[:0]
 	for _, v := range victims {
-		if s.pins[v.hash] == nil {
+		switch {
+		case s.pins[v.hash] != nil:
+		case c.opts.Keep != nil && c.opts.Keep(v.hash):
+		case s.youngLocked(v.hash, now, c.opts.Grace):
+			sw.stats.Young++
+		default:
 			keep = append(keep, v)
 		}
 	}
@@ -105,6 +265,9 @@ func (s *Store) GC(ctx context.Context, q Querier) (*Sweep, error) {
 		}
 	}
 	for h := range s.released {
+		if c.bounded() && len(sw.seen) >= c.opts.MaxChunks {
+			break
+		}
 		sw.seen = append(sw.seen, h)
 	}
 	s.mu.Unlock()
@@ -116,7 +279,7 @@ func (s *Store) GC(ctx context.Context, q Querier) (*Sweep, error) {
 			args[i] = v.id
 		}
 		if _, err := q.ExecContext(ctx, "DELETE FROM chunks WHERE id IN ("+placeholders(len(batch))+")", args...); err != nil {
-			return nil, fmt.Errorf("gc: %w", err)
+			return nil, false, fmt.Errorf("gc: %w", err)
 		}
 	}
 	s.mu.Lock()
@@ -136,22 +299,82 @@ func (s *Store) GC(ctx context.Context, q Querier) (*Sweep, error) {
 	}
 	s.mu.Unlock()
 
+	more := !c.rowsDone
 	if s.dir != "" {
 		if err := sw.findOrphans(ctx, q, scan); err != nil {
-			return nil, err
+			return nil, false, err
 		}
-		if err := sw.collectPacks(ctx, q); err != nil {
-			return nil, err
+		if c.bounded() {
+			if !c.planned {
+				if err := c.Plan(ctx, q); err != nil {
+					return nil, false, err
+				}
+			}
+			// Packs once the rows are gone: what is left in a pack then
+			// is what compaction must move.
+			if c.rowsDone {
+				if err := c.stepPacks(ctx, q, sw); err != nil {
+					return nil, false, err
+				}
+			}
+			more = more || len(c.packs) > 0
+		} else if err := sw.collectPacks(ctx, q); err != nil {
+			return nil, false, err
 		}
 	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, ErrClosed
+		return nil, false, ErrClosed
 	}
 	s.sweep = sw
-	return sw, nil
+	return sw, more, nil
+}
+
+// stepPacks works on the planned packs: moves up to MaxChunks of their
+// live records into the current pack, and plans the deletion of each pack
+// left with no row.
+func (c *Collection) stepPacks(ctx context.Context, q Querier, sw *Sweep) error {
+	s := c.s
+	budget := c.opts.MaxChunks
+	syncs := make(map[int64]struct{})
+	for len(c.packs) > 0 && budget > 0 {
+		id := c.packs[0]
+		if st, ok := s.packs.state(id); !ok || st.current || st.pins > 0 {
+			// Gone, or in use again: the next pass looks at it anew.
+			c.packs = c.packs[1:]
+			continue
+		}
+		lim := budget
+		n, err := sw.compact(ctx, q, id, lim, syncs)
+		if err != nil {
+			s.log.Warn("pack compaction stopped; the pack is kept", "pack", id, "err", err)
+			c.packs = c.packs[1:]
+			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+				return fmt.Errorf("gc: %w", err)
+			}
+			continue
+		}
+		budget -= n
+		if n < lim {
+			// Fewer rows than the budget: the pack has none left.
+			var one int
+			err := q.QueryRowContext(ctx, "SELECT 1 FROM chunks WHERE pack = ? LIMIT 1", id).Scan(&one)
+			if errors.Is(err, sql.ErrNoRows) {
+				sw.dropPacks[id] = struct{}{}
+				c.packs = c.packs[1:]
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("gc: %w", err)
+			}
+		}
+	}
+	if err := s.packs.sync(syncs); err != nil {
+		return fmt.Errorf("gc: %w", err)
+	}
+	return nil
 }
 
 // findOrphans adds to the sweep the files that have no row: everything in
@@ -263,24 +486,8 @@ func (s *Store) sparePackLocked(id int64) {
 // and packs holding staged records are left alone.
 func (sw *Sweep) collectPacks(ctx context.Context, q Querier) error {
 	s := sw.s
-	type liveCount struct{ n, bytes int64 }
-	live := make(map[int64]liveCount)
-	rows, err := q.QueryContext(ctx, "SELECT pack, count(*), sum(size) FROM chunks WHERE pack IS NOT NULL GROUP BY pack")
+	live, err := packLiveBytes(ctx, q, false)
 	if err != nil {
-		return fmt.Errorf("gc: %w", err)
-	}
-	for rows.Next() {
-		var id int64
-		var c liveCount
-		if err := rows.Scan(&id, &c.n, &c.bytes); err != nil {
-			rows.Close()
-			return fmt.Errorf("gc: %w", err)
-		}
-		c.bytes += c.n * recordHeaderLen
-		live[id] = c
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
 		return fmt.Errorf("gc: %w", err)
 	}
 	syncs := make(map[int64]struct{})
@@ -293,11 +500,10 @@ func (sw *Sweep) collectPacks(ctx context.Context, q Querier) error {
 			sw.dropPacks[p.id] = struct{}{}
 			continue
 		}
-		fi, err := os.Stat(s.packs.path(p.id))
-		if err != nil || float64(fi.Size()-c.bytes) <= compactDeadRatio*float64(fi.Size()) {
+		if dead, err := s.packDead(p.id, c); err != nil || !dead {
 			continue
 		}
-		if err := sw.compact(ctx, q, p.id, syncs); err != nil {
+		if _, err := sw.compact(ctx, q, p.id, -1, syncs); err != nil {
 			// The pack stays; chunks already copied just have new rows.
 			s.log.Warn("pack compaction stopped; the pack is kept", "pack", p.id, "err", err)
 			if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
@@ -313,9 +519,10 @@ func (sw *Sweep) collectPacks(ctx context.Context, q Querier) error {
 	return nil
 }
 
-// compact copies the records of a pack's rows into the current pack and
-// points the rows at the copies, inside the GC's transaction.
-func (sw *Sweep) compact(ctx context.Context, q Querier, id int64, syncs map[int64]struct{}) error {
+// compact copies the records of up to limit (-1: all) of a pack's rows into
+// the current pack and points the rows at the copies, inside the GC's
+// transaction, and returns how many it moved.
+func (sw *Sweep) compact(ctx context.Context, q Querier, id int64, limit int, syncs map[int64]struct{}) (int, error) {
 	s := sw.s
 	type rec struct {
 		id   int64
@@ -323,9 +530,9 @@ func (sw *Sweep) compact(ctx context.Context, q Querier, id int64, syncs map[int
 		size int64
 		off  int64
 	}
-	rows, err := q.QueryContext(ctx, "SELECT id, hash, size, pack_off FROM chunks WHERE pack = ?", id)
+	rows, err := q.QueryContext(ctx, "SELECT id, hash, size, pack_off FROM chunks WHERE pack = ? LIMIT ?", id, limit)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	var recs []rec
 	for rows.Next() {
@@ -333,48 +540,49 @@ func (sw *Sweep) compact(ctx context.Context, q Querier, id int64, syncs map[int
 		var hb []byte
 		if err := rows.Scan(&r.id, &hb, &r.size, &r.off); err != nil {
 			rows.Close()
-			return err
+			return 0, err
 		}
 		if r.hash, err = blobHash(hb); err != nil {
 			rows.Close()
-			return err
+			return 0, err
 		}
 		recs = append(recs, r)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return err
+		return 0, err
 	}
-	for _, r := range recs {
+	for i, r := range recs {
 		if err := ctx.Err(); err != nil {
-			return err
+			return i, err
 		}
 		data, err, ok := s.readRecord(packLoc{pack: id, off: r.off}, r.hash, r.size)
 		if !ok {
-			return fmt.Errorf("pack %d: %w: missing", id, ErrCorrupt)
+			return i, fmt.Errorf("pack %d: %w: missing", id, ErrCorrupt)
 		}
 		if err != nil {
-			return err
+			return i, err
 		}
 		loc, err := s.packs.append(s.dir, r.hash, data)
 		if err != nil {
-			return err
+			return i, err
 		}
 		s.packs.unpin(loc.pack) // the row holds it from the commit on
 		syncs[loc.pack] = struct{}{}
 		if _, err := q.ExecContext(ctx, "UPDATE chunks SET pack = ?, pack_off = ? WHERE id = ?", loc.pack, loc.off, r.id); err != nil {
-			return err
+			return i, err
 		}
 		sw.moved[r.hash] = loc
+		sw.stats.Moved++
 	}
-	return nil
+	return len(recs), nil
 }
 
 // Finish unlinks the sweep's files, skipping any hash pinned or referenced
 // since GC. Call it after the GC's transaction has committed, once.
 func (sw *Sweep) Finish() (GCStats, error) {
 	s := sw.s
-	st := GCStats{Rows: sw.stats.Rows, Bytes: sw.stats.Bytes}
+	st := sw.stats
 	var errs []error
 	s.mu.Lock()
 	if sw.done {
@@ -481,4 +689,117 @@ func (sw *Sweep) Finish() (GCStats, error) {
 		return st, fmt.Errorf("gc finish: %w", errors.Join(errs...))
 	}
 	return st, nil
+}
+
+// gcState is what live collection keeps between steps; guarded by
+// Store.mu but for dropped.
+type gcState struct {
+	// young remembers when a row lost its last reference (DropRefs) or
+	// was reported present while unreferenced (Has), for GCOptions.Grace.
+	young map[Hash]int64
+	// youngAll is when young overflowed and was cleared: every row counts
+	// as young until youngAll + grace.
+	youngAll int64
+	// dropped counts the bytes of rows whose last reference went; dropCh
+	// is signalled on each increase.
+	dropped atomic.Int64
+	dropCh  chan struct{}
+}
+
+// maxYoung bounds gcState.young (about 4 MiB).
+const maxYoung = 1 << 16
+
+func (s *Store) noteYoungLocked(h Hash, now int64) {
+	if s.gc.young == nil {
+		s.gc.young = make(map[Hash]int64)
+	}
+	if _, ok := s.gc.young[h]; !ok && len(s.gc.young) >= maxYoung {
+		clear(s.gc.young)
+		s.gc.youngAll = now
+	}
+	s.gc.young[h] = now
+}
+
+// youngLocked reports whether h lost its last reference, or was probed,
+// less than grace ago.
+func (s *Store) youngLocked(h Hash, now time.Time, grace time.Duration) bool {
+	if grace <= 0 {
+		return false
+	}
+	cut := now.Add(-grace).UnixNano()
+	if s.gc.youngAll > cut {
+		return true
+	}
+	t, ok := s.gc.young[h]
+	return ok && t > cut
+}
+
+// pruneYoungLocked forgets what is older than grace.
+func (s *Store) pruneYoungLocked(now time.Time, grace time.Duration) {
+	if grace <= 0 {
+		return
+	}
+	cut := now.Add(-grace).UnixNano()
+	for h, t := range s.gc.young {
+		if t <= cut {
+			delete(s.gc.young, h)
+		}
+	}
+}
+
+// noteDropped records the rows DropRefs left without a reference.
+func (s *Store) noteDropped(found map[Hash]storedRow) {
+	now := time.Now().UnixNano()
+	var bytes int64
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for h, r := range found {
+		if r.refs <= 0 {
+			s.noteYoungLocked(h, now)
+			bytes += r.size
+		}
+	}
+	if bytes == 0 {
+		return
+	}
+	s.gc.dropped.Add(bytes)
+	if s.gc.dropCh == nil {
+		s.gc.dropCh = make(chan struct{}, 1)
+	}
+	select {
+	case s.gc.dropCh <- struct{}{}:
+	default:
+	}
+}
+
+// noteProbed records the unreferenced rows Has reported present: a caller
+// is about to reference them.
+func (s *Store) noteProbed(hs []Hash, present map[Hash]bool) {
+	if len(hs) == 0 {
+		return
+	}
+	now := time.Now().UnixNano()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, h := range hs {
+		if present[h] {
+			s.noteYoungLocked(h, now)
+		}
+	}
+}
+
+// DroppedBytes counts the bytes of rows whose last reference went since
+// the Store was created (a transaction that rolled back counts too): a
+// live collector runs when it has grown enough since its last pass.
+func (s *Store) DroppedBytes() int64 { return s.gc.dropped.Load() }
+
+// Dropped is signalled (non-blocking, one pending signal) whenever
+// DroppedBytes grows.
+func (s *Store) Dropped() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gc.dropCh == nil {
+		s.gc.dropCh = make(chan struct{}, 1)
+	}
+	return s.gc.dropCh
 }

@@ -239,6 +239,7 @@ type packState struct {
 	id      int64
 	current bool
 	pins    int
+	size    int64 // bytes appended by this Store (0 for packs found at open)
 }
 
 func (t *packTable) list() []packState {
@@ -246,9 +247,30 @@ func (t *packTable) list() []packState {
 	defer t.mu.Unlock()
 	out := make([]packState, 0, len(t.m))
 	for id, p := range t.m {
-		out = append(out, packState{id: id, current: p == t.cur, pins: p.pins})
+		out = append(out, packState{id: id, current: p == t.cur, pins: p.pins, size: p.size})
 	}
 	return out
+}
+
+// state returns one pack's state; false if it is gone.
+func (t *packTable) state(id int64) (packState, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := t.m[id]
+	if p == nil {
+		return packState{}, false
+	}
+	return packState{id: id, current: p == t.cur, pins: p.pins, size: p.size}, true
+}
+
+// seal makes the pack no longer current if it still is: the next append
+// starts a new pack, and GC may then compact this one.
+func (t *packTable) seal(id int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.cur != nil && t.cur.id == id {
+		t.cur = nil
+	}
 }
 
 // remove deletes a sealed, unpinned pack; false if it is in use.

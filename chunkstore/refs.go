@@ -57,6 +57,7 @@ func byCount(counts []refCount) map[int][]refCount {
 // storedRow is what a refcount update learns of a row.
 type storedRow struct {
 	size int64
+	refs int64   // after the update
 	file bool    // bytes outside the row: a chunk file or a pack record
 	loc  packLoc // a pack record
 }
@@ -69,7 +70,7 @@ func updateRefs(ctx context.Context, q Querier, set string, delta int, counts []
 	for i := range counts {
 		args = append(args, counts[i].Hash[:])
 	}
-	rows, err := q.QueryContext(ctx, "UPDATE chunks SET refs = "+set+" WHERE hash IN ("+placeholders(len(counts))+") RETURNING hash, size, data IS NULL, pack, pack_off", args...)
+	rows, err := q.QueryContext(ctx, "UPDATE chunks SET refs = "+set+" WHERE hash IN ("+placeholders(len(counts))+") RETURNING hash, size, data IS NULL, pack, pack_off, refs", args...)
 	if err != nil {
 		return err
 	}
@@ -78,7 +79,7 @@ func updateRefs(ctx context.Context, q Querier, set string, delta int, counts []
 		var hb []byte
 		var r storedRow
 		var pack, off *int64
-		if err := rows.Scan(&hb, &r.size, &r.file, &pack, &off); err != nil {
+		if err := rows.Scan(&hb, &r.size, &r.file, &pack, &off, &r.refs); err != nil {
 			return err
 		}
 		h, err := blobHash(hb)
@@ -311,6 +312,7 @@ func (s *Store) DropRefs(ctx context.Context, q Querier, refs []Ref) error {
 				return fmt.Errorf("drop ref %s: %w: stored %d bytes, ref says %d", c.Hash, ErrSizeMismatch, row.size, c.Size)
 			}
 		}
+		s.noteDropped(found)
 	}
 	return nil
 }
@@ -324,9 +326,10 @@ func (s *Store) DropRefs(ctx context.Context, q Querier, refs []Ref) error {
 // holes before probing (Manifest.Hashes); this only keeps one that slipped
 // through from being asked for.
 //
-// A present chunk no manifest references may still be collected by a GC
-// before the caller references it; callers that probe and then apply do
-// not collect in between.
+// A present chunk no manifest references is kept by a live collection for
+// its grace (GCOptions.Grace) after Has reported it, so that a caller that
+// probes and then references it finds it; one that waits longer may get
+// ErrUnknownHash from AddRefs, before anything changed, and probes again.
 func (s *Store) Has(ctx context.Context, q Querier, hashes []Hash) ([]Hash, error) {
 	present := make(map[Hash]bool, len(hashes))
 	ask := make([]Hash, 0, len(hashes))
@@ -355,20 +358,21 @@ func (s *Store) Has(ctx context.Context, q Querier, hashes []Hash) ([]Hash, erro
 			args[i] = batch[i][:]
 		}
 		// length() of a blob reads the record header, not the bytes.
-		rows, err := q.QueryContext(ctx, "SELECT hash, size, length(data), pack, pack_off FROM chunks WHERE hash IN ("+placeholders(len(batch))+")", args...)
+		rows, err := q.QueryContext(ctx, "SELECT hash, size, length(data), pack, pack_off, refs FROM chunks WHERE hash IN ("+placeholders(len(batch))+")", args...)
 		if noPackColumns(err) {
-			rows, err = q.QueryContext(ctx, "SELECT hash, size, length(data), NULL, NULL FROM chunks WHERE hash IN ("+placeholders(len(batch))+")", args...)
+			rows, err = q.QueryContext(ctx, "SELECT hash, size, length(data), NULL, NULL, refs FROM chunks WHERE hash IN ("+placeholders(len(batch))+")", args...)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("has chunks: %w", err)
 		}
 		var files []Ref
 		var packed []packRef
+		var unreferenced []Hash // rows present only until a GC: see noteProbed
 		for rows.Next() {
 			var hb []byte
-			var size int64
+			var size, refs int64
 			var dataLen, pack, off *int64
-			if err := rows.Scan(&hb, &size, &dataLen, &pack, &off); err != nil {
+			if err := rows.Scan(&hb, &size, &dataLen, &pack, &off, &refs); err != nil {
 				rows.Close()
 				return nil, fmt.Errorf("has chunks: %w", err)
 			}
@@ -376,6 +380,9 @@ func (s *Store) Has(ctx context.Context, q Querier, hashes []Hash) ([]Hash, erro
 			if err != nil {
 				rows.Close()
 				return nil, fmt.Errorf("has chunks: %w", err)
+			}
+			if refs <= 0 {
+				unreferenced = append(unreferenced, h)
 			}
 			switch loc := nullLoc(pack, off); {
 			case dataLen != nil:
@@ -414,6 +421,7 @@ func (s *Store) Has(ctx context.Context, q Querier, hashes []Hash) ([]Hash, erro
 			}
 			s.log.Warn("chunk file or pack record missing or short; reporting the chunk absent", "hash", r.Hash)
 		}
+		s.noteProbed(unreferenced, present)
 	}
 
 	out := make([]Hash, 0, len(hashes))

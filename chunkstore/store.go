@@ -66,6 +66,8 @@ type GCStats struct {
 	// unlinked chunk files. A pack record becomes dead space, which
 	// compaction hands back to the file system later.
 	Bytes int64
+	Moved int64 // pack records copied out of packs being compacted
+	Young int64 // unreferenced rows spared for their grace (GCOptions.Grace)
 }
 
 // Store keeps chunk bytes: rows of the caller's database for small chunks,
@@ -111,6 +113,8 @@ type Store struct {
 	locs map[Hash]packLoc
 
 	syncMu sync.Mutex // serialises syncDirs
+
+	gc gcState // live collection's bookkeeping (gc.go)
 }
 
 type pin struct {

@@ -98,7 +98,7 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 
 	var err error
 	owner := vfs.NewAttr{Uid: cfg.Owner.Uid, Gid: cfg.Owner.Gid}
-	if d.store, err = vfs.Open(ctx, cfg.State, vfs.Options{Owner: owner, NoSync: cfg.NoSync, Logger: log}); err != nil {
+	if d.store, err = vfs.Open(ctx, cfg.State, vfs.Options{Owner: owner, NoSync: cfg.NoSync, Logger: log, GC: vfs.DefaultGC}); err != nil {
 		return fail(fmt.Errorf("computerd: %w", err))
 	}
 	if err := cleanStaleMount(cfg.Mount, d.log); err != nil {

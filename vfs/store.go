@@ -30,6 +30,9 @@ type Options struct {
 	InlineMax int
 	// NoSync: synchronous=OFF and no fsync of chunk files (tests, tmpfs).
 	NoSync bool
+	// GC configures live chunk collection (gc.go); the zero value runs
+	// none in the background.
+	GC     GCOptions
 	Logger *slog.Logger
 }
 
@@ -61,6 +64,8 @@ type Store struct {
 	hashSem chan struct{} // bounds chunks being hashed and stored in the background
 
 	closed atomic.Bool
+
+	gcState // live chunk collection (gc.go)
 }
 
 // maxDirCache bounds the cache of directory paths.
@@ -88,6 +93,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
+	s.startGC()
 	return s, nil
 }
 
@@ -101,7 +107,9 @@ func (s *Store) openDB() error {
 		s.memory = true
 		// One connection: every in-memory connection would otherwise be a
 		// database of its own. Reads queue behind writes in this mode.
-		db, err := sql.Open("sqlite", "file:wsync?mode=memory&_pragma=foreign_keys(0)")
+		// auto_vacuum=INCREMENTAL lets GC hand deleted chunks' pages back
+		// (gc.go: vacuum), or they would stay in memory as free pages.
+		db, err := sql.Open("sqlite", "file:wsync?mode=memory&_pragma=foreign_keys(0)&_pragma=auto_vacuum(2)")
 		if err != nil {
 			return fmt.Errorf("open store: %w", err)
 		}
@@ -224,6 +232,7 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return nil
 	}
+	s.stopGC()
 	ferr := s.FlushAll(context.WithValue(context.Background(), closingKey{}, true))
 	s.wmu.Lock()
 	defer s.wmu.Unlock()

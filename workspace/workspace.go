@@ -91,7 +91,7 @@ func (w *Workspace) Store(ctx context.Context) (*vfs.Store, error) {
 	if err := os.MkdirAll(w.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("workspace %q: %w", w.cfg.Name, err)
 	}
-	s, err := vfs.Open(ctx, filepath.Join(w.dir, "store.db"), vfs.Options{NoSync: w.m.opts.NoSync, Logger: w.log})
+	s, err := vfs.Open(ctx, filepath.Join(w.dir, "store.db"), vfs.Options{NoSync: w.m.opts.NoSync, Logger: w.log, GC: vfs.DefaultGC})
 	if err != nil {
 		return nil, fmt.Errorf("workspace %q: %w", w.cfg.Name, err)
 	}

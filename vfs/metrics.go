@@ -1,0 +1,51 @@
+package vfs
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// Metrics of live chunk collection, in the default registry (exposed on
+// /metrics by both binaries).
+var (
+	metricGCRuns = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsync_chunkstore_gc_runs_total",
+		Help: "Live chunk collection passes, by trigger (interval, threshold, call) and result (ok, error).",
+	}, []string{"trigger", "result"})
+	metricGCChunks = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "wsync_chunkstore_gc_chunks_freed_total",
+		Help: "Unreferenced chunk rows deleted by live collection.",
+	})
+	metricGCBytes = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "wsync_chunkstore_gc_bytes_freed_total",
+		Help: "Chunk bytes freed by live collection (rows, chunk files, pack records).",
+	})
+	metricGCPacks = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "wsync_chunkstore_gc_packs_deleted_total",
+		Help: "Pack files deleted by live collection (emptied or compacted).",
+	})
+	metricGCPause = promauto.NewHistogram(prometheus.HistogramOpts{
+		Name:    "wsync_chunkstore_gc_pause_seconds",
+		Help:    "How long one collection step held the store's writer.",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 9),
+	})
+	metricGCSeconds = promauto.NewHistogram(prometheus.HistogramOpts{
+		Name:    "wsync_chunkstore_gc_duration_seconds",
+		Help:    "Duration of whole live collection passes, writers running between their steps.",
+		Buckets: prometheus.ExponentialBuckets(0.001, 4, 9),
+	})
+)
+
+func observeGC(trigger string, rep GCReport, d time.Duration, err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	metricGCRuns.WithLabelValues(trigger, result).Inc()
+	metricGCChunks.Add(float64(rep.Rows))
+	metricGCBytes.Add(float64(rep.Bytes))
+	metricGCPacks.Add(float64(rep.Packs))
+	metricGCSeconds.Observe(d.Seconds())
+}
