@@ -259,9 +259,8 @@ func stressVersion(w, v int) []byte {
 		n = rng.IntN(160 << 10)
 	}
 	b := fmt.Appendf(nil, "version %d.%d %d\n", w, v, n)
-	for i := range n {
+	for range n {
 		b = append(b, byte(rng.Uint32()))
-		_ = i
 	}
 	return b
 }
