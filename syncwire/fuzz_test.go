@@ -509,3 +509,23 @@ func decodeAllObjects(p []byte) ([]Object, error) {
 	})
 	return out, err
 }
+
+// Honest entries shaped like the shared-prefix bomb (thousands of siblings
+// under a 4 KiB-deep directory) still round-trip: AppendEntries stops
+// sharing prefixes where the receiver's bound would refuse the message.
+func TestDeepSiblingsRoundTrip(t *testing.T) {
+	long := strings.Repeat("d/", 2047)
+	var es []vfs.ChangeEntry
+	for i := range 2000 {
+		es = append(es, vfs.ChangeEntry{Kind: vfs.EntryDir, Rev: 1, Path: long + fmt.Sprintf("%c", 'a'+i%26), Mode: 0o755})
+	}
+	b, err := AppendEntries(nil, es)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodeEntries(b)
+	if err != nil || !reflect.DeepEqual(got, es) {
+		t.Fatalf("round trip of deep siblings: %v", err)
+	}
+	t.Logf("%d entries of %d-byte paths in %d bytes", len(es), len(es[0].Path), len(b))
+}

@@ -298,13 +298,26 @@ func DecodePushObjectsResponse(p []byte) (PushObjectsResponse, error) {
 // AppendEntries appends one entry-stream message: a count, then the
 // entries. Each path is stored as the length of the prefix it shares with
 // the previous entry's path in the same message, then the rest.
+//
+// A path shares its prefix only while the message's paths and targets stay
+// within maxStringsPerByte bytes per encoded byte (the receiver's bound);
+// past that it is sent whole.
 func AppendEntries(b []byte, entries []vfs.ChangeEntry) ([]byte, error) {
 	e := enc{b: b}
+	start := len(e.b)
 	e.uvarint(uint64(len(entries)))
 	prev := ""
+	strs := 0
 	for i := range entries {
-		appendEntry(&e, &entries[i], prev)
-		prev = entries[i].Path
+		en := &entries[i]
+		strs += len(en.Path) + len(en.Target)
+		mark := len(e.b)
+		appendEntry(&e, en, prev)
+		if strs > maxStringsPerByte*(len(e.b)-start) {
+			e.b = e.b[:mark]
+			appendEntry(&e, en, "")
+		}
+		prev = en.Path
 	}
 	return e.b, e.err
 }
@@ -472,14 +485,14 @@ func DecodeEntries(p []byte) ([]vfs.ChangeEntry, error) {
 	prev := ""
 	// Shared prefixes let a few bytes stand for a 4 KiB path: bound what
 	// the message's strings may add up to by its length.
-	strBudget := maxStringsPerByte*len(p) + maxStringsConst
+	strBudget := maxStringsPerByte * len(p)
 	for i := range n {
 		en, err := decodeEntry(&d, i, prev)
 		if err != nil {
 			return nil, err
 		}
 		if strBudget -= len(en.Path) + len(en.Target); strBudget < 0 {
-			return nil, protoErr("entries: paths of more than %d bytes in a message of %d", maxStringsPerByte*len(p)+maxStringsConst, len(p))
+			return nil, protoErr("entries: paths and targets of more than %d bytes in a message of %d", maxStringsPerByte*len(p), len(p))
 		}
 		if err := en.Validate(); err != nil {
 			return nil, fmt.Errorf("entry %d (rev %d): %w", i, en.Rev, err)
@@ -494,14 +507,12 @@ func DecodeEntries(p []byte) ([]vfs.ChangeEntry, error) {
 }
 
 // An entry message's decoded paths and targets total at most
-// maxStringsPerByte bytes per message byte plus maxStringsConst: far above
-// what prefix sharing saves an honest sender (which cuts messages by full
-// path length), far below the 500-fold a hostile one could get from 4 KiB
-// paths that differ in their last byte.
-const (
-	maxStringsPerByte = 16
-	maxStringsConst   = 4 << 20
-)
+// maxStringsPerByte bytes per message byte, so a stream's strings are
+// bounded by the bytes sent (a 4 KiB path differing from the previous one
+// in its last byte would otherwise cost ~10 wire bytes). AppendEntries
+// stops sharing prefixes where a message would pass it: a path sent whole
+// costs at least its length.
+const maxStringsPerByte = 16
 
 // decodeEntry decodes entry i of a message whose previous path is prev. It
 // does not validate: an entry part is validated once complete.
