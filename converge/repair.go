@@ -22,7 +22,9 @@ type RepairOptions struct {
 	// peer name, "computerd" on the server).
 	Peer string
 	// MaxPaths bounds the differing paths one Repair takes on (default
-	// 1<<20); a larger drift converges over several calls.
+	// 1<<20); so does MaxDiffBytes, the memory they may hold (about
+	// 100,000 differences of short paths). A larger drift converges over
+	// several calls.
 	MaxPaths int
 }
 

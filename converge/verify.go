@@ -35,7 +35,7 @@ type Report struct {
 	LocalNames, PeerNames int
 	// Differences are the first differing paths, shallowest first (in
 	// tree order within a level); Truncated says the walk stopped at the
-	// bound with more to find.
+	// bound (the count, or MaxDiffBytes) with more to find.
 	Differences []Difference
 	Truncated   bool
 	// Requests counts the calls made to the peer, Nodes the directory
