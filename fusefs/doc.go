@@ -116,7 +116,8 @@
 //     sockets are never synced.
 //   - fallocate other than mode 0 (extends the file) and
 //     FALLOC_FL_KEEP_SIZE (a no-op): punching and collapsing holes are
-//     EOPNOTSUPP. SEEK_DATA/SEEK_HOLE report one data region up to EOF.
+//     EOPNOTSUPP. SEEK_DATA/SEEK_HOLE work by 512 KiB chunk: a chunk
+//     with any stored bytes is data.
 //   - Extended attributes outside user.* (EOPNOTSUPP to set, ENODATA to
 //     get); POSIX ACLs.
 //   - A directory removed while a process has it open (or as its cwd) is

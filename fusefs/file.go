@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -105,6 +106,7 @@ var (
 	_ fs.FileFsyncer   = (*fileHandle)(nil)
 	_ fs.FileReleaser  = (*fileHandle)(nil)
 	_ fs.FileAllocater = (*fileHandle)(nil)
+	_ fs.FileLseeker   = (*fileHandle)(nil)
 )
 
 func (f *fileHandle) Read(ctx context.Context, dest []byte, off int64) (_ fuse.ReadResult, errno syscall.Errno) {
@@ -201,4 +203,22 @@ func (f *fileHandle) Allocate(ctx context.Context, off, size uint64, mode uint32
 	}
 	// Allocate commits the extension with any pending writes.
 	return toErrno(f.h.Allocate(ctx, int64(off), int64(size)))
+}
+
+// Lseek answers SEEK_DATA and SEEK_HOLE (the kernel handles the other
+// whences itself) from the store's chunks, so cp, tar and rsync skip the
+// holes of a sparse file instead of reading them.
+func (f *fileHandle) Lseek(ctx context.Context, off uint64, whence uint32) (_ uint64, errno syscall.Errno) {
+	const seekData, seekHole = 3, 4
+	if whence != seekData && whence != seekHole {
+		return 0, syscall.EINVAL
+	}
+	if off > math.MaxInt64 {
+		return 0, syscall.ENXIO
+	}
+	n, err := f.h.Seek(context.WithoutCancel(ctx), int64(off), whence == seekHole)
+	if err != nil {
+		return 0, toErrno(err)
+	}
+	return uint64(n), 0
 }

@@ -92,6 +92,26 @@ func TestMountHugeSizes(t *testing.T) {
 	if len(man) > 260 || len(man.DataRefs()) != 2 {
 		t.Fatalf("manifest of the sparse file: %d refs, %d with data; want ~258 and 2", len(man), len(man.DataRefs()))
 	}
+	// SEEK_DATA and SEEK_HOLE skip the terabyte of holes in one call each.
+	const seekData, seekHole = 3, 4
+	fd := int(f.Fd())
+	for _, tc := range []struct {
+		off    int64
+		whence int
+		want   int64
+	}{
+		{0, seekHole, chunkstore.ChunkSize}, // "x" is in chunk 0
+		{1, seekData, 1},
+		{chunkstore.ChunkSize, seekData, tib - chunkstore.ChunkSize},
+		{tib - chunkstore.ChunkSize, seekHole, tib},
+	} {
+		if got, err := syscall.Seek(fd, tc.off, tc.whence); got != tc.want || err != nil {
+			t.Errorf("lseek(%d, %d) = %d, %v; want %d", tc.off, tc.whence, got, err, tc.want)
+		}
+	}
+	if _, err := syscall.Seek(fd, tib, seekData); !errors.Is(err, syscall.ENXIO) {
+		t.Errorf("SEEK_DATA at the end: %v, want ENXIO", err)
+	}
 	// fallocate mode 0 past the end extends by a hole.
 	if err := syscall.Fallocate(int(f.Fd()), 0, tib, 1<<30); err != nil {
 		t.Fatalf("fallocate: %v", err)

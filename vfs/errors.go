@@ -25,6 +25,8 @@ var (
 	ErrFileTooBig = errors.New("file too large")
 	// ErrNoSpace: the disk (or the database) is full.
 	ErrNoSpace = errors.New("no space left on device")
+	// ErrPastEnd: a seek for data or a hole at or past the end of a file.
+	ErrPastEnd = errors.New("no such device or address")
 	// ErrClosed: the store or handle is closed.
 	ErrClosed = errors.New("store closed")
 	// ErrSchemaTooNew: the database was written by a newer wsync.
@@ -50,6 +52,7 @@ var errnos = []struct {
 	{ErrLoop, syscall.ELOOP},
 	{ErrFileTooBig, syscall.EFBIG},
 	{ErrNoSpace, syscall.ENOSPC},
+	{ErrPastEnd, syscall.ENXIO},
 	{ErrClosed, syscall.EIO},
 }
 

@@ -737,6 +737,88 @@ func (h *Handle) Allocate(ctx context.Context, off, n int64) error {
 	return h.Truncate(ctx, off+n)
 }
 
+// Seek finds the first offset at or after off that is in a data region
+// (hole false: SEEK_DATA) or in a hole (hole true: SEEK_HOLE), by chunk:
+// a chunk with written or stored bytes is data, one that is a hole ref,
+// truncated away or never written is a hole, and the end of the file is a
+// hole. At or past the end it is ErrPastEnd (ENXIO). It walks the written
+// chunks and base's refs, so tools that copy sparse files skip a
+// terabyte of holes in one call.
+func (h *Handle) Seek(ctx context.Context, off int64, hole bool) (int64, error) {
+	if off < 0 {
+		return 0, ErrInvalid
+	}
+	f, err := h.file(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer f.mu.Unlock()
+	if off >= f.size {
+		return 0, ErrPastEnd
+	}
+	i, n := off/cs, (f.size+cs-1)/cs
+	if hole {
+		for i < n && f.isData(i) {
+			i++
+		}
+		return min(max(off, i*cs), f.size), nil
+	}
+	if i = f.nextData(i, n); i >= n {
+		return 0, ErrPastEnd
+	}
+	return max(off, i*cs), nil
+}
+
+// isData reports whether chunk i holds bytes other than a hole's. Called
+// with f.mu held.
+func (f *openFile) isData(i int64) bool {
+	if _, ok := f.bufs[i]; ok {
+		return true
+	}
+	if _, ok := f.flights[i]; ok {
+		return true
+	}
+	if r, ok := f.stored[i]; ok {
+		return !r.IsHole()
+	}
+	r, ok := f.bidx.Chunk(i)
+	return ok && !r.IsHole() && i*cs < f.cut
+}
+
+// nextData returns the first data chunk in [i, n), or n. Called with f.mu
+// held.
+func (f *openFile) nextData(i, n int64) int64 {
+	best := n
+	for j := range f.bufs {
+		if j >= i && j < best {
+			best = j
+		}
+	}
+	for j := range f.flights {
+		if j >= i && j < best {
+			best = j
+		}
+	}
+	for j, r := range f.stored {
+		if !r.IsHole() && j >= i && j < best {
+			best = j
+		}
+	}
+	for off, r := range f.base.Runs() {
+		j := off / cs
+		if j >= best || off >= f.cut {
+			break
+		}
+		if j < i || r.IsHole() {
+			continue
+		}
+		if s, ok := f.stored[j]; !ok || !s.IsHole() {
+			return j
+		}
+	}
+	return best
+}
+
 // Size is the file's current size, buffered writes included.
 func (h *Handle) Size() int64 {
 	f := h.f

@@ -314,3 +314,56 @@ func TestWriteFileZerosAreHoles(t *testing.T) {
 		t.Fatal("content differs")
 	}
 }
+
+// Seek finds data and holes by chunk, through written, stored and
+// committed chunks, so sparse-aware copies skip the holes.
+func TestSeekDataAndHoles(t *testing.T) {
+	s := newStore(t)
+	h := createFile(t, s, "f")
+	// Committed: data in chunk 1, holes elsewhere, 10 chunks and a tail.
+	if _, err := h.WriteAt(ctx, pattern(100, 1), cs+5); err != nil {
+		t.Fatal(err)
+	}
+	must(t, h.Truncate(ctx, 10*cs+7))
+	// Uncommitted: a dirty image in chunk 6, and zeros written over chunk 1.
+	if _, err := h.WriteAt(ctx, []byte("x"), 6*cs+9); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		off  int64
+		hole bool
+		want int64
+		err  error
+	}{
+		{0, false, cs, nil},
+		{cs + 3, false, cs + 3, nil},
+		{cs + 3, true, 2 * cs, nil},
+		{2 * cs, false, 6 * cs, nil},
+		{6*cs + 10, true, 7 * cs, nil},
+		{7 * cs, false, 0, ErrPastEnd},
+		{9 * cs, true, 9 * cs, nil},
+		{10 * cs, true, 10 * cs, nil},
+		{10*cs + 7, true, 0, ErrPastEnd},
+		{-1, false, 0, ErrInvalid},
+	} {
+		got, err := h.Seek(ctx, tc.off, tc.hole)
+		if got != tc.want || !errors.Is(err, tc.err) {
+			t.Errorf("Seek(%d, hole %v) = %d, %v; want %d, %v", tc.off, tc.hole, got, err, tc.want, tc.err)
+		}
+	}
+	// Zeros over the only committed data make chunk 1 a hole at once.
+	if _, err := h.WriteAt(ctx, make([]byte, cs), cs); err != nil {
+		t.Fatal(err)
+	}
+	must(t, h.Flush(ctx))
+	if got, err := h.Seek(ctx, 0, false); got != 6*cs || err != nil {
+		t.Errorf("after zeroing chunk 1: SEEK_DATA from 0 = %d, %v; want %d", got, err, 6*cs)
+	}
+	// A truncate cuts committed data: growing again finds no data there.
+	must(t, h.Truncate(ctx, 6*cs))
+	must(t, h.Truncate(ctx, 8*cs))
+	if got, err := h.Seek(ctx, 0, false); !errors.Is(err, ErrPastEnd) {
+		t.Errorf("after cutting the data: SEEK_DATA = %d, %v; want ENXIO", got, err)
+	}
+	must(t, h.Release(ctx))
+}
