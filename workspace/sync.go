@@ -204,6 +204,9 @@ func (w *Workspace) pull(ctx context.Context, r Remote, owed PendingPull) (SyncR
 		}
 		return rep, err
 	}
+	w.stateMu.Lock()
+	w.pulled = true
+	w.stateMu.Unlock()
 	w.resolvePending(rep.RuntimeID)
 	return rep, nil
 }
@@ -231,13 +234,15 @@ func (w *Workspace) record(op string, start time.Time, rep SyncReport, err error
 }
 
 // settlePending runs inside a FIFO turn before anything that writes to
-// the container: with a pull pending it pulls first, and when that fails
-// it refuses with ErrPendingPull (wrapping the pull's error).
+// the container: with a pull pending, or none yet since the workspace was
+// opened (a server that stopped mid-command never recorded the pull it
+// owed), it pulls first, and when that fails it refuses with
+// ErrPendingPull (wrapping the pull's error).
 func (w *Workspace) settlePending(ctx context.Context, r Remote) error {
 	w.stateMu.Lock()
-	p := w.pending
+	owed := w.pending != nil || !w.pulled
 	w.stateMu.Unlock()
-	if p == nil {
+	if !owed {
 		return nil
 	}
 	if _, err := w.pull(ctx, r, PendingPull{}); err != nil {

@@ -32,7 +32,12 @@ type Workspace struct {
 	remoteMu sync.Mutex
 	remote   Remote
 
-	stateMu    sync.Mutex
+	stateMu sync.Mutex
+	// pulled: a pull succeeded since this process opened the workspace.
+	// Until then the server cannot know what the container wrote while it
+	// was down (or during a command it was running when it stopped), so the
+	// first push pulls first, as with a pending pull.
+	pulled     bool
 	pending    *PendingPull
 	abandoned  *PendingPull // the last pending pull given up on (runtime changed)
 	lastPush   *SyncRecord

@@ -194,7 +194,8 @@ func TestExecBracketPushesRunsAndPulls(t *testing.T) {
 	if got := read(t, w, "/out/result.txt"); got != "done" {
 		t.Errorf("server has %q", got)
 	}
-	if got, want := h.remotes.Fake("default").Calls(), []string{"push", "exec", "pull"}; !slices.Equal(got, want) {
+	// The first push after a start pulls first (see TestFirstPushAfterStartPullsFirst).
+	if got, want := h.remotes.Fake("default").Calls(), []string{"pull", "push", "exec", "pull"}; !slices.Equal(got, want) {
 		t.Errorf("calls %v, want %v", got, want)
 	}
 
@@ -247,7 +248,8 @@ func TestExecPullFailureIsPendingAndRetried(t *testing.T) {
 			h := newHarness(t, nil)
 			ctx := context.Background()
 			w := h.ws(t, "default")
-			_, _ = w.Status(ctx)
+			_, err := w.Pull(ctx) // the first push after a start pulls first
+			must(t, err)
 			fake := h.remotes.Fake("default")
 			fake.FailPull(errors.New("connection reset"))
 
@@ -285,10 +287,11 @@ func TestPendingPullFencedToRuntime(t *testing.T) {
 	h := newHarness(t, nil)
 	ctx := context.Background()
 	w := h.ws(t, "default")
-	_, _ = w.Status(ctx)
+	_, err := w.Pull(ctx)
+	must(t, err)
 	fake := h.remotes.Fake("default")
 	fake.FailPull(errors.New("lost"))
-	_, err := w.Exec(ctx, workspace.ExecSpec{Shell: "write /a x"}, nil)
+	_, err = w.Exec(ctx, workspace.ExecSpec{Shell: "write /a x"}, nil)
 	must(t, err)
 	fake.SetRuntime("fake-runtime-2")
 	_, err = w.Pull(ctx)
@@ -740,5 +743,44 @@ func TestFailedPullFencesPush(t *testing.T) {
 	must(t, err)
 	if string(b) != "container" {
 		t.Fatalf("container c = %q", b)
+	}
+}
+
+// A server that stopped while a command ran never recorded the pull it
+// owed: after a start, the first push pulls first, so what the container
+// wrote meanwhile is not overwritten.
+func TestFirstPushAfterStartPullsFirst(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	w := h.ws(t, "default")
+	write(t, w, "/f", "base")
+	_, err := w.Push(ctx)
+	must(t, err)
+	fake := h.remotes.Fake("default")
+	// The command wrote f; the server went down before its pull.
+	_, err = fake.Container.WriteFile(ctx, "f", []byte("container-new"), 0o644)
+	must(t, err)
+	write(t, w, "/f", "server-older")
+	must(t, h.m.Close())
+	h.m = h.open(t)
+	w = h.ws(t, "default")
+	_, _ = w.Status(ctx)
+	fake = h.remotes.Fake("default")
+	fake.FailPull(errors.New("not yet"))
+	if _, err := w.Push(ctx); !errors.Is(err, workspace.ErrPendingPull) {
+		t.Fatalf("first push after a start with the pull failing: %v, want ErrPendingPull", err)
+	}
+	b, err := fake.Container.ReadFile(ctx, "f")
+	must(t, err)
+	if string(b) != "container-new" {
+		t.Fatalf("the first push after a start overwrote the container: %q", b)
+	}
+	_, err = w.Push(ctx)
+	must(t, err)
+	if got := read(t, w, "/f"); got != "container-new" {
+		t.Fatalf("server f = %q, want the container's write pulled", got)
+	}
+	if got := fake.Calls(); !slices.Equal(got[len(got)-2:], []string{"pull", "push"}) {
+		t.Fatalf("calls %v, want a pull before the push", got)
 	}
 }
