@@ -64,9 +64,11 @@
 // through the files API still commit on the server and wait in the push
 // queue. A successful pull clears the record. It is kept in the registry
 // (written on every change), so it survives a restart and Status shows it.
-// The record names the exec and the runtime that ran it: if the
-// container's runtime changed before the pull succeeded, the record is
-// reported as abandoned (the pull took whatever the new runtime holds).
+// A server that stopped while a command ran never recorded the pull it
+// owed, so the first push after a start (or exec, or repair) pulls first
+// in the same way. The record names the exec and the runtime that ran it:
+// if the container's runtime changed before the pull succeeded, the record
+// is reported as abandoned (the pull took whatever the new runtime holds).
 // Keeping both sides of a path both changed is the conflicts issue's; here
 // the container's write wins.
 //
