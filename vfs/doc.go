@@ -71,6 +71,20 @@
 // can: a file whose commit fails keeps the error for its writer and does
 // not fail the call (the pull of the other files goes on).
 //
+// # Garbage collection
+//
+// Open collects once, in one transaction. With Options.GC (the daemons
+// pass DefaultGC) a goroutine owned by the store runs passes of
+// chunkstore.Collection steps while it is open: periodically, and as soon
+// as GCOptions.Threshold bytes of chunks lost their last reference. Each
+// step is one write transaction of at most SliceChunks chunks, so writers
+// wait one step at most; it keeps the committed manifests of open files
+// (which an Apply may have replaced under a dirty handle). An in-memory
+// database is created with auto_vacuum=INCREMENTAL and a pass ends by
+// handing its free pages back in small steps, so memory returns after
+// deletes. Close stops the goroutine and waits for it. RunGC runs a pass
+// on demand; gc.go has the details.
+//
 // # Connections
 //
 // One writer connection (all writes serialise on it) and a pool of

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/internal/crashpoint"
 )
 
 // GCOptions configure the live chunk collection of a store (Options.GC).
@@ -208,6 +209,9 @@ func (s *Store) runGC(ctx context.Context, trigger string) (rep GCReport, err er
 		if err != nil {
 			return rep, fmt.Errorf("gc: %w", err)
 		}
+		// The same durability boundary as Store.GC's: rows gone, files
+		// not yet unlinked (the crash matrix kills here).
+		crashpoint.Hit("vfs.gc.committed")
 		st, ferr := sweep.Finish()
 		rep.add(st)
 		rep.Steps++

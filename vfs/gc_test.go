@@ -377,7 +377,11 @@ func TestLiveGCSurvivesSIGKILL(t *testing.T) {
 		gcCrashChild(db)
 		return
 	}
-	for seed := range 3 {
+	seeds := 2
+	if os.Getenv("WSYNC_LONG") != "" {
+		seeds = 8
+	}
+	for seed := range seeds {
 		db := filepath.Join(t.TempDir(), "store.db")
 		cmd := exec.Command(os.Args[0], "-test.run=^TestLiveGCSurvivesSIGKILL$")
 		cmd.Env = append(os.Environ(), gcCrashEnv+"="+db)
