@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"testing"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/wsync/wsync/internal/testutil"
 )
 
@@ -74,8 +76,12 @@ func TestFullDiskErrorsReachTheWriter(t *testing.T) {
 	if _, err := small.WriteAt(ctx, []byte("unaffected"), 0); err != nil {
 		t.Fatal(err)
 	}
+	kept := writeErrors(t, "flushall", "ENOSPC")
 	if err := s.FlushAll(ctx); err != nil {
 		t.Fatalf("FlushAll = %v with one file failing; the others must still sync", err)
+	}
+	if got := writeErrors(t, "flushall", "ENOSPC") - kept; got != 1 {
+		t.Fatalf("wsync_vfs_write_errors_total{where=flushall,errno=ENOSPC} rose by %v, want 1", got)
 	}
 	if got := string(readFile(t, s, "small")); got != "unaffected" {
 		t.Fatalf("small = %q", got)
@@ -98,4 +104,12 @@ func TestFullDiskErrorsReachTheWriter(t *testing.T) {
 	if got := readFile(t, s, "big"); !bytes.Equal(got, data) {
 		t.Fatalf("big has %d bytes, want the %d written (equal prefix %v)", len(got), len(data), bytes.HasPrefix(got, data[:min(len(got), len(data))]))
 	}
+}
+
+// writeErrors reads wsync_vfs_write_errors_total{where, errno}.
+func writeErrors(t testing.TB, where, errno string) float64 {
+	t.Helper()
+	var m dto.Metric
+	must(t, metricWriteErrors.WithLabelValues(where, errno).Write(&m))
+	return m.GetCounter().GetValue()
 }

@@ -629,6 +629,7 @@ func (f *openFile) store(ctx context.Context, i int64, fl *flight) {
 	keep := false
 	if err != nil {
 		err = fmt.Errorf("store chunk %d of inode %d: %w", i, f.ino, err)
+		countWriteError("store", err)
 	}
 	if f.flights[i] == fl {
 		delete(f.flights, i)
@@ -848,7 +849,11 @@ func (h *Handle) Flush(ctx context.Context) error {
 	if h.closed.Load() {
 		return ErrClosed
 	}
-	return h.f.commit(ctx)
+	err := h.f.commit(ctx)
+	if err != nil {
+		countWriteError("commit", err)
+	}
+	return err
 }
 
 func (f *openFile) commit(ctx context.Context) error {
@@ -963,6 +968,9 @@ func (h *Handle) Release(ctx context.Context) error {
 		return nil
 	}
 	err := h.f.commit(ctx)
+	if err != nil {
+		countWriteError("commit", err)
+	}
 	f, s := h.f, h.f.s
 	s.openMu.Lock()
 	f.refs--
@@ -1035,6 +1043,7 @@ func (s *Store) FlushAll(ctx context.Context) error {
 				f.werr = err
 			}
 			f.mu.Unlock()
+			countWriteError("flushall", err)
 			s.log.Warn("commit of an open file failed; its writer will get the error", "ino", f.ino, "err", err)
 		}
 	}

@@ -38,6 +38,19 @@ var (
 	})
 )
 
+// metricWriteErrors counts failures on the write path of open files, by
+// where they happened and their errno: "store" (a background chunk store;
+// the bytes stay dirty), "commit" (a writer's flush, fsync or close) and
+// "flushall" (the flush before a feed; the error stays with the file).
+var metricWriteErrors = promauto.NewCounterVec(prometheus.CounterOpts{
+	Name: "wsync_vfs_write_errors_total",
+	Help: "Write-path failures of open files, by where (store, commit, flushall) and errno name.",
+}, []string{"where", "errno"})
+
+func countWriteError(where string, err error) {
+	metricWriteErrors.WithLabelValues(where, ErrnoName(err)).Inc()
+}
+
 func observeGC(trigger string, rep GCReport, d time.Duration, err error) {
 	result := "ok"
 	if err != nil {
