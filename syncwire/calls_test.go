@@ -163,3 +163,94 @@ func TestCallsOverTheLimitGetErrBusy(t *testing.T) {
 	wg.Wait()
 	sessionStillWorks(t, c, s)
 }
+
+// The same load on the session a real Driver uses between two stores: 64
+// abandoned calls plus one, then 1,000 concurrent quick calls, and the
+// driver's push and pull still run on that session (no redial).
+func TestDriverSyncsOnASessionAfterCallLoad(t *testing.T) {
+	p := newPair(t, DriverOptions{})
+	var started atomic.Int64
+	release := make(chan struct{})
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	p.srv.Load().Handle(methodLinger, func(ctx context.Context, c *Incoming) error {
+		started.Add(1)
+		<-ctx.Done()
+		<-release
+		return ctx.Err()
+	})
+	p.srv.Load().Handle(methodEcho, func(ctx context.Context, c *Incoming) error { return c.Reply(c.Body) })
+	t.Cleanup(free)
+	write(t, p.server, "before.txt", []byte("before"))
+	p.tick()
+	s, epoch, err := p.client.Session(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := s.Peer().MaxCalls
+	ctx, cancel := context.WithCancel(tctx(t, 30*time.Second))
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() { s.Call(ctx, methodLinger, nil) })
+	}
+	waitFor(t, "every lingering call to start", 10*time.Second, func() bool { return started.Load() == int64(n) })
+	cancel()
+	wg.Wait()
+	var busy, failed atomic.Int64
+	for i := range 1000 {
+		wg.Go(func() {
+			_, err := s.Call(tctx(t, 30*time.Second), methodEcho, []byte{byte(i)})
+			switch {
+			case errors.Is(err, ErrBusy):
+				busy.Add(1)
+			case err != nil:
+				failed.Add(1)
+				t.Errorf("call: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	write(t, p.server, "pushed.txt", []byte("pushed"))
+	write(t, p.cont, "pulled.txt", []byte("pulled"))
+	tr := p.tick()
+	if tr.Pull.Applied != 1 || tr.Push.Applied < 1 {
+		t.Errorf("tick after the load: pull %+v push %+v", tr.Pull, tr.Push)
+	}
+	if _, e2, _ := p.client.Session(t.Context()); e2 != epoch {
+		t.Errorf("the driver redialled (epoch %d -> %d): the load ended the session", epoch, e2)
+	}
+	assertSameTree(t, p.server, p.cont)
+	t.Logf("1,000 quick calls after %d abandoned: %d busy", n, busy.Load())
+	free()
+}
+
+// Cancelled calls whose handlers are slow to stop are bounded: past
+// 2*MaxCalls of them new calls get ErrBusy (the session stays up), and
+// once they stop calls are served again.
+func TestStoppingHandlersAreBounded(t *testing.T) {
+	srv, started, release := lingerServer(t)
+	c := wsClient(t, httptestServer(t, srv), "")
+	t.Cleanup(release)
+	s := session(t, c)
+	n := int(s.Peer().MaxCalls)
+	for round := range 2 {
+		ctx, cancel := context.WithCancel(tctx(t, 30*time.Second))
+		var wg sync.WaitGroup
+		for range n {
+			wg.Go(func() { s.Call(ctx, methodLinger, nil) })
+		}
+		waitFor(t, "the lingering calls to start", 10*time.Second, func() bool { return started.Load() == int64((round+1)*n) })
+		cancel()
+		wg.Wait()
+	}
+	ctx := tctx(t, 20*time.Second)
+	if _, err := s.Call(ctx, methodEcho, []byte("x")); !errors.Is(err, ErrBusy) {
+		t.Fatalf("call with %d handlers stopping: %v, want ErrBusy", 2*n, err)
+	}
+	release()
+	waitFor(t, "calls to be served again", 10*time.Second, func() bool {
+		_, err := s.Call(ctx, methodEcho, []byte("x"))
+		return err == nil
+	})
+	sessionStillWorks(t, c, s)
+}

@@ -19,8 +19,9 @@
 // Both sides count call slots the same way: the caller holds one from its
 // CALL until it reads the final frame or writes its CANCEL, the callee from
 // the CALL until just before it writes its final frame or reads the CANCEL.
-// A call beyond the callee's MaxCalls (or its bound on running handlers) is
-// answered ErrBusy (EBUSY) and the session stays up.
+// A call beyond the callee's MaxCalls (or while 2*MaxCalls cancelled calls
+// still have handlers stopping) is answered ErrBusy (EBUSY), and the
+// session stays up.
 //
 // The first frame each way is a HELLO: protocol name, version range,
 // features, the process's RuntimeID, the store id, window and call limit.

@@ -112,11 +112,13 @@ type Session struct {
 	// only after it read that final frame or wrote that CANCEL, so both
 	// sides agree and an honest peer never exceeds MaxCalls.
 	inCalls int
-	busy    chan uint64 // calls refused with EBUSY, answered by busyWriter
-	nextID  uint64
-	err     error
-	done    chan struct{}
-	slots   chan struct{} // bounds our calls in flight to the peer's MaxCalls
+	// stopping counts the peer's cancelled calls whose handlers still run.
+	stopping int
+	busy     chan uint64 // calls refused with EBUSY, answered by busyWriter
+	nextID   uint64
+	err      error
+	done     chan struct{}
+	slots    chan struct{} // bounds our calls in flight to the peer's MaxCalls
 
 	handlers sync.WaitGroup
 	closing  sync.WaitGroup // the conn.Close in flight
@@ -716,16 +718,16 @@ func (s *Session) startIncoming(f Frame, size int) error {
 		s.mu.Unlock()
 		return nil
 	}
-	if s.inCalls >= s.cfg.MaxCalls || len(s.in) >= maxHandlers(s.cfg.MaxCalls) {
+	if s.inCalls >= s.cfg.MaxCalls || s.stopping >= maxStopping(s.cfg.MaxCalls) {
 		// Over the limit (a peer that does not count as we do, or handlers
 		// slow to stop after a CANCEL): refuse this call, keep the session.
-		calls, running := s.inCalls, len(s.in)
+		calls, stopping := s.inCalls, s.stopping
 		s.mu.Unlock()
 		metricBusy.Inc()
 		select {
 		case s.busy <- f.ID:
 		default:
-			return protoErr("more than %d calls refused as busy at once (%d in flight, %d handlers)", maxBusyQueue, calls, running)
+			return protoErr("more than %d calls refused as busy at once (%d in flight, %d stopping)", maxBusyQueue, calls, stopping)
 		}
 		return nil
 	}
@@ -768,7 +770,8 @@ type Incoming struct {
 	send     *sendCredit // response stream after ReplyStream
 	canceled bool
 
-	counted bool // holds one of the session's inCalls (under s.mu)
+	counted  bool // holds one of the session's inCalls (under s.mu)
+	stopping bool // cancelled by the caller, handler still running (under s.mu)
 
 	bytesIn, bytesOut atomic.Int64
 }
@@ -782,6 +785,10 @@ func (c *Incoming) run() {
 		c.s.mu.Lock()
 		delete(c.s.in, c.id)
 		c.releaseLocked()
+		if c.stopping {
+			c.stopping = false
+			c.s.stopping--
+		}
 		c.s.mu.Unlock()
 		c.cancel(context.Canceled)
 	}()
@@ -835,9 +842,10 @@ func (c *Incoming) releaseLocked() {
 	}
 }
 
-// maxHandlers bounds the handlers one session runs at once, counting those
-// still stopping after a CANCEL; past it calls are refused with EBUSY.
-func maxHandlers(maxCalls int) int { return 2 * maxCalls }
+// maxStopping bounds the cancelled calls whose handlers are still
+// stopping; while that many linger, new calls are refused with EBUSY, so a
+// peer cannot pile up handlers by cancelling calls that are slow to stop.
+func maxStopping(maxCalls int) int { return 2 * maxCalls }
 
 // maxBusyQueue bounds the EBUSY answers waiting to be written; a peer that
 // overruns it is not counting its calls at all, and the session fails.
@@ -890,7 +898,15 @@ func (c *Incoming) handle(f Frame) error {
 	case FrameCancel:
 		// The caller freed its slot once this CANCEL was written; free ours
 		// before the reader takes the next frame (maybe its next CALL).
-		c.release()
+		c.s.mu.Lock()
+		if c.counted {
+			c.releaseLocked()
+			if _, running := c.s.in[c.id]; running {
+				c.stopping = true
+				c.s.stopping++
+			}
+		}
+		c.s.mu.Unlock()
 		c.abort(fmt.Errorf("call %d: %w by the caller", c.id, context.Canceled))
 	default:
 		return protoErr("call %d: unexpected %s", c.id, f.Type)
