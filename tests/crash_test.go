@@ -103,7 +103,7 @@ func TestCrashMatrix(t *testing.T) {
 					t.Logf("replay with WSYNC_CRASH_SEED=%d", seed)
 				}
 			}()
-			f := runCrashSeed(t, seed)
+			f, _ := runCrashSeed(t, seed)
 			mu.Lock()
 			figs = append(figs, f)
 			mu.Unlock()
@@ -117,7 +117,7 @@ func TestCrashMatrix(t *testing.T) {
 	t.Logf("crash matrix figures:\n%s", b.String())
 }
 
-func runCrashSeed(t *testing.T, seed uint64) crashFigure {
+func runCrashSeed(t *testing.T, seed uint64) (crashFigure, *pair) {
 	sc := crashScenarios[(seed-1)%uint64(len(crashScenarios))]
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	hit := 1 + rng.IntN(sc.maxHit)
@@ -203,7 +203,7 @@ func runCrashSeed(t *testing.T, seed uint64) crashFigure {
 		t.Errorf("seed %d: recovery re-fetched %d entries, want at most %d", seed, f.refetched, bound)
 	}
 	t.Logf("seed %d: recovered in %v; %d entries re-fetched, %d applied, %d bounced back", seed, f.recover.Round(time.Millisecond), f.refetched, f.applied, f.bounced)
-	return f
+	return f, p
 }
 
 // restartArmed restarts the victim with the crash point armed and returns
