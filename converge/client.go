@@ -140,15 +140,19 @@ func peerEntryPage(ctx context.Context, sess *syncwire.Session, st *callStats, p
 		st.add(1, 0, in+out)
 	}()
 	var es []vfs.ChangeEntry
+	var dec syncwire.EntryDecoder
 	for {
 		p, err := o.Recv(ctx)
 		if errors.Is(err, io.EOF) {
+			if err := dec.Finish(); err != nil {
+				return nil, fmt.Errorf("entries: %w", err)
+			}
 			break
 		}
 		if err != nil {
 			return nil, fmt.Errorf("entries: %w", err)
 		}
-		batch, err := syncwire.DecodeEntries(p)
+		batch, err := dec.Decode(p)
 		if err != nil {
 			return nil, fmt.Errorf("entries: %w", err)
 		}

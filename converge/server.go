@@ -152,9 +152,6 @@ func (r *Responder) revs(ctx context.Context, c *syncwire.Incoming) error {
 	return c.Reply(appendRevs(nil, revs))
 }
 
-// entryMsgTarget is where an entry stream message is cut.
-const entryMsgTarget = 256 << 10
-
 func (r *Responder) entries(ctx context.Context, c *syncwire.Incoming) error {
 	paths, err := decodePaths(c.Body)
 	if err != nil {
@@ -170,31 +167,11 @@ func (r *Responder) entries(ctx context.Context, c *syncwire.Incoming) error {
 	if err := c.ReplyStream(nil); err != nil {
 		return err
 	}
-	return sendEntries(ctx, c.Send, es)
-}
-
-// sendEntries packs entries into messages of about entryMsgTarget bytes.
-func sendEntries(ctx context.Context, send func(context.Context, []byte) error, es []vfs.ChangeEntry) error {
-	start, size := 0, 0
-	flush := func(end int) error {
-		if end == start {
-			return nil
-		}
-		p, err := syncwire.AppendEntries(nil, es[start:end])
-		if err != nil {
-			return err
-		}
-		start, size = end, 0
-		return send(ctx, p)
-	}
-	for i := range es {
-		n := 48 + len(es[i].Path) + len(es[i].Target) + 43*len(es[i].Chunks)
-		if size+n > entryMsgTarget {
-			if err := flush(i); err != nil {
-				return err
+	return syncwire.SendEntries(ctx, c.Send, func(yield func(vfs.ChangeEntry, error) bool) {
+		for _, e := range es {
+			if !yield(e, nil) {
+				return
 			}
 		}
-		size += n
-	}
-	return flush(len(es))
+	})
 }

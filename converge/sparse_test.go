@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/syncwire"
 	"github.com/wsync/wsync/vfs"
 )
 
@@ -74,5 +75,61 @@ func TestSparseTerabyteFile(t *testing.T) {
 	}
 	if a, b := root(t, server, []string{}), root(t, cont, []string{}); a != b {
 		t.Fatalf("roots after repair: %s / %s", a, b)
+	}
+}
+
+// longFile writes a file whose manifest takes more than one wire frame:
+// n refs alternating one data chunk and a one-chunk hole.
+func longFile(t testing.TB, s *vfs.Store, path string, fill byte, n int) vfs.ChangeEntry {
+	t.Helper()
+	ctx := context.Background()
+	data := make([]byte, chunkstore.ChunkSize)
+	data[0] = fill
+	h := chunkstore.Sum(data)
+	var m chunkstore.Manifest
+	for len(m) < n {
+		m = append(m, chunkstore.Ref{Hash: h, Size: chunkstore.ChunkSize}, chunkstore.Ref{Hash: chunkstore.HoleHash, Size: chunkstore.ChunkSize})
+	}
+	e := vfs.ChangeEntry{Kind: vfs.EntryFile, Path: path, Mode: 0o644, Mtime: 1_700_000_000_000_000_000, Chunks: m, Size: m.Size()}
+	st := s.Chunks().NewStage()
+	defer st.Release()
+	must(t, st.Put(ctx, h, data))
+	_, err := s.Apply(ctx, []vfs.ChangeEntry{e}, vfs.ApplyOptions{Source: vfs.Local, Stage: st})
+	must(t, err)
+	return e
+}
+
+// TestRepairMovesManifestsLongerThanAFrame: repair fetches the peer's
+// winners through entry pages and pushes its own through the driver; both
+// carry a manifest of 40,000 refs (about 1.3 MiB encoded, more than one
+// frame) as entry parts.
+func TestRepairMovesManifestsLongerThanAFrame(t *testing.T) {
+	ctx := context.Background()
+	server := newStore(t, "server")
+	applyAll(t, server, smallTree())
+	cont := newStore(t, "container")
+	r := newRig(t, server, cont)
+	sess := r.session(t)
+	_, err := Bootstrap(ctx, server, sess, BootstrapOptions{Peer: peerName})
+	must(t, err)
+	markSynced(t, server, cont)
+	se := longFile(t, server, "z/server-long", 's', 40000)
+	ce := longFile(t, cont, "z/container-long", 'c', 40000)
+	if n := len(chunkstore.AppendManifest(nil, se.Chunks)); n <= syncwire.MaxFrameSize {
+		t.Fatalf("manifest of %d bytes fits one frame", n)
+	}
+	rr, err := Repair(ctx, server, sess, RepairOptions{Peer: peerName})
+	must(t, err)
+	if rr.LocalWins != 1 || rr.PeerWins != 1 || !rr.After.Converged {
+		t.Fatalf("repair: local wins %d, peer wins %d, after %+v", rr.LocalWins, rr.PeerWins, rr.After.Differences)
+	}
+	for _, want := range []vfs.ChangeEntry{se, ce} {
+		for _, s := range []*vfs.Store{server, cont} {
+			got, err := s.EntriesAt(ctx, []string{want.Path})
+			must(t, err)
+			if len(got) != 1 || len(got[0].Chunks) != len(want.Chunks) || got[0].Size != want.Size {
+				t.Fatalf("%s after repair: %+v", want.Path, got)
+			}
+		}
 	}
 }

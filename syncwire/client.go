@@ -335,7 +335,7 @@ func (s *Session) Push(ctx context.Context, req PushRequest, entries []vfs.Chang
 		return PushResponse{}, err
 	}
 	defer done()
-	err = sendEntries(ctx, o.Send, func(yield func(vfs.ChangeEntry, error) bool) {
+	err = SendEntries(ctx, o.Send, func(yield func(vfs.ChangeEntry, error) bool) {
 		for _, en := range entries {
 			if !yield(en, nil) {
 				return

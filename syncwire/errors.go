@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"syscall"
 
 	"github.com/wsync/wsync/chunkstore"
 	"github.com/wsync/wsync/vfs"
@@ -54,6 +55,8 @@ const (
 	CodeInvalid       Code = 6
 	CodePerm          Code = 7
 	CodeNameTooLong   Code = 8
+	CodeNoSpace       Code = 9
+	CodeFileTooBig    Code = 10
 	CodeUnknownHash   Code = 20
 	CodeHashMismatch  Code = 21
 	CodeInvariant     Code = 22
@@ -101,6 +104,8 @@ var codes = []struct {
 	{CodeNameTooLong, "ENAMETOOLONG", vfs.ErrNameTooLong, nil},
 	{CodeInvalid, "EINVAL", vfs.ErrInvalid, []error{chunkstore.ErrBadManifest, chunkstore.ErrBadHash, chunkstore.ErrChunkTooLarge, watermark.ErrBadCursor}},
 	{CodePerm, "EPERM", vfs.ErrPerm, nil},
+	{CodeNoSpace, "ENOSPC", vfs.ErrNoSpace, []error{syscall.ENOSPC, syscall.EDQUOT}},
+	{CodeFileTooBig, "EFBIG", vfs.ErrFileTooBig, nil},
 	{CodeCanceled, "ECANCELED", context.Canceled, nil},
 	{CodeTimeout, "ETIMEDOUT", context.DeadlineExceeded, nil},
 	{CodeUnknown, "EUNKNOWN", ErrUnknown, nil},
@@ -121,6 +126,10 @@ func CodeOf(err error) Code {
 				return row.code
 			}
 		}
+	}
+	if vfs.Errno(err) == syscall.ENOSPC {
+		// SQLite's "database or disk is full", which carries no errno.
+		return CodeNoSpace
 	}
 	return CodeUnknown
 }

@@ -340,12 +340,14 @@ func (ss *serverSession) fetchChanges(ctx context.Context, c *Incoming) error {
 	if err := c.ReplyStream(head); err != nil {
 		return err
 	}
-	return sendEntries(ctx, c.Send, b.Changes(ctx, req.After, through, vfs.NewIgnore(req.Ignore)))
+	return SendEntries(ctx, c.Send, b.Changes(ctx, req.After, through, vfs.NewIgnore(req.Ignore)))
 }
 
-// sendEntries packs a feed into entry-stream messages of about
-// entryFrameTarget bytes.
-func sendEntries(ctx context.Context, send func(context.Context, []byte) error, feed iter.Seq2[vfs.ChangeEntry, error]) error {
+// SendEntries packs a feed into entry-stream messages of about
+// entryFrameTarget bytes, a long file entry as entry parts: the one sender
+// of entry streams (push, fetch, and converge's entry pages). EntryDecoder
+// reads what it sends.
+func SendEntries(ctx context.Context, send func(context.Context, []byte) error, feed iter.Seq2[vfs.ChangeEntry, error]) error {
 	var batch []vfs.ChangeEntry
 	size := 0
 	flush := func() error {

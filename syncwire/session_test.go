@@ -9,9 +9,11 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -123,6 +125,17 @@ func TestErrorTableRoundTrips(t *testing.T) {
 	}
 	if CodeOf(&vfs.EntryError{Err: chunkstore.ErrUnknownHash}) != CodeUnknownHash {
 		t.Error("an EntryError does not carry its cause's code")
+	}
+	// A full disk on the callee reaches the caller as ENOSPC, whichever
+	// layer saw it: a chunk file's write or fsync, or a quota.
+	for _, cause := range []error{syscall.ENOSPC, syscall.EDQUOT, &os.PathError{Op: "write", Path: "chunk", Err: syscall.ENOSPC}} {
+		err := &vfs.EntryError{Err: fmt.Errorf("store chunk: %w", cause)}
+		if got := CodeOf(err); got != CodeNoSpace {
+			t.Errorf("CodeOf(%v) = %v, want ENOSPC", err, got)
+		}
+		if !errors.Is(&RemoteError{Code: CodeOf(err)}, vfs.ErrNoSpace) {
+			t.Errorf("a remote ENOSPC is not vfs.ErrNoSpace")
+		}
 	}
 }
 
