@@ -10,8 +10,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
+	"github.com/wsync/wsync/chunkstore"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/workspace"
 	"github.com/wsync/wsync/workspace/workspacetest"
@@ -783,4 +785,57 @@ func TestFirstPushAfterStartPullsFirst(t *testing.T) {
 	if got := fake.Calls(); !slices.Equal(got[len(got)-2:], []string{"pull", "push"}) {
 		t.Fatalf("calls %v, want a pull before the push", got)
 	}
+}
+
+// TestHashOfASparseFileStopsWithTheCaller: stat and ls hash a file's bytes,
+// and a 1 TiB sparse file is a terabyte of zeros to hash (minutes of CPU),
+// so the hash stops when the caller's context ends instead of running on
+// after the client went away. A small sparse file hashes like its zeros.
+func TestHashOfASparseFileStopsWithTheCaller(t *testing.T) {
+	h := newHarness(t, nil)
+	ctx := context.Background()
+	w := h.ws(t, "default")
+	s, err := w.Store(ctx)
+	must(t, err)
+	put := func(path string, size int64) {
+		m := chunkstore.Manifest{}.AppendHole(size - 3).Append(chunkstore.Ref{Hash: chunkstore.Sum([]byte("end")), Size: 3})
+		st := s.Chunks().NewStage()
+		defer st.Release()
+		must(t, st.Put(ctx, chunkstore.Sum([]byte("end")), []byte("end")))
+		_, err := s.Apply(ctx, []vfs.ChangeEntry{{Kind: vfs.EntryFile, Path: path, Mode: 0o644, Mtime: 1, Chunks: m, Size: m.Size()}}, vfs.ApplyOptions{Source: vfs.Local, Stage: st})
+		must(t, err)
+	}
+	put("small", 2*chunkstore.ChunkSize+3)
+	fi, err := w.Stat(ctx, "/small", true)
+	must(t, err)
+	sum := sha256.Sum256(append(make([]byte, 2*chunkstore.ChunkSize), "end"...))
+	if fi.SHA256 != hex.EncodeToString(sum[:]) {
+		t.Errorf("sha256 of a sparse file: %s, want %x", fi.SHA256, sum)
+	}
+
+	put("huge", 1<<40+3)
+	// The caller goes away after the hash has started (its context reports
+	// cancellation from the 64th check on, 32 MiB into the file).
+	cctx := &goneAfter{Context: ctx, checks: 64}
+	if _, err := w.Stat(cctx, "/huge", true); !errors.Is(err, context.Canceled) {
+		t.Fatalf("stat of a 1 TiB file after the caller went away: %v, want context.Canceled", err)
+	}
+	if cctx.n.Load() > 64+16 {
+		t.Errorf("the hash checked its context %d times after the caller left", cctx.n.Load()-64)
+	}
+}
+
+// goneAfter is a context whose Err reports cancellation once it has been
+// asked checks times: a caller leaving in the middle of a long call.
+type goneAfter struct {
+	context.Context
+	checks int64
+	n      atomic.Int64
+}
+
+func (c *goneAfter) Err() error {
+	if c.n.Add(1) > c.checks {
+		return context.Canceled
+	}
+	return nil
 }
