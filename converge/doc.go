@@ -112,6 +112,30 @@
 // disk for a while; that is the price of resuming and of a live store that
 // stays untouched until the check.
 //
+// A staging must never outlive its use. A begin for another snapshot
+// removes the old staging file and starts a new one (emptied tables would
+// keep the file at its largest), a refused root or a finished install
+// removes it, and Register settles whatever a dead process left before it
+// serves:
+//
+//   - Verified (the install had begun): the live store holds part of the
+//     snapshot, so it is no longer empty and the sender, which bootstraps
+//     empty stores only, will never commit it again. Register finishes the
+//     install from the staging alone (it holds every record and chunk, the
+//     rev and the peer), checks the root and removes the staging. The
+//     sender's next push then re-sends entries it already holds, skipped,
+//     and no chunk bytes, where removing the staging would make it send
+//     them all again. A staging whose finish fails is removed, and so is
+//     one already tried maxLocalResumes (2) times, so a finish that kills
+//     the process cannot loop; the push re-baselines then.
+//   - Not verified, live store empty: kept; the next bootstrap resumes
+//     from the staged count.
+//   - Not verified, live store not empty (written while the snapshot was
+//     staging): no bootstrap will begin here again; removed.
+//
+// The staging file therefore holds at most one snapshot, however often
+// the process dies.
+//
 // # Limits
 //
 // Every decoder checks counts against their bound and against what the

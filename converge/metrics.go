@@ -30,7 +30,7 @@ var (
 	}, []string{"role"})
 	metricSnapshots = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "wsync_converge_snapshots_total",
-		Help: "Snapshot commits on the receiver, by result (installed, refused).",
+		Help: "Snapshots on the receiver, by result (installed, refused, abandoned: a staging removed unused).",
 	}, []string{"result"})
 )
 

@@ -33,13 +33,17 @@ type cachedTree struct {
 const maxCachedTrees = 2
 
 // Register serves the convergence methods of store on srv and returns the
-// responder (whose Forget drops cached trees).
+// responder (whose Forget drops cached trees). It first settles a snapshot
+// staging left by a process that died (see recoverStaging): a cut-short
+// install finishes before Register returns, a staging that can no longer
+// install is removed.
 func Register(srv *syncwire.Server, store *vfs.Store, log *slog.Logger) *Responder {
 	if log == nil {
 		log = slog.Default()
 	}
 	r := &Responder{store: store, log: log.With("component", "converge")}
 	r.snap.r = r
+	r.snap.recoverStaging(context.Background())
 	srv.Handle(MethodRoot, r.root)
 	srv.Handle(MethodNode, r.node)
 	srv.Handle(MethodRevs, r.revs)

@@ -225,6 +225,15 @@ func (s *snapReceiver) begin(ctx context.Context, c *syncwire.Incoming) error {
 		}
 		return fmt.Errorf("%w: the store already holds a tree", ErrNotEmpty)
 	}
+	if m.valid || m.staged > 0 {
+		// Another snapshot's staging: start from a new file, not from
+		// emptied tables, so the file never holds more than one snapshot
+		// (SQLite keeps freed pages in the file).
+		s.discard()
+		if db, err = s.open(ctx); err != nil {
+			return err
+		}
+	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -458,10 +467,22 @@ func (s *snapReceiver) commit(ctx context.Context, c *syncwire.Incoming) error {
 	}
 	t1 := time.Now()
 	before := s.r.store.CurrentRev()
+	if err := s.installChecked(ctx, db, m); err != nil {
+		return err
+	}
+	s.r.log.Debug("snapshot timing", "check", t1.Sub(t0), "install", time.Since(t1))
+	w := writer{}
+	w.uvarint(uint64(before))
+	w.uvarint(uint64(s.r.store.CurrentRev()))
+	return c.Reply(w.b)
+}
+
+// installChecked installs a verified staging, checks the live tree
+// against its root, and removes the staging. Called with s.mu held.
+func (s *snapReceiver) installChecked(ctx context.Context, db *sql.DB, m stagedMeta) error {
 	if err := s.install(ctx, db, m); err != nil {
 		return fmt.Errorf("snapshot install: %w", err)
 	}
-	t2 := time.Now()
 	s.r.Forget()
 	t, err := s.r.Tree(ctx, []string{})
 	if err != nil {
@@ -471,13 +492,78 @@ func (s *snapReceiver) commit(ctx context.Context, c *syncwire.Incoming) error {
 		return fmt.Errorf("snapshot install: %w: live tree hashes to %s after install", ErrRootMismatch, t.Root)
 	}
 	s.discard()
-	s.r.log.Debug("snapshot timing", "check", t1.Sub(t0), "install", t2.Sub(t1), "recheck", time.Since(t2))
 	metricSnapshots.WithLabelValues("installed").Inc()
 	s.r.log.Info("snapshot installed", "root", m.root, "records", m.total, "rev", s.r.store.CurrentRev())
-	w := writer{}
-	w.uvarint(uint64(before))
-	w.uvarint(uint64(s.r.store.CurrentRev()))
-	return c.Reply(w.b)
+	return nil
+}
+
+// maxLocalResumes bounds how often a starting responder finishes the same
+// cut-short install: a staging whose install kills the process every time
+// (out of memory, say) is dropped instead of looping.
+const maxLocalResumes = 2
+
+// recoverStaging runs when a responder registers (computerd starting) and
+// settles a staging database left by a process that died:
+//
+//   - verified (the install had begun, so the live store may hold part of
+//     the snapshot): the install finishes here, from the staging alone,
+//     and the staging is removed; the sender's next push then moves no
+//     chunk bytes. After maxLocalResumes tries, or on any error, the
+//     staging is removed and the push re-baselines as for any store.
+//   - not verified, live store empty: kept; the sender's next bootstrap
+//     resumes from the staged count.
+//   - not verified, live store not empty: no bootstrap will ever begin
+//     here again (the sender bootstraps empty stores only), so removed.
+func (s *snapReceiver) recoverStaging(ctx context.Context) {
+	p := StagingPath(s.r.store)
+	if p == "" {
+		return
+	}
+	if _, err := os.Stat(p); err != nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	log := s.r.log.With("staging", p)
+	db, m, err := s.staging(ctx)
+	if err != nil {
+		log.Warn("snapshot staging unreadable; removed", "err", err)
+		s.discard()
+		return
+	}
+	if m.valid && m.verified && m.staged == m.total {
+		var tries int64
+		if err := db.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'resumes'`).Scan(&tries); err != nil && !errors.Is(err, sql.ErrNoRows) {
+			log.Warn("snapshot staging unreadable; removed", "err", err)
+			s.discard()
+			return
+		}
+		if tries >= maxLocalResumes {
+			log.Warn("cut-short snapshot install failed to finish; staging removed", "tries", tries, "root", m.root)
+			metricSnapshots.WithLabelValues("abandoned").Inc()
+			s.discard()
+			return
+		}
+		if _, err := db.ExecContext(ctx, `INSERT OR REPLACE INTO meta(key, value) VALUES('resumes', ?)`, tries+1); err != nil {
+			log.Warn("snapshot staging unwritable; removed", "err", err)
+			s.discard()
+			return
+		}
+		log.Info("finishing a cut-short snapshot install", "root", m.root, "records", m.total)
+		if err := s.installChecked(ctx, db, m); err != nil {
+			log.Warn("cut-short snapshot install did not finish; staging removed", "err", err)
+			metricSnapshots.WithLabelValues("abandoned").Inc()
+			s.discard()
+		}
+		return
+	}
+	empty, err := s.r.store.Empty(ctx)
+	if err == nil && empty {
+		return
+	}
+	log.Info("snapshot staging can no longer install; removed", "root", m.root, "staged", m.staged, "total", m.total)
+	metricSnapshots.WithLabelValues("abandoned").Inc()
+	s.discard()
 }
 
 // stagedRecords calls fn for each staged record in order.
@@ -811,8 +897,15 @@ func (s *snapReceiver) applyStaged(ctx context.Context, db *sql.DB, batch []vfs.
 	}
 	_, err = store.Apply(ctx, batch, opts)
 	crashpoint.Hit("converge.install.batch")
+	if err == nil && installBatchHook != nil {
+		err = installBatchHook()
+	}
 	return err
 }
+
+// installBatchHook, when set (tests), runs after each install batch
+// commits; an error it returns cuts the install short there.
+var installBatchHook func() error
 
 // installBatch is how many staged records one install transaction applies
 // (larger batches measured slower: 2.5 s against 1.9 s for 50,000 records).

@@ -1,0 +1,188 @@
+package converge
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/wsync/wsync/watermark"
+)
+
+var errInjected = errors.New("injected install failure")
+
+// failInstallAfter makes the install fail once n batches have committed
+// (n < 0: never), until the test ends.
+func failInstallAfter(t *testing.T, n int) {
+	t.Helper()
+	batches := 0
+	installBatchHook = func() error {
+		if batches++; n >= 0 && batches > n {
+			return errInjected
+		}
+		return nil
+	}
+	t.Cleanup(func() { installBatchHook = nil })
+}
+
+// injected reports whether err is the injected failure, as it crosses
+// the wire (a peer's error arrives as its text).
+func injected(err error) bool {
+	return err != nil && strings.Contains(err.Error(), errInjected.Error())
+}
+
+func stagingSize(t *testing.T, p string) int64 {
+	t.Helper()
+	var n int64
+	for _, suffix := range []string{"", "-wal"} {
+		if fi, err := os.Stat(p + suffix); err == nil {
+			n += fi.Size()
+		}
+	}
+	return n
+}
+
+func assertNoStaging(t *testing.T, p string) {
+	t.Helper()
+	for _, suffix := range []string{"", "-wal", "-shm"} {
+		if fi, err := os.Stat(p + suffix); err == nil {
+			t.Errorf("%s%s still on disk (%d bytes)", p, suffix, fi.Size())
+		}
+	}
+}
+
+// An install cut short between batches (the process dies there in the
+// crash matrix) leaves a store that is no longer empty, so no bootstrap
+// ever reaches it again: the next Register finishes the install from the
+// staging and removes it.
+func TestCutShortInstallFinishesAtRegister(t *testing.T) {
+	ctx := context.Background()
+	server := newStore(t, "server")
+	applyAll(t, server, genEntries(3_000))
+	cont := newStore(t, "container")
+	r := newRig(t, server, cont)
+	failInstallAfter(t, 3)
+	_, err := Bootstrap(ctx, server, r.session(t), BootstrapOptions{Peer: peerName})
+	if !injected(err) {
+		t.Fatalf("bootstrap with the install cut short: err = %v", err)
+	}
+	if empty, err := cont.Empty(ctx); err != nil || empty {
+		t.Fatalf("after 3 install batches the store is empty (%v, %v)", empty, err)
+	}
+	p := StagingPath(cont)
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("staging after the cut-short install: %v", err)
+	}
+	installBatchHook = nil
+	// computerd restarts.
+	must(t, r.resp.Close())
+	r = newRig(t, server, cont)
+	assertNoStaging(t, p)
+	if a, b := root(t, server, []string{}), root(t, cont, []string{}); a != b {
+		t.Fatalf("roots after the install finished at register: %s / %s", a, b)
+	}
+	ws, err := cont.Watermarks(ctx, server.ID())
+	must(t, err)
+	if want := watermark.At(server.CurrentRev()); ws.AppliedPush != want || ws.Fetch != want {
+		t.Fatalf("container cursors after the finished install: %+v, want applied push and fetch at %v", ws, want)
+	}
+}
+
+// A finish at Register that fails removes the staging (the push then
+// re-baselines), and so does one that was already tried maxLocalResumes
+// times (a process killed by every try must not loop on it).
+func TestCutShortInstallThatCannotFinishIsRemoved(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name    string
+		prepare func(t *testing.T, p string)
+	}{
+		{"install fails again", func(t *testing.T, p string) { failInstallAfter(t, 0) }},
+		{"tried too often", func(t *testing.T, p string) {
+			db := rawDB(t, p)
+			if _, err := db.Exec(`INSERT OR REPLACE INTO meta(key, value) VALUES('resumes', ?)`, maxLocalResumes); err != nil {
+				t.Fatal(err)
+			}
+			db.Close()
+			failInstallAfter(t, -1)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			server := newStore(t, "server")
+			applyAll(t, server, genEntries(1_500))
+			cont := newStore(t, "container")
+			r := newRig(t, server, cont)
+			failInstallAfter(t, 2)
+			if _, err := Bootstrap(ctx, server, r.session(t), BootstrapOptions{Peer: peerName}); !injected(err) {
+				t.Fatalf("bootstrap with the install cut short: err = %v", err)
+			}
+			must(t, r.resp.Close())
+			p := StagingPath(cont)
+			tc.prepare(t, p)
+			installed := 0
+			hook := installBatchHook
+			installBatchHook = func() error { installed++; return hook() }
+			newRig(t, server, cont)
+			assertNoStaging(t, p)
+			if tc.name == "tried too often" && installed != 0 {
+				t.Errorf("a staging tried %d times ran %d install batches at register", maxLocalResumes, installed)
+			}
+		})
+	}
+}
+
+// A staging that was never verified, beside a store that is no longer
+// empty (written while the snapshot was staging), can never install:
+// Register removes it. Beside an empty store it stays for the resume.
+func TestUnusableStagingRemovedAtRegister(t *testing.T) {
+	ctx := context.Background()
+	server := newStore(t, "server")
+	applyAll(t, server, genEntries(3_000))
+	cont := newStore(t, "container")
+	r := newRig(t, server, cont)
+	cctx, cancel := context.WithCancel(ctx)
+	pages := 0
+	_, err := Bootstrap(cctx, server, r.session(t), BootstrapOptions{Peer: peerName, pageBytes: 16 << 10, Progress: func(staged, total int) {
+		if pages++; pages == 3 {
+			cancel()
+		}
+	}})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("interrupted bootstrap: err = %v", err)
+	}
+	p := StagingPath(cont)
+	must(t, r.resp.Close())
+	r = newRig(t, server, cont)
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("the staging beside an empty store is gone at register: %v", err)
+	}
+	must(t, r.resp.Close())
+	applyAll(t, cont, genEntries(1))
+	newRig(t, server, cont)
+	assertNoStaging(t, p)
+}
+
+// A begin for another snapshot starts a new staging file: the file holds
+// one snapshot at most, whatever was staged before.
+func TestStagingHoldsOneSnapshot(t *testing.T) {
+	ctx := context.Background()
+	big := newStore(t, "big")
+	applyAll(t, big, genEntries(20_000))
+	small := newStore(t, "small")
+	applyAll(t, small, genEntries(50))
+	cont := newStore(t, "container")
+	r := newRig(t, big, cont)
+	_, err := Bootstrap(ctx, big, r.session(t), BootstrapOptions{Peer: peerName, noCommit: true})
+	must(t, err)
+	p := StagingPath(cont)
+	before := stagingSize(t, p)
+	r = newRig(t, small, cont)
+	_, err = Bootstrap(ctx, small, r.session(t), BootstrapOptions{Peer: peerName, noCommit: true})
+	must(t, err)
+	after := stagingSize(t, p)
+	t.Logf("staging: %d bytes for 20,000 records, then %d bytes for 50", before, after)
+	if after > before/4 {
+		t.Fatalf("staging of 50 records after one of 20,000: %d bytes (was %d)", after, before)
+	}
+}
