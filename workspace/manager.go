@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/wsync/wsync/internal/bearer"
 	"github.com/wsync/wsync/vfs"
 )
 
@@ -97,7 +98,7 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 		}
 	}
 	if opts.DefaultTokenFile != "" {
-		if _, err := readToken(opts.DefaultTokenFile); err != nil {
+		if _, err := bearer.ReadFile(opts.DefaultTokenFile); err != nil {
 			return nil, fmt.Errorf("open workspaces: default computerd: %w", err)
 		}
 	}
@@ -303,20 +304,6 @@ func checkToken(tok string) error {
 		}
 	}
 	return nil
-}
-
-// readToken reads an operator-given token file: its content, surrounding
-// white space trimmed. An empty file is an error.
-func readToken(file string) (string, error) {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return "", fmt.Errorf("token: %w", err)
-	}
-	tok := strings.TrimSpace(string(b))
-	if tok == "" {
-		return "", fmt.Errorf("token file %s is empty", file)
-	}
-	return tok, nil
 }
 
 // MaxEndpointLen bounds an endpoint URL.

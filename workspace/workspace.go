@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/wsync/wsync/internal/bearer"
 	"github.com/wsync/wsync/vfs"
 )
 
@@ -76,7 +77,7 @@ func (w *Workspace) Token() (string, error) {
 	if file == "" {
 		return w.cfg.token, nil
 	}
-	tok, err := readToken(file)
+	tok, err := bearer.ReadFile(file)
 	if err != nil {
 		return "", fmt.Errorf("workspace %q: %w", w.cfg.Name, err)
 	}

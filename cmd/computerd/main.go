@@ -19,6 +19,7 @@ import (
 
 	"github.com/wsync/wsync/computer"
 	"github.com/wsync/wsync/fusefs"
+	"github.com/wsync/wsync/internal/bearer"
 )
 
 const usage = `computerd: the container side of wsync (FUSE mount + sync server + command runner)
@@ -115,13 +116,9 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 // Neither given at all means no token (allowed on loopback only).
 func readToken(file string) (string, error) {
 	if file != "" {
-		b, err := os.ReadFile(file)
+		tok, err := bearer.ReadFile(file)
 		if err != nil {
-			return "", fmt.Errorf("token file: %w", err)
-		}
-		tok := strings.TrimSpace(string(b))
-		if tok == "" {
-			return "", fmt.Errorf("token file %s is empty: refusing to run without auth (remove --token-file to run unauthenticated on loopback)", file)
+			return "", fmt.Errorf("%w: refusing to run without auth (remove --token-file to run unauthenticated on loopback)", err)
 		}
 		return tok, nil
 	}

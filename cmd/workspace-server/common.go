@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/wsync/wsync/internal/bearer"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/workspace"
 	"github.com/wsync/wsync/workspace/client"
@@ -138,21 +139,7 @@ func (cf *clientFlags) token() (string, error) {
 		}
 		file = defaultTokenFile
 	}
-	return readTokenFile(file)
-}
-
-// readTokenFile reads a token from a file the user named: its content with
-// surrounding white space trimmed. An empty file is an error.
-func readTokenFile(file string) (string, error) {
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return "", fmt.Errorf("token: %w", err)
-	}
-	tok := strings.TrimSpace(string(b))
-	if tok == "" {
-		return "", fmt.Errorf("token file %s is empty", file)
-	}
-	return tok, nil
+	return bearer.ReadFile(file)
 }
 
 func (cf *clientFlags) client() (*client.Client, error) {

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/wsync/wsync/internal/bearer"
 	"github.com/wsync/wsync/workspace"
 	"github.com/wsync/wsync/workspace/api"
 )
@@ -171,7 +172,7 @@ func serverToken(file, data string) (string, string, error) {
 			return "", "", err
 		}
 	}
-	tok, err := readTokenFile(file)
+	tok, err := bearer.ReadFile(file)
 	if err != nil {
 		return "", "", fmt.Errorf("api %w", err)
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/wsync/wsync/internal/bearer"
 	"github.com/wsync/wsync/workspace"
 )
 
@@ -72,7 +73,7 @@ func runWorkspacesCreate(ctx context.Context, args []string, stdout, stderr io.W
 	}
 	o := workspace.CreateOptions{Name: pos[0], Endpoint: *endpoint}
 	if *tokenFile != "" {
-		tok, err := readTokenFile(*tokenFile)
+		tok, err := bearer.ReadFile(*tokenFile)
 		if err != nil {
 			return c.fail(fmt.Errorf("--computerd-token-file: %w", err))
 		}

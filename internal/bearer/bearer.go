@@ -7,9 +7,26 @@ package bearer
 import (
 	"crypto/sha256"
 	"crypto/subtle"
+	"fmt"
 	"net/http"
+	"os"
 	"strings"
 )
+
+// ReadFile reads a token from a file an operator or user named: its
+// content, surrounding white space trimmed. An empty file is an error,
+// never "no authentication": a truncated secret must not open a daemon.
+func ReadFile(file string) (string, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("token file: %w", err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return "", fmt.Errorf("token file %s is empty", file)
+	}
+	return tok, nil
+}
 
 // Token is an expected bearer token, kept as its digest.
 type Token struct {
