@@ -76,5 +76,12 @@
 // fetch (watermark.CheckInvariant): a violation resets the affected watermark
 // and retries once. On every new session the driver reconciles against the
 // peer's watermarks, re-baselining a peer that lost state. Bounce suppression
-// keeps entries applied from the peer from travelling back to it.
+// keeps entries applied from the peer from travelling back to it: every
+// apply of a peer's batch (a pulled batch here, a pushed batch on the
+// server) extends the peer's vfs.BounceRun in its own transaction, and the
+// feed sent to that peer starts past the run when the peer's cursor covers
+// its start (the server's FetchChanges; the driver's push, and its push
+// cursor at the end of a pull). A crash between an apply and the next
+// watermark write, or a lost Push reply, therefore costs at most the batch
+// in flight.
 package syncwire

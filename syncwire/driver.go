@@ -227,7 +227,14 @@ func (d *Driver) pushOnce(ctx context.Context, s *Session, res *Result) error {
 	if ws.Push.Covers(through) {
 		return nil
 	}
-	next, stop := iter.Pull2(d.local.Changes(ctx, ws.Push, through, vfs.Ignore{}))
+	// Bounce suppression: our revs that hold the peer's own entries (a
+	// pull that was cut before it could move our push cursor past them)
+	// are not sent back; the final cursor (through) still covers them.
+	run, err := d.local.Bounce(ctx, d.peer)
+	if err != nil {
+		return err
+	}
+	next, stop := iter.Pull2(d.local.Changes(ctx, run.Skip(ws.Push), through, vfs.Ignore{}))
 	defer stop()
 	var pending []vfs.ChangeEntry
 	exhausted := false
@@ -301,10 +308,9 @@ func (d *Driver) pushOnce(ctx context.Context, s *Session, res *Result) error {
 		ws.Push = cursor
 		// Bounce suppression: the revs the peer's apply stamped are our
 		// own entries; when we had fetched everything of the peer's before
-		// them, skip them in our fetch cursor.
-		if resp.RevAfter > resp.RevBefore && ws.Fetch.Covers(watermark.At(resp.RevBefore)) {
-			ws.Fetch = watermark.At(resp.RevAfter)
-		}
+		// them, skip them in our fetch cursor. (The peer also keeps them as
+		// its bounce run, so a lost reply does not bring them back.)
+		ws.Fetch = vfs.BounceRun{From: resp.RevBefore, To: resp.RevAfter}.Skip(ws.Fetch)
 		if err := d.local.SetWatermarks(ctx, d.peer, ws); err != nil {
 			return err
 		}
@@ -422,7 +428,6 @@ func (d *Driver) pullOnce(ctx context.Context, s *Session, res *Result, retried 
 		return errRetryPull
 	}
 
-	pushBefore := ws.Push
 	if err := d.pullBatches(ctx, s, cs, &ws, res); err != nil {
 		return err
 	}
@@ -434,11 +439,21 @@ func (d *Driver) pullOnce(ctx context.Context, s *Session, res *Result, retried 
 			return err
 		}
 	}
-	if ws.Push != pushBefore {
-		// Bounce suppression moved our push cursor over revs the peer never
-		// received from us (they hold its own entries). Tell it, with an
-		// empty push, so its echoed applied-push cursor keeps covering ours.
-		return d.syncApplied(ctx, s, ws.Push)
+	// Bounce suppression: the revs our applies stamped (the bounce run each
+	// apply extended in its own transaction) hold the peer's own entries.
+	// When every earlier local rev was pushed, move our push cursor past
+	// them: first tell the peer, with an empty push, so its echoed
+	// applied-push cursor covers ours even if we die before persisting.
+	run, err := d.local.Bounce(ctx, d.peer)
+	if err != nil {
+		return err
+	}
+	if to := run.Skip(ws.Push); to != ws.Push {
+		if err := d.syncApplied(ctx, s, to); err != nil {
+			return err
+		}
+		ws.Push = to
+		return d.local.SetWatermarks(ctx, d.peer, ws)
 	}
 	return nil
 }
@@ -577,12 +592,13 @@ func (d *Driver) fetchBatch(ctx context.Context, s *Session, f *fetchedBatch, pr
 	f.chunks = len(missing)
 }
 
-// applyPulled applies one fetched batch with the fetch cursor in the same
+// applyPulled applies one fetched batch with the fetch cursor and the
+// bounce run (the revs it stamps hold the peer's entries) in the same
 // transaction.
 func (d *Driver) applyPulled(ctx context.Context, f *fetchedBatch, ws *watermark.Set, res *Result) error {
 	last := f.batch[len(f.batch)-1]
 	ws.Fetch = watermark.Within(last.Rev, last.Path)
-	ar, err := d.local.Apply(ctx, f.batch, vfs.ApplyOptions{Source: vfs.Upstream, Stage: f.stage, Peer: d.peer, Watermarks: ws})
+	ar, err := d.local.Apply(ctx, f.batch, vfs.ApplyOptions{Source: vfs.Upstream, Stage: f.stage, Peer: d.peer, Watermarks: ws, Bounce: true})
 	if err != nil {
 		return fmt.Errorf("apply pulled batch: %w", err)
 	}
@@ -598,13 +614,6 @@ func (d *Driver) applyPulled(ctx context.Context, f *fetchedBatch, ws *watermark
 	metricChunks.WithLabelValues("fetched").Add(float64(f.chunks))
 	metricChunkBytes.WithLabelValues("fetched").Add(float64(f.bytes))
 	metricDedupBytes.Add(float64(f.refBytes - f.bytes))
-	// Bounce suppression: the revs this apply stamped are the peer's own
-	// entries; when every earlier local rev was already pushed, skip them
-	// in our push cursor so they do not travel back.
-	if ar.LastRev > 0 && ws.Push.Covers(watermark.At(ar.RevBefore)) {
-		ws.Push = watermark.At(ar.LastRev)
-		return d.local.SetWatermarks(ctx, d.peer, *ws)
-	}
 	return nil
 }
 

@@ -140,6 +140,10 @@ func (f *fakeBackend) SetWatermarks(ctx context.Context, peer string, set waterm
 	return nil
 }
 
+func (f *fakeBackend) Bounce(ctx context.Context, peer string) (vfs.BounceRun, error) {
+	return vfs.BounceRun{}, nil
+}
+
 func (f *fakeBackend) FlushAll(ctx context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -30,6 +30,9 @@ type Backend interface {
 	Chunks() *chunkstore.Store
 	Watermarks(ctx context.Context, peer string) (watermark.Set, error)
 	SetWatermarks(ctx context.Context, peer string, set watermark.Set) error
+	// Bounce is the peer's bounce run: revs stamped by applies of its
+	// entries (ApplyOptions.Bounce), never sent back to it.
+	Bounce(ctx context.Context, peer string) (vfs.BounceRun, error)
 	FlushAll(ctx context.Context) error
 }
 
@@ -289,6 +292,10 @@ func (ss *serverSession) push(ctx context.Context, c *Incoming) error {
 		// how far we have taken its feed.
 		opts.Source = vfs.Upstream
 		ws.Fetch = req.SenderCursor
+		// The revs this apply stamps hold the sender's own entries: keep
+		// them, in the apply's transaction, as its bounce run, so our feed
+		// skips them even if this reply never reaches it.
+		opts.Bounce = true
 	}
 	var res vfs.ApplyResult
 	if len(entries) == 0 {
@@ -333,6 +340,12 @@ func (ss *serverSession) fetchChanges(ctx context.Context, c *Incoming) error {
 	if err != nil {
 		return err
 	}
+	// Bounce suppression: the peer holds everything up to req.After; our
+	// revs that hold its own entries (its pushes we applied) do not go back.
+	run, err := b.Bounce(ctx, ss.peerKey())
+	if err != nil {
+		return err
+	}
 	head, err := FetchResponse{Current: through, AppliedPush: ws.AppliedPush}.appendTo(nil)
 	if err != nil {
 		return err
@@ -340,7 +353,7 @@ func (ss *serverSession) fetchChanges(ctx context.Context, c *Incoming) error {
 	if err := c.ReplyStream(head); err != nil {
 		return err
 	}
-	return SendEntries(ctx, c.Send, b.Changes(ctx, req.After, through, vfs.NewIgnore(req.Ignore)))
+	return SendEntries(ctx, c.Send, b.Changes(ctx, run.Skip(req.After), through, vfs.NewIgnore(req.Ignore)))
 }
 
 // SendEntries packs a feed into entry-stream messages of about

@@ -32,6 +32,10 @@ type ApplyOptions struct {
 	// same transaction as the batch.
 	Peer       string
 	Watermarks *watermark.Set
+	// Bounce, for a sync peer's batch (needs Peer and Watermarks), records
+	// the revs the batch stamps in the peer's bounce run (BounceRun), in the
+	// same transaction, so they are not sent back to it.
+	Bounce bool
 }
 
 // ApplyResult reports what a batch did.
@@ -58,6 +62,9 @@ func (s *Store) Apply(ctx context.Context, entries []ChangeEntry, opts ApplyOpti
 	var res ApplyResult
 	if opts.Source != Upstream && opts.Source != Local {
 		return res, fmt.Errorf("apply: %w: source %d", ErrInvalid, opts.Source)
+	}
+	if opts.Bounce && opts.Watermarks == nil {
+		return res, fmt.Errorf("apply: %w: bounce without watermarks", ErrInvalid)
 	}
 	for i := range entries {
 		if err := entries[i].Validate(); err != nil {
@@ -98,6 +105,11 @@ func (s *Store) Apply(ctx context.Context, entries []ChangeEntry, opts ApplyOpti
 		}
 		if opts.Watermarks != nil {
 			if err := t.setWatermarks(opts.Peer, *opts.Watermarks); err != nil {
+				return err
+			}
+		}
+		if opts.Bounce {
+			if err := t.extendBounce(opts.Peer, res.RevBefore, res.LastRev); err != nil {
 				return err
 			}
 		}

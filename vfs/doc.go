@@ -40,7 +40,8 @@
 // directory must be, is replaced along with its subtree (last writer wins).
 // Symlinks are never followed. A failing entry rolls back the whole batch
 // and comes back as an *EntryError. Watermarks can be written in the same
-// transaction.
+// transaction, and so can the peer's bounce run (BounceRun: the revs the
+// batch stamped hold the peer's entries, not to be sent back to it).
 //
 // # Write handles
 //

@@ -40,7 +40,20 @@ func (s *Store) SetWatermarks(ctx context.Context, peer string, set watermark.Se
 	return s.update(ctx, func(t *wtx) error { return t.setWatermarks(peer, set) })
 }
 
+// setWatermarks writes peer's watermarks. A push cursor lowered below the
+// stored one is a re-baseline (the peer lost state): the bounce run kept
+// for the peer is forgotten with it, so the re-push carries every entry.
 func (t *wtx) setWatermarks(peer string, set watermark.Set) error {
+	var old []byte
+	err := t.tx.QueryRowContext(t.ctx, `SELECT push FROM watermarks WHERE peer = ?`, peer).Scan(&old)
+	if err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("set watermarks %q: %w", peer, err)
+	}
+	lowered := false
+	if err == nil {
+		prev, _, err := watermark.DecodeCursor(old)
+		lowered = err != nil || set.Push.Less(prev)
+	}
 	var enc [3][]byte
 	for i, c := range []watermark.Cursor{set.Push, set.Fetch, set.AppliedPush} {
 		b, err := c.AppendBinary(nil)
@@ -49,11 +62,16 @@ func (t *wtx) setWatermarks(peer string, set watermark.Set) error {
 		}
 		enc[i] = b
 	}
-	_, err := t.exec(`INSERT INTO watermarks(peer, push, fetch, applied_push) VALUES(?, ?, ?, ?)
+	_, err = t.exec(`INSERT INTO watermarks(peer, push, fetch, applied_push) VALUES(?, ?, ?, ?)
 		ON CONFLICT(peer) DO UPDATE SET push = excluded.push, fetch = excluded.fetch, applied_push = excluded.applied_push`,
 		peer, enc[0], enc[1], enc[2])
 	if err != nil {
 		return fmt.Errorf("set watermarks %q: %w", peer, err)
+	}
+	if lowered {
+		if _, err := t.exec(`UPDATE watermarks SET bounce_from = 0, bounce_to = 0 WHERE peer = ?`, peer); err != nil {
+			return fmt.Errorf("set watermarks %q: %w", peer, err)
+		}
 	}
 	return nil
 }

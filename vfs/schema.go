@@ -17,6 +17,7 @@ var migrations = []func(ctx context.Context, tx *sql.Tx) error{
 	migrateV2,
 	migrateV3,
 	migrateV4,
+	migrateV5,
 }
 
 // SchemaVersion is the schema version this build writes.
@@ -97,6 +98,16 @@ func migrateV3(ctx context.Context, tx *sql.Tx) error {
 func migrateV4(ctx context.Context, tx *sql.Tx) error {
 	if _, err := tx.ExecContext(ctx, `ALTER TABLE nodes ADD COLUMN rdev INTEGER NOT NULL DEFAULT 0`); err != nil {
 		return fmt.Errorf("v4: %w", err)
+	}
+	return nil
+}
+
+// migrateV5 adds each peer's bounce run (BounceRun) to its watermarks.
+func migrateV5(ctx context.Context, tx *sql.Tx) error {
+	for _, c := range []string{"bounce_from", "bounce_to"} {
+		if _, err := tx.ExecContext(ctx, `ALTER TABLE watermarks ADD COLUMN `+c+` INTEGER NOT NULL DEFAULT 0`); err != nil {
+			return fmt.Errorf("v5: %w", err)
+		}
 	}
 	return nil
 }
