@@ -115,26 +115,32 @@
 // A staging must never outlive its use. A begin for another snapshot
 // removes the old staging file and starts a new one (emptied tables would
 // keep the file at its largest), a refused root or a finished install
-// removes it, and Register settles whatever a dead process left before it
-// serves:
+// removes it, and the rule for the rest is: the sender bootstraps empty
+// stores only, so once the live store holds a tree no begin or commit will
+// come for a staging again, and the staging goes, except one whose install
+// a dead process left cut short, which is finished instead.
 //
-//   - Verified (the install had begun): the live store holds part of the
-//     snapshot, so it is no longer empty and the sender, which bootstraps
-//     empty stores only, will never commit it again. Register finishes the
-//     install from the staging alone (it holds every record and chunk, the
-//     rev and the peer), checks the root and removes the staging. The
-//     sender's next push then re-sends entries it already holds, skipped,
-//     and no chunk bytes, where removing the staging would make it send
-//     them all again. A staging whose finish fails is removed, and so is
-//     one already tried maxLocalResumes (2) times, so a finish that kills
-//     the process cannot loop; the push re-baselines then.
-//   - Not verified, live store empty: kept; the next bootstrap resumes
-//     from the staged count.
-//   - Not verified, live store not empty (written while the snapshot was
-//     staging): no bootstrap will begin here again; removed.
+//   - Register (computerd starting, before it serves) settles what a dead
+//     process left. Verified (the install had begun, so the store holds
+//     part of the snapshot): the install finishes from the staging alone
+//     (it holds every record and chunk, the rev and the peer), the root
+//     is checked, the staging removed. The sender's next push then
+//     re-sends entries the container already holds, skipped, and no chunk
+//     bytes, where removing the staging would make it send them all again.
+//     A finish that fails removes the staging, and so does a staging
+//     already tried maxLocalResumes (2) times, so a finish that kills the
+//     process cannot loop; the push re-baselines then. Not verified: kept
+//     beside an empty store (the next bootstrap resumes from the staged
+//     count), removed beside a store that holds a tree.
+//   - An install that fails in a live process (a full disk, a dropped
+//     session) after part of the tree went in removes the staging at once.
+//   - While the process lives, the first Apply that is not the install's
+//     own (a push, a repair) removes a staging beside a store that holds a
+//     tree (vfs.Store.Observe; the check runs in the background).
 //
 // The staging file therefore holds at most one snapshot, however often
-// the process dies.
+// the process dies, and lasts past its use only while the store is still
+// empty or until the next push applies.
 //
 // # Limits
 //

@@ -36,7 +36,8 @@ const maxCachedTrees = 2
 // responder (whose Forget drops cached trees). It first settles a snapshot
 // staging left by a process that died (see recoverStaging): a cut-short
 // install finishes before Register returns, a staging that can no longer
-// install is removed.
+// install is removed; later, the first Apply that is not an install's
+// removes a staging beside a store that holds a tree (see doc.go).
 func Register(srv *syncwire.Server, store *vfs.Store, log *slog.Logger) *Responder {
 	if log == nil {
 		log = slog.Default()
@@ -44,6 +45,7 @@ func Register(srv *syncwire.Server, store *vfs.Store, log *slog.Logger) *Respond
 	r := &Responder{store: store, log: log.With("component", "converge")}
 	r.snap.r = r
 	r.snap.recoverStaging(context.Background())
+	r.snap.stopObserve = store.Observe(r.snap.afterApply)
 	srv.Handle(MethodRoot, r.root)
 	srv.Handle(MethodNode, r.node)
 	srv.Handle(MethodRevs, r.revs)
@@ -90,9 +92,9 @@ func (r *Responder) Tree(ctx context.Context, ignore []string) (*Tree, error) {
 	return t, nil
 }
 
-// Close releases the responder's snapshot staging database (a staged
-// snapshot stays on disk and resumes under the next responder). Serve no
-// more calls after it.
+// Close stops watching the store and releases the responder's snapshot
+// staging database (a staged snapshot stays on disk and resumes under the
+// next responder). Serve no more calls after it.
 func (r *Responder) Close() error { return r.snap.close() }
 
 // Forget drops the cached trees.

@@ -6,20 +6,24 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/wsync/wsync/internal/testutil"
+	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/watermark"
 )
 
 var errInjected = errors.New("injected install failure")
 
-// failInstallAfter makes the install fail once n batches have committed
-// (n < 0: never), until the test ends.
-func failInstallAfter(t *testing.T, n int) {
+// failInstallAfter makes the install fail with err once n batches have
+// committed (n < 0: never), until the test ends. errKilled stands for the
+// process dying there.
+func failInstallAfter(t *testing.T, n int, err error) {
 	t.Helper()
 	batches := 0
 	installBatchHook = func() error {
 		if batches++; n >= 0 && batches > n {
-			return errInjected
+			return err
 		}
 		return nil
 	}
@@ -29,7 +33,7 @@ func failInstallAfter(t *testing.T, n int) {
 // injected reports whether err is the injected failure, as it crosses
 // the wire (a peer's error arrives as its text).
 func injected(err error) bool {
-	return err != nil && strings.Contains(err.Error(), errInjected.Error())
+	return err != nil && (strings.Contains(err.Error(), errInjected.Error()) || strings.Contains(err.Error(), errKilled.Error()))
 }
 
 func stagingSize(t *testing.T, p string) int64 {
@@ -62,7 +66,7 @@ func TestCutShortInstallFinishesAtRegister(t *testing.T) {
 	applyAll(t, server, genEntries(3_000))
 	cont := newStore(t, "container")
 	r := newRig(t, server, cont)
-	failInstallAfter(t, 3)
+	failInstallAfter(t, 3, errKilled)
 	_, err := Bootstrap(ctx, server, r.session(t), BootstrapOptions{Peer: peerName})
 	if !injected(err) {
 		t.Fatalf("bootstrap with the install cut short: err = %v", err)
@@ -98,14 +102,14 @@ func TestCutShortInstallThatCannotFinishIsRemoved(t *testing.T) {
 		name    string
 		prepare func(t *testing.T, p string)
 	}{
-		{"install fails again", func(t *testing.T, p string) { failInstallAfter(t, 0) }},
+		{"install fails again", func(t *testing.T, p string) { failInstallAfter(t, 0, errInjected) }},
 		{"tried too often", func(t *testing.T, p string) {
 			db := rawDB(t, p)
 			if _, err := db.Exec(`INSERT OR REPLACE INTO meta(key, value) VALUES('resumes', ?)`, maxLocalResumes); err != nil {
 				t.Fatal(err)
 			}
 			db.Close()
-			failInstallAfter(t, -1)
+			failInstallAfter(t, -1, nil)
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -113,7 +117,7 @@ func TestCutShortInstallThatCannotFinishIsRemoved(t *testing.T) {
 			applyAll(t, server, genEntries(1_500))
 			cont := newStore(t, "container")
 			r := newRig(t, server, cont)
-			failInstallAfter(t, 2)
+			failInstallAfter(t, 2, errKilled)
 			if _, err := Bootstrap(ctx, server, r.session(t), BootstrapOptions{Peer: peerName}); !injected(err) {
 				t.Fatalf("bootstrap with the install cut short: err = %v", err)
 			}
@@ -185,4 +189,60 @@ func TestStagingHoldsOneSnapshot(t *testing.T) {
 	if after > before/4 {
 		t.Fatalf("staging of 50 records after one of 20,000: %d bytes (was %d)", after, before)
 	}
+}
+
+// An install that fails in a live process (a full disk, a dropped session)
+// after part of the tree went in leaves a store the sender will never
+// bootstrap again: the staging is removed at once, and the next push
+// re-baselines.
+func TestFailedInstallRemovesUnusableStaging(t *testing.T) {
+	ctx := context.Background()
+	server := newStore(t, "server")
+	applyAll(t, server, genEntries(1_500))
+	cont := newStore(t, "container")
+	r := newRig(t, server, cont)
+	failInstallAfter(t, 2, errInjected)
+	if _, err := Bootstrap(ctx, server, r.session(t), BootstrapOptions{Peer: peerName}); !injected(err) {
+		t.Fatalf("bootstrap with a failing install: err = %v", err)
+	}
+	assertNoStaging(t, StagingPath(cont))
+	installBatchHook = nil
+	if _, err := Bootstrap(ctx, server, r.session(t), BootstrapOptions{Peer: peerName}); !errors.Is(err, vfs.ErrNotEmpty) {
+		t.Fatalf("bootstrap of the partly installed store: err = %v, want ErrNotEmpty", err)
+	}
+}
+
+// A staging not yet verified, beside a store that fills while the process
+// lives on (the bootstrap interrupted, then files written in the mount and
+// pushed around it), is removed by the first Apply that is not the
+// install's own: no begin will come for it again.
+func TestUnusableStagingRemovedWhenAPushApplies(t *testing.T) {
+	ctx := context.Background()
+	server := newStore(t, "server")
+	applyAll(t, server, genEntries(3_000))
+	cont := newStore(t, "container")
+	r := newRig(t, server, cont)
+	cctx, cancel := context.WithCancel(ctx)
+	pages := 0
+	_, err := Bootstrap(cctx, server, r.session(t), BootstrapOptions{Peer: peerName, pageBytes: 16 << 10, Progress: func(staged, total int) {
+		if pages++; pages == 3 {
+			cancel()
+		}
+	}})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("interrupted bootstrap: err = %v", err)
+	}
+	p := StagingPath(cont)
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("staging after an interrupted bootstrap: %v", err)
+	}
+	// What a push applies: upstream entries (here a directory).
+	_, err = cont.Apply(ctx, []vfs.ChangeEntry{{Kind: vfs.EntryDir, Path: "pushed", Mode: 0o755, Rev: 1}}, vfs.ApplyOptions{Source: vfs.Upstream})
+	must(t, err)
+	testutil.WaitFor(t, "the staging removed after a push applied", 30*time.Second, func() bool {
+		_, err := os.Stat(p)
+		return errors.Is(err, os.ErrNotExist)
+	})
+	must(t, r.resp.Close())
+	assertNoStaging(t, p)
 }

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -35,6 +36,15 @@ type snapReceiver struct {
 	r  *Responder
 	mu sync.Mutex // one snapshot call at a time
 	db *sql.DB
+
+	// watching: a staging may be on disk; an Apply that is not the
+	// install's own (installing) then settles it (afterApply), in a
+	// goroutine of bg, one at a time (settling), none after close.
+	watching, installing, settling atomic.Bool
+	bgMu                           sync.Mutex
+	bg                             sync.WaitGroup
+	closed                         bool
+	stopObserve                    func()
 }
 
 // stagingVersion is the staging format (PRAGMA user_version): a staging
@@ -97,11 +107,19 @@ func (s *snapReceiver) open(ctx context.Context) (*sql.DB, error) {
 		return nil, fmt.Errorf("snapshot staging: %w", err)
 	}
 	s.db = db
+	s.watching.Store(true)
 	return db, nil
 }
 
 // close closes the staging database (it stays on disk for a resume).
 func (s *snapReceiver) close() error {
+	s.bgMu.Lock()
+	s.closed = true
+	s.bgMu.Unlock()
+	if s.stopObserve != nil {
+		s.stopObserve()
+	}
+	s.bg.Wait()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.db == nil {
@@ -114,6 +132,7 @@ func (s *snapReceiver) close() error {
 
 // discard removes the staging database.
 func (s *snapReceiver) discard() {
+	s.watching.Store(false)
 	if s.db != nil {
 		s.db.Close()
 		s.db = nil
@@ -468,6 +487,16 @@ func (s *snapReceiver) commit(ctx context.Context, c *syncwire.Incoming) error {
 	t1 := time.Now()
 	before := s.r.store.CurrentRev()
 	if err := s.installChecked(ctx, db, m); err != nil {
+		if errors.Is(err, errKilled) {
+			return err // the test seam: the process died here, nothing after runs
+		}
+		// The sender bootstraps empty stores only: once part of the tree
+		// is in, no commit will come for this staging again.
+		if empty, eerr := s.r.store.Empty(context.WithoutCancel(ctx)); eerr != nil || !empty {
+			s.r.log.Warn("snapshot install failed; staging removed, the next push re-baselines", "root", m.root, "err", err)
+			metricSnapshots.WithLabelValues("abandoned").Inc()
+			s.discard()
+		}
 		return err
 	}
 	s.r.log.Debug("snapshot timing", "check", t1.Sub(t0), "install", time.Since(t1))
@@ -480,7 +509,10 @@ func (s *snapReceiver) commit(ctx context.Context, c *syncwire.Incoming) error {
 // installChecked installs a verified staging, checks the live tree
 // against its root, and removes the staging. Called with s.mu held.
 func (s *snapReceiver) installChecked(ctx context.Context, db *sql.DB, m stagedMeta) error {
-	if err := s.install(ctx, db, m); err != nil {
+	s.installing.Store(true)
+	err := s.install(ctx, db, m)
+	s.installing.Store(false)
+	if err != nil {
 		return fmt.Errorf("snapshot install: %w", err)
 	}
 	s.r.Forget()
@@ -562,6 +594,44 @@ func (s *snapReceiver) recoverStaging(ctx context.Context) {
 		return
 	}
 	log.Info("snapshot staging can no longer install; removed", "root", m.root, "staged", m.staged, "total", m.total)
+	metricSnapshots.WithLabelValues("abandoned").Inc()
+	s.discard()
+}
+
+// afterApply observes the store's Apply commits. One that is not the
+// install's own (a push, a repair) while a staging is on disk settles the
+// staging: once the store holds a tree, the sender, which bootstraps empty
+// stores only, will never begin or commit a snapshot here again.
+func (s *snapReceiver) afterApply([]vfs.Invalidation) {
+	if !s.watching.Load() || s.installing.Load() {
+		return
+	}
+	s.bgMu.Lock()
+	defer s.bgMu.Unlock()
+	if s.closed || !s.settling.CompareAndSwap(false, true) {
+		return
+	}
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		defer s.settling.Store(false)
+		s.settle(context.Background())
+	}()
+}
+
+// settle removes the staging when the live store holds a tree and no
+// install is running (an install holds s.mu, so settle runs after it).
+func (s *snapReceiver) settle(ctx context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.watching.Load() {
+		return
+	}
+	empty, err := s.r.store.Empty(ctx)
+	if err != nil || empty {
+		return
+	}
+	s.r.log.Info("snapshot staging can no longer install (the store holds a tree); removed")
 	metricSnapshots.WithLabelValues("abandoned").Inc()
 	s.discard()
 }
@@ -904,8 +974,13 @@ func (s *snapReceiver) applyStaged(ctx context.Context, db *sql.DB, batch []vfs.
 }
 
 // installBatchHook, when set (tests), runs after each install batch
-// commits; an error it returns cuts the install short there.
+// commits; an error it returns cuts the install short there, and errKilled
+// stands for the process dying there (commit then cleans nothing up).
 var installBatchHook func() error
+
+// errKilled is installBatchHook's stand-in for a process killed inside an
+// install.
+var errKilled = errors.New("killed inside the install (test seam)")
 
 // installBatch is how many staged records one install transaction applies
 // (larger batches measured slower: 2.5 s against 1.9 s for 50,000 records).
