@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -359,7 +360,15 @@ type BootstrapReport struct {
 // the same root stopped), checks the staged tree against our root, and
 // installs it in place of its (empty) tree. Afterwards our push cursor is
 // at the snapshot's rev, so the next push sends only later changes.
-func Bootstrap(ctx context.Context, local *vfs.Store, sess *syncwire.Session, opts BootstrapOptions) (rep BootstrapReport, _ error) {
+func Bootstrap(ctx context.Context, local *vfs.Store, sess *syncwire.Session, opts BootstrapOptions) (rep BootstrapReport, err error) {
+	defer func() {
+		// The peer's refusal arrives as a wire ENOTEMPTY, which unwraps to
+		// vfs.ErrNotEmpty only; callers test for ErrNotEmpty.
+		var re *syncwire.RemoteError
+		if errors.As(err, &re) && re.Code == syncwire.CodeNotEmpty && !errors.Is(err, ErrNotEmpty) {
+			err = fmt.Errorf("%w: %w", ErrNotEmpty, err)
+		}
+	}()
 	start := time.Now()
 	var st callStats
 	var wc syncwire.WireCounter

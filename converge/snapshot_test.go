@@ -74,7 +74,7 @@ func TestSnapshotBootstrap(t *testing.T) {
 		t.Errorf("verify after bootstrap: %q", diffPaths(vr.Differences))
 	}
 	// A second bootstrap into the now full store is refused.
-	if _, err := Bootstrap(ctx, server, sess, BootstrapOptions{Peer: peerName, claim: &Hash{3}}); !errors.Is(err, vfs.ErrNotEmpty) {
+	if _, err := Bootstrap(ctx, server, sess, BootstrapOptions{Peer: peerName, claim: &Hash{3}}); !errors.Is(err, ErrNotEmpty) {
 		t.Errorf("bootstrap into a full store: err = %v, want ENOTEMPTY", err)
 	}
 }
