@@ -81,7 +81,7 @@ func TestCutShortInstallFinishesAtRegister(t *testing.T) {
 	installBatchHook = nil
 	// computerd restarts.
 	must(t, r.resp.Close())
-	r = newRig(t, server, cont)
+	newRig(t, server, cont) // the restarted computerd registers: Register finishes the install
 	assertNoStaging(t, p)
 	if a, b := root(t, server, []string{}), root(t, cont, []string{}); a != b {
 		t.Fatalf("roots after the install finished at register: %s / %s", a, b)
