@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/wsync/wsync/fusefs"
+	"github.com/wsync/wsync/internal/testutil"
 )
 
 // bin holds the binaries TestMain built.
@@ -170,19 +171,6 @@ type pairOpts struct {
 	stateTmpfs, dataTmpfs int64
 }
 
-// mountTmpfs mounts a size-limited tmpfs on dir until the test ends.
-func mountTmpfs(t testing.TB, dir string, size int64) {
-	t.Helper()
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0700", size)); err != nil {
-		t.Fatalf("mount a tmpfs on %s: %v", dir, err)
-	}
-	// Registered before the daemons start, so it runs after they stop.
-	t.Cleanup(func() { syscall.Unmount(dir, syscall.MNT_DETACH) })
-}
-
 func newPair(t testing.TB, o pairOpts) *pair {
 	t.Helper()
 	fusefs.RequireFUSE(t)
@@ -198,14 +186,14 @@ func newPair(t testing.TB, o pairOpts) *pair {
 	})
 	p.env = []string{"WSYNC_TOKEN_FILE=" + tokenFile}
 	if o.dataTmpfs > 0 {
-		mountTmpfs(t, p.data, o.dataTmpfs)
+		testutil.MountTmpfs(t, p.data, o.dataTmpfs)
 	}
 	switch o.separate {
 	case "":
 	case "disk":
 		p.cdState = filepath.Join(dir, "computerd.db")
 		if o.stateTmpfs > 0 {
-			mountTmpfs(t, filepath.Join(dir, "state"), o.stateTmpfs)
+			testutil.MountTmpfs(t, filepath.Join(dir, "state"), o.stateTmpfs)
 			p.cdState = filepath.Join(dir, "state", "computerd.db")
 		}
 		p.startComputerd()

@@ -9,10 +9,21 @@ import (
 )
 
 // Tmpfs mounts a tmpfs of size bytes on a new directory and unmounts it in
-// t.Cleanup: a real small disk for the full-disk tests. Mounting needs
-// root; without it the test is skipped, or fails under
-// WSYNC_REQUIRE_FUSE=1 (CI runs as root for the FUSE tests anyway).
+// t.Cleanup: a real small disk for the full-disk tests.
 func Tmpfs(t testing.TB, size int64) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "tmpfs")
+	MountTmpfs(t, dir, size)
+	return dir
+}
+
+// MountTmpfs mounts a tmpfs of size bytes on dir (made if missing) and
+// unmounts it in t.Cleanup, detaching it if it is still busy: cleanups run
+// last-registered first, so one registered before the daemons using dir
+// start runs after they stop. Mounting needs root; without it the test is
+// skipped, or fails under WSYNC_REQUIRE_FUSE=1 (CI runs as root for the
+// FUSE tests anyway).
+func MountTmpfs(t testing.TB, dir string, size int64) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		if os.Getenv("WSYNC_REQUIRE_FUSE") == "1" {
@@ -20,8 +31,7 @@ func Tmpfs(t testing.TB, size int64) string {
 		}
 		t.Skip("mounting a tmpfs needs root")
 	}
-	dir := filepath.Join(t.TempDir(), "tmpfs")
-	if err := os.Mkdir(dir, 0o755); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d,mode=0755", size)); err != nil {
@@ -33,7 +43,6 @@ func Tmpfs(t testing.TB, size int64) string {
 			syscall.Unmount(dir, syscall.MNT_DETACH)
 		}
 	})
-	return dir
 }
 
 // Fill writes a ballast file into dir until the file system is full and
