@@ -683,41 +683,33 @@ func DecodeObjectsFunc(p []byte, check ObjectCheck, fn func(Object) error) error
 }
 
 // objectQueue is what one object call asked for, in order: each object
-// must be the next one asked, no larger than asked. It bounds a call's
-// decoded bytes by the sum of the sizes requested.
+// must be the next one asked. With DecodeObjectsFunc's bound of a chunk per
+// object, it bounds a call's decoded bytes by len(hs) chunks.
 type objectQueue struct {
 	what string
-	refs []chunkstore.Ref
+	hs   []chunkstore.Hash
 	next int
 }
 
-// newObjectQueue expects hs in order, each at most a chunk.
+// newObjectQueue expects hs in order.
 func newObjectQueue(what string, hs []chunkstore.Hash) *objectQueue {
-	refs := make([]chunkstore.Ref, len(hs))
-	for i, h := range hs {
-		refs[i] = chunkstore.Ref{Hash: h, Size: chunkstore.ChunkSize}
-	}
-	return &objectQueue{what: what, refs: refs}
+	return &objectQueue{what: what, hs: hs}
 }
 
-func (q *objectQueue) check(h chunkstore.Hash, raw int) error {
-	if q.next >= len(q.refs) {
-		return protoErr("%s: object %s beyond the %d asked for", q.what, h, len(q.refs))
+func (q *objectQueue) check(h chunkstore.Hash, _ int) error {
+	if q.next >= len(q.hs) {
+		return protoErr("%s: object %s beyond the %d asked for", q.what, h, len(q.hs))
 	}
-	want := q.refs[q.next]
-	if h != want.Hash {
-		return protoErr("%s: object %d is %s, asked for %s", q.what, q.next, h, want.Hash)
-	}
-	if raw > int(want.Size) {
-		return protoErr("%s: object %s of %d bytes, asked for %d", q.what, h, raw, want.Size)
+	if want := q.hs[q.next]; h != want {
+		return protoErr("%s: object %d is %s, asked for %s", q.what, q.next, h, want)
 	}
 	q.next++
 	return nil
 }
 
 func (q *objectQueue) finish() error {
-	if q.next != len(q.refs) {
-		return protoErr("%s: stream ended after %d of %d objects", q.what, q.next, len(q.refs))
+	if q.next != len(q.hs) {
+		return protoErr("%s: stream ended after %d of %d objects", q.what, q.next, len(q.hs))
 	}
 	return nil
 }
