@@ -697,8 +697,8 @@ func (f *fileParts) add(refs chunkstore.Manifest) error {
 			}
 		}
 		f.size += int64(r.Size)
-		if f.size > maxFileBytes {
-			return malformed("%q: more than %d bytes", f.path, int64(maxFileBytes))
+		if f.size > chunkstore.MaxFileSize {
+			return malformed("%q: more than %d bytes", f.path, int64(chunkstore.MaxFileSize))
 		}
 		f.prev = r
 		f.got++
@@ -714,9 +714,6 @@ func (f *fileParts) add(refs chunkstore.Manifest) error {
 	}
 	return nil
 }
-
-// maxFileBytes is the largest file a manifest may describe.
-const maxFileBytes = int64(chunkstore.MaxManifestChunks) * chunkstore.ChunkSize
 
 // stagedRoot rebuilds the Merkle root of the staged records. Records come
 // parents first; a record whose parent is not a staged directory, a path
