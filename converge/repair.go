@@ -95,10 +95,8 @@ type repairer struct {
 	rr    *RepairReport
 	st    callStats
 	wc    syncwire.WireCounter
-	// pathBytes charges the peer paths taken on (peerPaths); cut says the
-	// budget cut a subtree short.
+	// pathBytes charges the peer paths taken on (peerPaths).
 	pathBytes int64
-	cut       bool
 }
 
 // stageSeq numbers the peer-side stages repair opens, far above the
@@ -212,7 +210,6 @@ func (rp *repairer) peerPaths(out []string, d Difference) ([]string, error) {
 			}
 			cost := int64(pathCost + len(p))
 			if len(out) >= rp.opts.MaxPaths || rp.pathBytes+cost > MaxDiffBytes {
-				rp.cut = true
 				return errBudget
 			}
 			rp.pathBytes += cost
