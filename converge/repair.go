@@ -335,17 +335,20 @@ func (rp *repairer) push(es []vfs.ChangeEntry, ws *watermark.Set) error {
 }
 
 // chunkHashes is the union of the entries' data chunk hashes, in
-// first-use order. Holes (the all-zero hash) are no objects: never probed,
-// fetched or sent.
+// first-use order.
 func chunkHashes(es []vfs.ChangeEntry) []chunkstore.Hash {
+	return dataHashes(es, func(e *vfs.ChangeEntry) chunkstore.Manifest { return e.Chunks })
+}
+
+// dataHashes is the union of the data chunk hashes of refs(x) for each x,
+// in first-use order. Holes (the all-zero hash) are no objects: never
+// probed, fetched or sent.
+func dataHashes[T any](xs []T, refs func(*T) chunkstore.Manifest) []chunkstore.Hash {
 	seen := map[chunkstore.Hash]bool{}
 	var out []chunkstore.Hash
-	for _, e := range es {
-		for _, r := range e.Chunks {
-			if r.IsHole() {
-				continue
-			}
-			if !seen[r.Hash] {
+	for i := range xs {
+		for _, r := range refs(&xs[i]) {
+			if !r.IsHole() && !seen[r.Hash] {
 				seen[r.Hash] = true
 				out = append(out, r.Hash)
 			}

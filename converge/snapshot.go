@@ -250,17 +250,7 @@ func DecodeRecords(p []byte, n int) ([]snapRecord, error) {
 // recordHashes is the union of the records' data chunk hashes, in
 // first-use order (holes left out).
 func recordHashes(recs []snapRecord) []chunkstore.Hash {
-	seen := map[chunkstore.Hash]bool{}
-	var out []chunkstore.Hash
-	for i := range recs {
-		for _, r := range recs[i].refs() {
-			if !r.IsHole() && !seen[r.Hash] {
-				seen[r.Hash] = true
-				out = append(out, r.Hash)
-			}
-		}
-	}
-	return out
+	return dataHashes(recs, (*snapRecord).refs)
 }
 
 // errAsMalformed keeps an error's text but makes it ErrMalformed.
