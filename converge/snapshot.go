@@ -93,8 +93,6 @@ const (
 	maxPartRefs = 8192
 	// maxRecordLen bounds one record's encoding.
 	maxRecordLen = 128 + vfs.MaxPathLen + vfs.MaxTargetLen + 43*maxPartRefs
-	// minRefSize is the smallest encoded ref: hash and a one-byte size.
-	minRefSize = 33
 )
 
 // snapRecord is one decoded record.
@@ -202,24 +200,19 @@ func decodeRecordBody(b []byte) (snapRecord, error) {
 			return rec, malformed("head of %d refs for a file of %d", len(rec.Entry.Chunks), rec.Refs)
 		}
 	case recRefs:
-		n := r.count("refs", maxPartRefs, minRefSize)
-		if r.err == nil && n == 0 {
-			r.fail("empty continuation")
+		// chunkstore's decoder: refs bounded by the record's bytes, sizes
+		// and windows checked as for a whole manifest (fileParts checks
+		// each ref again where it stands in the file).
+		m, rest, err := chunkstore.DecodeManifest(r.b)
+		switch {
+		case err != nil:
+			return rec, errAsMalformed(err)
+		case len(m) == 0 || len(m) > maxPartRefs:
+			return rec, malformed("continuation of %d refs", len(m))
+		case len(rest) > 0:
+			return rec, malformed("%d bytes after a continuation", len(rest))
 		}
-		if r.err != nil {
-			return rec, r.err
-		}
-		rec.More = make(chunkstore.Manifest, n)
-		for i := range rec.More {
-			rec.More[i].Hash = chunkstore.Hash(r.hash())
-			rec.More[i].Size = uint32(r.bounded("ref size", 1<<32-1))
-			if r.err == nil && rec.More[i].Size == 0 {
-				r.fail("empty ref")
-			}
-		}
-		if err := r.done(); err != nil {
-			return rec, err
-		}
+		rec.More = m
 	default:
 		return rec, malformed("record tag %d", rec.Tag)
 	}

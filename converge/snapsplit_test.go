@@ -123,7 +123,9 @@ func TestSnapshotSplitFileOutOfRunRefused(t *testing.T) {
 		{"head cut short", []snapRecord{head, more(full)}},
 		{"head interrupted", []snapRecord{head, dir, more(full, ref(c))}},
 		{"more refs than declared", []snapRecord{head, more(full, full, ref(c))}},
-		{"short ref before the last", []snapRecord{head, more(ref(c), ref(c))}},
+		// A short ref that ends its record but not the file (a short ref
+		// inside a record is refused by the page's decoder already).
+		{"short ref before the last", []snapRecord{head, more(ref(c)), more(full)}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cont := newStore(t, "container")
