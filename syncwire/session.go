@@ -524,12 +524,20 @@ func (o *Outgoing) ID() uint64 { return o.id }
 func (o *Outgoing) WireBytes() (in, out int64) { return o.bytesIn.Load(), o.bytesOut.Load() }
 
 // handle takes a frame the callee sent on this call (reader goroutine).
+// A call abandoned between the reader's lookup and here is already
+// finished: its late frames are dropped, as they would be after
+// removeOut, never taken for a peer's protocol error (the CANCEL and the
+// answer cross on the wire).
 func (o *Outgoing) handle(f Frame) error {
 	switch f.Type {
 	case FrameReply:
 		o.mu.Lock()
 		if o.replied {
+			abandoned := o.cancelling
 			o.mu.Unlock()
+			if abandoned {
+				return nil
+			}
 			return protoErr("call %d: second REPLY", o.id)
 		}
 		o.replied, o.gotReply = true, true
@@ -548,17 +556,17 @@ func (o *Outgoing) handle(f Frame) error {
 		o.finish(&RemoteError{Code: code, Msg: msg})
 	case FrameData:
 		o.mu.Lock()
-		ok := o.replied && o.replyStream
+		ok, abandoned := o.replied && o.replyStream, o.cancelling
 		o.mu.Unlock()
-		if !ok {
+		if !ok && !abandoned {
 			return protoErr("call %d: DATA without a response stream", o.id)
 		}
 		return o.resp.push(f.Payload)
 	case FrameEnd:
 		o.mu.Lock()
-		ok := o.replied && o.replyStream
+		ok, abandoned := o.replied && o.replyStream, o.cancelling
 		o.mu.Unlock()
-		if !ok {
+		if !ok && !abandoned {
 			return protoErr("call %d: END without a response stream", o.id)
 		}
 		o.finish(nil)

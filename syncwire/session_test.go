@@ -599,3 +599,58 @@ func TestSlowPullerBoundsTheChunkProducer(t *testing.T) {
 		t.Errorf("producer ran %d chunks ahead; window is %d", maxAhead, window)
 	}
 }
+
+// TestLateAnswerToAnAbandonedCallKeepsTheSession: the reader looks a call
+// up, the caller abandons it (the walk of converge cancels its other
+// calls), then the reader hands it the answer that crossed the CANCEL on
+// the wire. That answer is dropped, as for a call already removed; it was
+// taken for a second REPLY and ended the session (1 run in 25 of
+// converge's TestWalkBudgetKeepsWalkOrder). A real second REPLY is still a
+// protocol error.
+func TestLateAnswerToAnAbandonedCallKeepsTheSession(t *testing.T) {
+	srv := testServer(t, newFake("s"), ServerOptions{})
+	release := make(chan struct{})
+	srv.Handle(305, func(ctx context.Context, c *Incoming) error {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return ctx.Err()
+	})
+	c, _, _ := pipePair(t, srv)
+	s := session(t, c)
+	defer close(release)
+	for _, late := range []Frame{{Type: FrameReply}, {Type: FrameReply, Flags: FlagStream}, {Type: FrameData, Payload: []byte("x")}, {Type: FrameEnd}} {
+		ctx, cancel := context.WithCancel(tctx(t, 10*time.Second))
+		o, err := s.Open(ctx, 305, nil, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		if _, err := o.Reply(tctx(t, 5*time.Second)); !errors.Is(err, context.Canceled) {
+			t.Fatalf("reply of the abandoned call: %v", err)
+		}
+		late.ID = o.ID()
+		if err := o.handle(late); err != nil {
+			t.Errorf("late %s after abandon: %v, want it dropped", late.Type, err)
+		}
+		o.Close()
+	}
+	if _, err := s.Call(tctx(t, 5*time.Second), MethodWatermarks, nil); err != nil {
+		t.Fatalf("session after late answers: %v", err)
+	}
+
+	// A call that got its reply and was not abandoned: a second REPLY is the
+	// peer's protocol error.
+	o, err := s.Open(tctx(t, 5*time.Second), MethodWatermarks, nil, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	if _, err := o.Reply(tctx(t, 5*time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.handle(Frame{Type: FrameReply, ID: o.ID()}); !errors.Is(err, ErrProtocol) {
+		t.Errorf("second REPLY of an answered call: %v, want ErrProtocol", err)
+	}
+}
