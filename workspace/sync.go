@@ -49,7 +49,7 @@ func (w *Workspace) Push(ctx context.Context) (SyncReport, error) {
 		return SyncReport{}, err
 	}
 	var rep SyncReport
-	err = w.q.do(ctx, func() error {
+	err = w.q.Do(ctx, func() error {
 		if err := w.settlePending(ctx, r); err != nil {
 			return err
 		}
@@ -68,7 +68,7 @@ func (w *Workspace) Pull(ctx context.Context) (SyncReport, error) {
 		return SyncReport{}, err
 	}
 	var rep SyncReport
-	err = w.q.do(ctx, func() error {
+	err = w.q.Do(ctx, func() error {
 		rep, err = w.pull(ctx, r, PendingPull{})
 		return err
 	})
@@ -86,7 +86,7 @@ func (w *Workspace) Tick(ctx context.Context) (TickReport, error) {
 		return TickReport{}, err
 	}
 	var rep TickReport
-	err = w.q.do(ctx, func() error {
+	err = w.q.Do(ctx, func() error {
 		if rep.Pulled, err = w.pull(ctx, r, PendingPull{}); err != nil {
 			return err
 		}
@@ -149,7 +149,7 @@ func (w *Workspace) verify(ctx context.Context, repair bool) (VerifyReport, erro
 		op = rp.Repair
 	}
 	var rep VerifyReport
-	err = w.q.do(ctx, func() error {
+	err = w.q.Do(ctx, func() error {
 		if repair {
 			// A repair re-sends the server's side of differing paths: it
 			// writes to the container like a push.
@@ -359,7 +359,7 @@ func (w *Workspace) Exec(ctx context.Context, spec ExecSpec, out func(ExecEvent)
 	if err != nil {
 		return rep, err
 	}
-	err = w.q.do(ctx, func() error {
+	err = w.q.Do(ctx, func() error {
 		if err := w.settlePending(ctx, r); err != nil {
 			return err
 		}
@@ -384,7 +384,7 @@ func (w *Workspace) Exec(ctx context.Context, spec ExecSpec, out func(ExecEvent)
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.m.opts.PullTimeout)
 	defer cancel()
 	ran := false
-	pullErr := w.q.do(pctx, func() error {
+	pullErr := w.q.Do(pctx, func() error {
 		var err error
 		ran = true
 		rep.Pulled, err = w.pull(pctx, r, PendingPull{ExecID: res.ExecID, RuntimeID: runtime})

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/wsync/wsync/internal/bearer"
+	"github.com/wsync/wsync/internal/fifo"
 	"github.com/wsync/wsync/vfs"
 )
 
@@ -25,7 +26,7 @@ type Workspace struct {
 	ignore vfs.Ignore
 	log    *slog.Logger
 
-	q fifo
+	q fifo.Queue
 
 	storeMu sync.Mutex
 	store   *vfs.Store
@@ -194,7 +195,7 @@ const statusTimeout = 5 * time.Second
 // for the FIFO. An unreachable remote is reported in RemoteError, not as an
 // error; only a store that cannot be opened is.
 func (w *Workspace) Status(ctx context.Context) (Status, error) {
-	st := Status{Workspace: w.cfg.Name, Endpoint: w.cfg.Endpoint, Ignore: w.ignore.List(), Queued: w.q.queued()}
+	st := Status{Workspace: w.cfg.Name, Endpoint: w.cfg.Endpoint, Ignore: w.ignore.List(), Queued: w.q.Queued()}
 	slices.Sort(st.Ignore)
 	s, err := w.Store(ctx)
 	if err != nil {

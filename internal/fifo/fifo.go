@@ -1,22 +1,29 @@
-package workspace
+// Package fifo is the one queue that serialises sync work in arrival order
+// (the seed's tail-promise queue): a workspace's sync phases, and a sync
+// driver's calls on its session.
+//
+// A failed call releases its turn like any other, so one failure never
+// poisons the calls queued behind it. A caller whose context ends while it
+// waits leaves the queue without running; the callers behind it keep their
+// order.
+package fifo
 
 import (
 	"context"
 	"sync"
 )
 
-// fifo serialises a workspace's sync phases in arrival order (the seed's
-// tail-promise queue). A failed call releases its turn like any other, so
-// one failure never poisons the calls queued behind it. A caller whose
-// context ends while it waits leaves the queue without running.
-type fifo struct {
+// Queue runs functions one at a time in arrival order. The zero value is
+// an empty queue.
+type Queue struct {
 	mu      sync.Mutex
 	busy    bool
 	waiters []chan struct{} // each closed when its owner's turn comes
 }
 
-// do runs fn when every earlier caller has finished.
-func (q *fifo) do(ctx context.Context, fn func() error) error {
+// Do runs fn when every earlier caller has finished, and returns its
+// error; or returns ctx.Err() without running fn if ctx ends first.
+func (q *Queue) Do(ctx context.Context, fn func() error) error {
 	if err := q.acquire(ctx); err != nil {
 		return err
 	}
@@ -24,7 +31,7 @@ func (q *fifo) do(ctx context.Context, fn func() error) error {
 	return fn()
 }
 
-func (q *fifo) acquire(ctx context.Context) error {
+func (q *Queue) acquire(ctx context.Context) error {
 	q.mu.Lock()
 	if !q.busy {
 		q.busy = true
@@ -53,7 +60,7 @@ func (q *fifo) acquire(ctx context.Context) error {
 	}
 }
 
-func (q *fifo) release() {
+func (q *Queue) release() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if len(q.waiters) == 0 {
@@ -65,8 +72,8 @@ func (q *fifo) release() {
 	close(next) // busy stays true: the turn passes to next
 }
 
-// queued reports how many callers wait (for status and tests).
-func (q *fifo) queued() int {
+// Queued reports how many callers wait (not counting the one running).
+func (q *Queue) Queued() int {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	return len(q.waiters)

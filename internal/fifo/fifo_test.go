@@ -1,19 +1,22 @@
-package workspace
+package fifo
 
 import (
 	"context"
 	"errors"
+	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 )
 
 func TestFIFORunsInArrivalOrder(t *testing.T) {
-	var q fifo
+	var q Queue
 	ctx := context.Background()
 	release := make(chan struct{})
 	started := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		done <- q.do(ctx, func() error {
+		done <- q.Do(ctx, func() error {
 			close(started)
 			<-release
 			return errors.New("first fails")
@@ -27,7 +30,7 @@ func TestFIFORunsInArrivalOrder(t *testing.T) {
 	results := make(chan error, 3)
 	for i := 1; i <= 3; i++ {
 		go func() {
-			results <- q.do(ctx, func() error { order = append(order, i); return nil })
+			results <- q.Do(ctx, func() error { order = append(order, i); return nil })
 		}()
 		waitForQueue(t, &q, i)
 	}
@@ -48,23 +51,23 @@ func TestFIFORunsInArrivalOrder(t *testing.T) {
 
 // waitForQueue yields until q has n waiters; the goroutines enqueue
 // themselves without blocking on anything but the queue.
-func waitForQueue(t *testing.T, q *fifo, n int) {
+func waitForQueue(t *testing.T, q *Queue, n int) {
 	t.Helper()
-	for q.queued() < n {
-		yieldOnce()
+	for q.Queued() < n {
+		runtime.Gosched()
 	}
 }
 
 func TestFIFOCancelledWaiterLeaves(t *testing.T) {
-	var q fifo
+	var q Queue
 	hold := make(chan struct{})
 	started := make(chan struct{})
-	go q.do(context.Background(), func() error { close(started); <-hold; return nil })
+	go q.Do(context.Background(), func() error { close(started); <-hold; return nil })
 	<-started
 
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
-	go func() { errc <- q.do(ctx, func() error { t.Error("cancelled waiter ran"); return nil }) }()
+	go func() { errc <- q.Do(ctx, func() error { t.Error("cancelled waiter ran"); return nil }) }()
 	waitForQueue(t, &q, 1)
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
@@ -73,7 +76,47 @@ func TestFIFOCancelledWaiterLeaves(t *testing.T) {
 	close(hold)
 	// The queue is usable afterwards.
 	ran := false
-	if err := q.do(context.Background(), func() error { ran = true; return nil }); err != nil || !ran {
+	if err := q.Do(context.Background(), func() error { ran = true; return nil }); err != nil || !ran {
 		t.Fatalf("after cancel: err %v ran %v", err, ran)
+	}
+}
+
+// A thousand callers, a quarter of them giving up while they wait: the
+// ones that run never overlap, and every caller either ran or got its
+// context's error.
+func TestQueueManyCallersExclusive(t *testing.T) {
+	var q Queue
+	var running, ran, gaveUp atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 1000 {
+		ctx, cancel := context.WithCancel(context.Background())
+		if i%4 == 0 {
+			cancel()
+		}
+		wg.Go(func() {
+			defer cancel()
+			err := q.Do(ctx, func() error {
+				if running.Add(1) != 1 {
+					t.Error("two callers ran at once")
+				}
+				runtime.Gosched()
+				running.Add(-1)
+				ran.Add(1)
+				return nil
+			})
+			if err != nil {
+				if !errors.Is(err, context.Canceled) {
+					t.Errorf("Do: %v", err)
+				}
+				gaveUp.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if got := ran.Load() + gaveUp.Load(); got != 1000 {
+		t.Fatalf("%d callers accounted for, want 1000", got)
+	}
+	if q.Queued() != 0 {
+		t.Fatalf("queue holds %d waiters after all returned", q.Queued())
 	}
 }
