@@ -1,4 +1,4 @@
-package computer
+package computer_test
 
 import (
 	"context"
@@ -15,8 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wsync/wsync/computer"
 	"github.com/wsync/wsync/execrpc"
-	"github.com/wsync/wsync/fusefs"
+	"github.com/wsync/wsync/internal/computertest"
+	"github.com/wsync/wsync/internal/fusetest"
 	"github.com/wsync/wsync/syncwire"
 	"github.com/wsync/wsync/vfs"
 )
@@ -31,7 +33,7 @@ func serverStore(t *testing.T) *vfs.Store {
 	return s
 }
 
-func driver(t *testing.T, d *Daemon, server *vfs.Store, token string) (*syncwire.Driver, *syncwire.Client) {
+func driver(t *testing.T, d *computer.Daemon, server *vfs.Store, token string) (*syncwire.Driver, *syncwire.Client) {
 	t.Helper()
 	c := syncwire.NewClient(syncwire.ClientOptions{Config: syncwire.Config{StoreID: server.ID()}, URL: d.SyncURL(), Token: token})
 	t.Cleanup(func() { c.Close() })
@@ -39,7 +41,7 @@ func driver(t *testing.T, d *Daemon, server *vfs.Store, token string) (*syncwire
 }
 
 func TestMountedPairSyncsBothWays(t *testing.T) {
-	d := TestDaemon(t, Config{Token: "secret"})
+	d := computertest.Start(t, computer.Config{Token: "secret"})
 	server := serverStore(t)
 	drv, _ := driver(t, d, server, "secret")
 	ctx := context.Background()
@@ -70,7 +72,7 @@ func TestMountedPairSyncsBothWays(t *testing.T) {
 }
 
 func TestPullSeesFileStillOpenInARunningProcess(t *testing.T) {
-	d := TestDaemon(t, Config{})
+	d := computertest.Start(t, computer.Config{})
 	server := serverStore(t)
 	drv, _ := driver(t, d, server, "")
 	f, err := os.Create(filepath.Join(d.MountDir(), "open.log"))
@@ -91,7 +93,7 @@ func TestPullSeesFileStillOpenInARunningProcess(t *testing.T) {
 }
 
 func TestExecRunsInsideTheMount(t *testing.T) {
-	d := TestDaemon(t, Config{})
+	d := computertest.Start(t, computer.Config{})
 	server := serverStore(t)
 	_, c := driver(t, d, server, "")
 	sess, _, err := c.Session(context.Background())
@@ -125,7 +127,7 @@ func TestExecRunsInsideTheMount(t *testing.T) {
 }
 
 func TestRoutesNeedTheToken(t *testing.T) {
-	d := TestDaemon(t, Config{Token: "tok"})
+	d := computertest.Start(t, computer.Config{Token: "tok"})
 	base := "http://" + d.Addr()
 	for _, route := range []string{"/info", "/stats", "/watermarks", "/metrics", "/sync"} {
 		for _, auth := range []string{"", "Bearer wrong"} {
@@ -159,8 +161,8 @@ func TestRoutesNeedTheToken(t *testing.T) {
 }
 
 func TestRefusesNonLoopbackWithoutToken(t *testing.T) {
-	fusefs.RequireFUSE(t)
-	_, err := Start(context.Background(), Config{Listen: "0.0.0.0:0", Mount: t.TempDir(), State: vfs.Memory})
+	fusetest.RequireFUSE(t)
+	_, err := computer.Start(context.Background(), computer.Config{Listen: "0.0.0.0:0", Mount: t.TempDir(), State: vfs.Memory})
 	if err == nil || !strings.Contains(err.Error(), "without a token") {
 		t.Fatalf("non-loopback listen without a token: %v", err)
 	}
@@ -171,7 +173,7 @@ func TestRestartKeepsFilesAndCleansStaleMount(t *testing.T) {
 		childDaemon(t)
 		return
 	}
-	fusefs.RequireFUSE(t)
+	fusetest.RequireFUSE(t)
 	mnt := filepath.Join(t.TempDir(), "ws")
 	state := filepath.Join(t.TempDir(), "state.db")
 	// A computerd killed with SIGKILL leaves a dead mount behind: run one
@@ -202,7 +204,7 @@ func TestRestartKeepsFilesAndCleansStaleMount(t *testing.T) {
 	if err := syscall.Stat(mnt, &st); !errors.Is(err, syscall.ENOTCONN) {
 		t.Fatalf("after SIGKILL, stat of the mount = %v, want ENOTCONN (a dead mount)", err)
 	}
-	d := TestDaemon(t, Config{Mount: mnt, State: state})
+	d := computertest.Start(t, computer.Config{Mount: mnt, State: state})
 	b, err := os.ReadFile(filepath.Join(d.MountDir(), "kept.txt"))
 	if err != nil || string(b) != "kept\n" {
 		t.Errorf("after restart, kept.txt = %q, %v", b, err)
@@ -213,7 +215,7 @@ func TestRestartKeepsFilesAndCleansStaleMount(t *testing.T) {
 // writes a file through its mount and waits to be killed.
 func childDaemon(t *testing.T) {
 	mnt, state := os.Getenv("WSYNC_CHILD_MOUNT"), os.Getenv("WSYNC_CHILD_STATE")
-	d, err := Start(context.Background(), Config{Listen: "127.0.0.1:0", Mount: mnt, State: state, NoSync: true})
+	d, err := computer.Start(context.Background(), computer.Config{Listen: "127.0.0.1:0", Mount: mnt, State: state, NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +233,7 @@ func childDaemon(t *testing.T) {
 // with its directory in the mount would leave the vfork child waiting on the
 // mount while the collector waits on the forking thread (see execrun's shim).
 func TestExecsInsideTheMountSurviveGarbageCollection(t *testing.T) {
-	d := TestDaemon(t, Config{})
+	d := computertest.Start(t, computer.Config{})
 	server := serverStore(t)
 	drv, c := driver(t, d, server, "")
 	if err := server.MkdirPath(context.Background(), "sub/dir", 0o755, true); err != nil {
@@ -291,7 +293,7 @@ func TestExecsInsideTheMountSurviveGarbageCollection(t *testing.T) {
 // ones, not what the kernel cached (execs wait for the push's
 // invalidations to reach the kernel).
 func TestExecSeesPushedBytesAtOnce(t *testing.T) {
-	d := TestDaemon(t, Config{})
+	d := computertest.Start(t, computer.Config{})
 	server := serverStore(t)
 	drv, c := driver(t, d, server, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

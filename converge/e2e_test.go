@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/wsync/wsync/computer"
+	"github.com/wsync/wsync/internal/computertest"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/workspace/remote"
 )
@@ -17,7 +18,7 @@ import (
 // TestRemoteVerifyAndRepairWithMount runs verify and repair through the
 // real workspace Remote against a real computerd with its FUSE mount.
 func TestRemoteVerifyAndRepairWithMount(t *testing.T) {
-	d := computer.TestDaemon(t, computer.Config{Token: "secret"})
+	d := computertest.Start(t, computer.Config{Token: "secret"})
 	ctx := context.Background()
 	server, err := vfs.Open(ctx, filepath.Join(t.TempDir(), "server.db"), vfs.Options{NoSync: true})
 	if err != nil {

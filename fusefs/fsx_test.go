@@ -1,4 +1,4 @@
-package fusefs
+package fusefs_test
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/internal/fusetest"
 )
 
 // fsx: a seeded, replayable random sequence of reads, writes, truncations,
@@ -86,7 +87,7 @@ func TestFsx(t *testing.T) {
 // runFsx runs one fsx sequence in a child and then checks the file as the
 // mount and the store hold it after the child's last close.
 func runFsx(t *testing.T, mode string, seed uint64, ops int) {
-	m := NewTestMount(t, TestMountOptions{})
+	m := fusetest.NewMount(t, fusetest.Options{})
 	const name = "fsx.bin"
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()

@@ -1,4 +1,4 @@
-package fusefs
+package fusefs_test
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/wsync/wsync/internal/fusetest"
 	"github.com/wsync/wsync/internal/testutil"
 )
 
@@ -215,7 +216,7 @@ func writeFile(t *testing.T, path, data string) {
 }
 
 // storeFile reads a file's committed bytes from the store, by path.
-func storeFile(t *testing.T, m *TestMount, rel string) string {
+func storeFile(t *testing.T, m *fusetest.Mount, rel string) string {
 	t.Helper()
 	b, err := m.Store.ReadFile(context.Background(), rel)
 	if err != nil {

@@ -1,4 +1,4 @@
-package fusefs
+package fusefs_test
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/internal/fusetest"
 	"github.com/wsync/wsync/internal/testutil"
 )
 
@@ -33,7 +34,7 @@ func chunkPattern(n int, seed byte) []byte {
 // file the caller gets EFBIG and the mount keeps answering; a 1 TiB sparse
 // file is created, written at its end and read back at once.
 func TestMountHugeSizes(t *testing.T) {
-	m := NewTestMount(t, TestMountOptions{})
+	m := fusetest.NewMount(t, fusetest.Options{})
 	const tib = int64(1) << 40
 	path := m.Path("f")
 	writeFile(t, path, "x")
@@ -128,7 +129,7 @@ func TestMountHugeSizes(t *testing.T) {
 // file is deleted to free space, the same descriptor's writes commit.
 func TestMountFullDisk(t *testing.T) {
 	disk := testutil.Tmpfs(t, 16<<20)
-	m := NewTestMount(t, TestMountOptions{StoreDir: disk})
+	m := fusetest.NewMount(t, fusetest.Options{StoreDir: disk})
 	kept := chunkPattern(700<<10, 1)
 	if err := os.WriteFile(m.Path("kept"), kept, 0o644); err != nil {
 		t.Fatal(err)

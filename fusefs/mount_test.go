@@ -1,4 +1,4 @@
-package fusefs
+package fusefs_test
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/wsync/wsync/fusefs"
+	"github.com/wsync/wsync/internal/fusetest"
 	"github.com/wsync/wsync/vfs"
 )
 
@@ -22,7 +24,7 @@ func mounted(t *testing.T, dir string) bool {
 }
 
 func TestUnmountBusyThenForce(t *testing.T) {
-	RequireFUSE(t)
+	fusetest.RequireFUSE(t)
 	ctx := context.Background()
 	store, err := vfs.Open(ctx, filepath.Join(t.TempDir(), "state.db"), vfs.Options{NoSync: true})
 	if err != nil {
@@ -30,7 +32,7 @@ func TestUnmountBusyThenForce(t *testing.T) {
 	}
 	defer store.Close()
 	dir := t.TempDir()
-	srv, err := Mount(ctx, dir, store, Options{})
+	srv, err := fusefs.Mount(ctx, dir, store, fusefs.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +66,7 @@ func TestUnmountBusyThenForce(t *testing.T) {
 }
 
 func TestMountRootOwner(t *testing.T) {
-	m := NewTestMount(t, TestMountOptions{Options: Options{Owner: &Owner{Uid: 1234, Gid: 5678}}})
+	m := fusetest.NewMount(t, fusetest.Options{Options: fusefs.Options{Owner: &fusefs.Owner{Uid: 1234, Gid: 5678}}})
 	if st := stat(t, m.Dir); st.Uid != 1234 || st.Gid != 5678 {
 		t.Errorf("root owned by %d:%d, want 1234:5678", st.Uid, st.Gid)
 	}
@@ -77,7 +79,7 @@ func TestMountRootOwner(t *testing.T) {
 }
 
 func TestMetricsExposed(t *testing.T) {
-	m := NewTestMount(t, TestMountOptions{})
+	m := fusetest.NewMount(t, fusetest.Options{})
 	writeFile(t, m.Path("f"), "data")
 	readFile(t, m.Path("f"))
 	st := m.Server.Stats()

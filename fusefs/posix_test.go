@@ -1,4 +1,4 @@
-package fusefs
+package fusefs_test
 
 import (
 	"sort"
@@ -6,6 +6,9 @@ import (
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/posixtest"
+
+	"github.com/wsync/wsync/fusefs"
+	"github.com/wsync/wsync/internal/fusetest"
 )
 
 // posixSkips are the go-fuse conformance tests that cannot pass here, and why.
@@ -25,7 +28,7 @@ var posixSkips = map[string]string{
 // no case for FIFOs, sockets or device nodes: TestSpecialFilesAsOnNodevTmpfs
 // runs a table of those against a nodev tmpfs as the reference.
 func TestPosix(t *testing.T) {
-	RequireFUSE(t)
+	fusetest.RequireFUSE(t)
 	names := make([]string, 0, len(posixtest.All))
 	for name := range posixtest.All {
 		names = append(names, name)
@@ -36,7 +39,7 @@ func TestPosix(t *testing.T) {
 			if why, ok := posixSkips[name]; ok {
 				t.Skip(why)
 			}
-			m := NewTestMount(t, TestMountOptions{Options: Options{
+			m := fusetest.NewMount(t, fusetest.Options{Options: fusefs.Options{
 				EntryTimeout: time.Hour,
 				AttrTimeout:  time.Hour,
 			}})

@@ -1,4 +1,4 @@
-package fusefs
+package fusefs_test
 
 import (
 	"bufio"
@@ -19,6 +19,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/fusefs"
+	"github.com/wsync/wsync/internal/fusetest"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/watermark"
 )
@@ -48,7 +50,7 @@ func helperUnixDial(args []string) error {
 // syncs: the change feed has no live entry for one, EntriesAt reads each
 // as a delete, and the Merkle scan has no row for one. It returns how many
 // names of special files it found.
-func assertLocalOnly(t *testing.T, m *TestMount) int {
+func assertLocalOnly(t *testing.T, m *fusetest.Mount) int {
 	t.Helper()
 	ctx := context.Background()
 	specials := map[string]uint64{} // store path -> inode
@@ -104,7 +106,7 @@ func assertLocalOnly(t *testing.T, m *TestMount) int {
 }
 
 func TestFifoBetweenProcesses(t *testing.T) {
-	m := NewTestMount(t, TestMountOptions{})
+	m := fusetest.NewMount(t, fusetest.Options{})
 	openUp(t, m.Dir)
 	// A writer and a reader process, 3 MB through a pipe of 64 KiB. (Every
 	// open of a FIFO is under timeout: a writer left blocked in open(2)
@@ -152,7 +154,7 @@ func TestFifoBetweenProcesses(t *testing.T) {
 // another process, and keeps connecting through a rename, a chmod and an
 // upstream apply that invalidates the directory.
 func TestUnixSocketInMount(t *testing.T) {
-	m := NewTestMount(t, TestMountOptions{})
+	m := fusetest.NewMount(t, fusetest.Options{})
 	openUp(t, m.Dir)
 	if err := os.Mkdir(m.Path("run"), 0o777); err != nil {
 		t.Fatal(err)
@@ -389,7 +391,7 @@ func specialOps(t *testing.T, dir string) []string {
 // wants the same outcome from each: the mount behaves as a local nodev
 // disk for special files.
 func TestSpecialFilesAsOnNodevTmpfs(t *testing.T) {
-	m := NewTestMount(t, TestMountOptions{})
+	m := fusetest.NewMount(t, fusetest.Options{})
 	openUp(t, m.Dir)
 	ref := t.TempDir()
 	openUp(t, ref)
@@ -432,7 +434,7 @@ func TestSpecialFilesAsOnNodevTmpfs(t *testing.T) {
 // at once; a directory delete takes the special files under it; an
 // upstream delete of a path that is a local FIFO leaves the FIFO.
 func TestApplyReplacesLocalFifo(t *testing.T) {
-	m := NewTestMount(t, TestMountOptions{Options: Options{EntryTimeout: time.Hour, AttrTimeout: time.Hour}})
+	m := fusetest.NewMount(t, fusetest.Options{Options: fusefs.Options{EntryTimeout: time.Hour, AttrTimeout: time.Hour}})
 	sh(t, m.Dir, `mkfifo p keep; mkdir d; mkfifo d/f; stat -c %F p keep d/f >/dev/null`)
 	ctx := context.Background()
 	stage := m.Store.Chunks().NewStage()

@@ -1,4 +1,4 @@
-package fusefs
+package fusefs_test
 
 import (
 	"bufio"
@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/internal/fusetest"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/watermark"
 )
@@ -98,7 +99,7 @@ func TestStressProcesses(t *testing.T) {
 	t.Logf("seed %d, %d workers x %d ops (replay the ops of each worker: WSYNC_STRESS_SEED=%d; the interleaving is the kernel's)",
 		seed, workers, ops, seed)
 
-	m := NewTestMount(t, TestMountOptions{})
+	m := fusetest.NewMount(t, fusetest.Options{})
 	for i := range stressSharedDirs {
 		if err := os.MkdirAll(m.Path(fmt.Sprintf("shared/s%d", i)), 0o755); err != nil {
 			t.Fatal(err)

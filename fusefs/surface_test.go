@@ -1,4 +1,4 @@
-package fusefs
+package fusefs_test
 
 import (
 	"bytes"
@@ -12,10 +12,12 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/wsync/wsync/internal/fusetest"
 )
 
 func TestCreateExclTruncAppend(t *testing.T) {
-	m := NewTestMount(t, TestMountOptions{})
+	m := fusetest.NewMount(t, fusetest.Options{})
 	p := m.Path("f")
 
 	fd, err := syscall.Open(p, syscall.O_CREAT|syscall.O_EXCL|syscall.O_WRONLY, 0o640)
@@ -59,7 +61,7 @@ func TestCreateExclTruncAppend(t *testing.T) {
 }
 
 func TestSparseWritesAndTruncate(t *testing.T) {
-	m := NewTestMount(t, TestMountOptions{})
+	m := fusetest.NewMount(t, fusetest.Options{})
 	p := m.Path("sparse")
 	f, err := os.Create(p)
 	if err != nil {
@@ -135,7 +137,7 @@ func TestSparseWritesAndTruncate(t *testing.T) {
 }
 
 func TestRenames(t *testing.T) {
-	m := NewTestMount(t, TestMountOptions{})
+	m := fusetest.NewMount(t, fusetest.Options{})
 	sh(t, m.Dir, `
 		mkdir -p a b emptydir full/x
 		echo one > a/f1; echo two > a/f2
@@ -190,7 +192,7 @@ func TestRenames(t *testing.T) {
 }
 
 func TestRmRfDeepTree(t *testing.T) {
-	m := NewTestMount(t, TestMountOptions{})
+	m := fusetest.NewMount(t, fusetest.Options{})
 	sh(t, m.Dir, `
 		d=tree; for i in $(seq 1 40); do d=$d/d$i; done; mkdir -p $d
 		for i in $(seq 1 40); do p=tree; for j in $(seq 1 $i); do p=$p/d$j; done; touch $p/f1 $p/f2; done
@@ -209,7 +211,7 @@ func TestRmRfDeepTree(t *testing.T) {
 }
 
 func TestSymlinks(t *testing.T) {
-	m := NewTestMount(t, TestMountOptions{})
+	m := fusetest.NewMount(t, fusetest.Options{})
 	sh(t, m.Dir, `echo data > target; ln -s target link; ln -s /nonexistent dangling; mkdir d; ln -s ../target d/up`)
 	if got, want := readFile(t, m.Path("link")), "data\n"; got != want {
 		t.Errorf("through link: %q", got)
@@ -229,7 +231,7 @@ func TestSymlinks(t *testing.T) {
 }
 
 func TestHardlinks(t *testing.T) {
-	m := NewTestMount(t, TestMountOptions{})
+	m := fusetest.NewMount(t, fusetest.Options{})
 	writeFile(t, m.Path("a"), "v1")
 	sh(t, m.Dir, `mkdir sub; ln a sub/b`)
 	sa, sb := stat(t, m.Path("a")), stat(t, m.Path("sub/b"))
@@ -256,7 +258,7 @@ func TestHardlinks(t *testing.T) {
 }
 
 func TestChmodChownTouch(t *testing.T) {
-	m := NewTestMount(t, TestMountOptions{})
+	m := fusetest.NewMount(t, fusetest.Options{})
 	openUp(t, m.Dir)
 	sh(t, m.Dir, `echo x > f; chmod 0640 f; chown 1000:1001 f; mkdir shared; chmod 0777 shared`)
 	st := stat(t, m.Path("f"))
@@ -311,7 +313,7 @@ func TestChmodChownTouch(t *testing.T) {
 }
 
 func TestXattrs(t *testing.T) {
-	m := NewTestMount(t, TestMountOptions{})
+	m := fusetest.NewMount(t, fusetest.Options{})
 	p := m.Path("f")
 	writeFile(t, p, "x")
 	if err := unix.Setxattr(p, "user.color", []byte("blue"), 0); err != nil {
@@ -351,7 +353,7 @@ func TestXattrs(t *testing.T) {
 }
 
 func TestStatfsAndMountTable(t *testing.T) {
-	m := NewTestMount(t, TestMountOptions{})
+	m := fusetest.NewMount(t, fusetest.Options{})
 	var st unix.Statfs_t
 	if err := unix.Statfs(m.Dir, &st); err != nil {
 		t.Fatal(err)
@@ -371,7 +373,7 @@ func TestStatfsAndMountTable(t *testing.T) {
 }
 
 func TestMmap(t *testing.T) {
-	m := NewTestMount(t, TestMountOptions{})
+	m := fusetest.NewMount(t, fusetest.Options{})
 	p := m.Path("mapped")
 	writeFile(t, p, strings.Repeat(".", 8192))
 	if out, err := runHelper(t, "mmap-write", p, "written through a mapping"); err != nil {
@@ -391,7 +393,7 @@ func TestMmap(t *testing.T) {
 }
 
 func TestOpenUnlinkedFileStaysUsable(t *testing.T) {
-	m := NewTestMount(t, TestMountOptions{})
+	m := fusetest.NewMount(t, fusetest.Options{})
 	p := m.Path("tmp")
 	f, err := os.OpenFile(p, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
@@ -425,7 +427,7 @@ func TestOpenUnlinkedFileStaysUsable(t *testing.T) {
 }
 
 func TestLocksBetweenProcesses(t *testing.T) {
-	m := NewTestMount(t, TestMountOptions{})
+	m := fusetest.NewMount(t, fusetest.Options{})
 	p := m.Path("lockfile")
 	writeFile(t, p, "")
 
@@ -455,7 +457,7 @@ func TestLocksBetweenProcesses(t *testing.T) {
 }
 
 func TestReaddirStableOrder(t *testing.T) {
-	m := NewTestMount(t, TestMountOptions{})
+	m := fusetest.NewMount(t, fusetest.Options{})
 	for i := 0; i < 700; i++ { // several store pages
 		writeFile(t, m.Path("d"+strconv.Itoa(i)), "")
 	}
@@ -477,7 +479,7 @@ func TestReaddirStableOrder(t *testing.T) {
 }
 
 func TestCopyFileRange(t *testing.T) {
-	m := NewTestMount(t, TestMountOptions{})
+	m := fusetest.NewMount(t, fusetest.Options{})
 	data := bytes.Repeat([]byte("0123456789abcdef"), 200000) // 3.2 MB: several chunks
 	if err := os.WriteFile(m.Path("src"), data, 0o644); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package fusefs
+package fusefs_test
 
 import (
 	"bufio"
@@ -16,12 +16,14 @@ import (
 	"time"
 
 	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/fusefs"
+	"github.com/wsync/wsync/internal/fusetest"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/watermark"
 )
 
 func TestGitInsideMount(t *testing.T) {
-	m := NewTestMount(t, TestMountOptions{})
+	m := fusetest.NewMount(t, fusetest.Options{})
 	sh(t, m.Dir, `
 		git init -q -b main repo && cd repo
 		git config user.email t@example.com && git config user.name t
@@ -40,7 +42,7 @@ func TestGitInsideMount(t *testing.T) {
 }
 
 func TestSqliteInsideMount(t *testing.T) {
-	m := NewTestMount(t, TestMountOptions{})
+	m := fusetest.NewMount(t, fusetest.Options{})
 	for _, mode := range []string{"delete", "wal"} {
 		t.Run(mode, func(t *testing.T) {
 			out := sh(t, m.Dir, fmt.Sprintf(`
@@ -92,7 +94,7 @@ func applyFiles(t *testing.T, s *vfs.Store, rev int64, files map[string]string) 
 // hour, then applies from outside: cat, ls and stat must see the new state
 // as soon as the invalidations are delivered, not when a cache expires.
 func TestUpstreamApplyIsVisibleAtOnce(t *testing.T) {
-	m := NewTestMount(t, TestMountOptions{Options: Options{
+	m := fusetest.NewMount(t, fusetest.Options{Options: fusefs.Options{
 		EntryTimeout:    time.Hour,
 		AttrTimeout:     time.Hour,
 		NegativeTimeout: time.Hour,
@@ -133,7 +135,7 @@ func TestUpstreamApplyIsVisibleAtOnce(t *testing.T) {
 // TestInvalidationOverflowSweeps applies more changes than the queue holds;
 // the sweep that replaces them must still make every change visible.
 func TestInvalidationOverflowSweeps(t *testing.T) {
-	m := NewTestMount(t, TestMountOptions{Options: Options{
+	m := fusetest.NewMount(t, fusetest.Options{Options: fusefs.Options{
 		EntryTimeout: time.Hour, AttrTimeout: time.Hour, InvalidationQueue: 4,
 	}})
 	files := map[string]string{}
@@ -159,7 +161,7 @@ func TestInvalidationOverflowSweeps(t *testing.T) {
 // TestFlushRuleShowsOpenFiles: bytes a still-running process wrote (and did
 // not close) reach the change feed once the handles are flushed.
 func TestFlushRuleShowsOpenFiles(t *testing.T) {
-	m := NewTestMount(t, TestMountOptions{})
+	m := fusetest.NewMount(t, fusetest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	const content = "written by a process that is still running"
@@ -211,7 +213,7 @@ func TestWrite1GiBFlatMemory(t *testing.T) {
 	if _, err := os.Stat(shm); err != nil {
 		shm = ""
 	}
-	m := NewTestMount(t, TestMountOptions{StoreDir: shm})
+	m := fusetest.NewMount(t, fusetest.Options{StoreDir: shm})
 
 	// 64 MiB of random bytes, written 16 times: the chunks repeat, but
 	// every byte still goes through the handle, the hashing and the
@@ -307,7 +309,7 @@ func procStatusKB(t *testing.T, field string) int64 {
 // kernel's page cache (no READ reaches us); after our own write, and after
 // an upstream apply, the new bytes are read.
 func TestKeepCache(t *testing.T) {
-	m := NewTestMount(t, TestMountOptions{Options: Options{EntryTimeout: time.Hour, AttrTimeout: time.Hour}})
+	m := fusetest.NewMount(t, fusetest.Options{Options: fusefs.Options{EntryTimeout: time.Hour, AttrTimeout: time.Hour}})
 	data := strings.Repeat("k", 1<<20)
 	writeFile(t, m.Path("f"), data)
 	reads := func() uint64 { return m.Server.Stats().Ops["read"].Count }
@@ -339,7 +341,7 @@ func TestKeepCache(t *testing.T) {
 // read, create, list and remove in the same directory: invalidations and
 // FUSE requests must not deadlock, and the last applied state must show.
 func TestAppliesWhileBusy(t *testing.T) {
-	m := NewTestMount(t, TestMountOptions{Options: Options{EntryTimeout: time.Hour, AttrTimeout: time.Hour}})
+	m := fusetest.NewMount(t, fusetest.Options{Options: fusefs.Options{EntryTimeout: time.Hour, AttrTimeout: time.Hour}})
 	applyFiles(t, m.Store, 1, map[string]string{"dir/a0": "0"})
 	done := make(chan struct{})
 	var wg sync.WaitGroup

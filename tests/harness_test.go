@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wsync/wsync/fusefs"
+	"github.com/wsync/wsync/internal/fusetest"
 	"github.com/wsync/wsync/internal/testutil"
 )
 
@@ -173,7 +173,7 @@ type pairOpts struct {
 
 func newPair(t testing.TB, o pairOpts) *pair {
 	t.Helper()
-	fusefs.RequireFUSE(t)
+	fusetest.RequireFUSE(t)
 	dir := t.TempDir()
 	p := &pair{t: t, dir: dir, serverArgs: o.serverArgs, token: "e2e-secret-token", mount: filepath.Join(dir, "workspace"), data: filepath.Join(dir, "data")}
 	tokenFile := filepath.Join(dir, "token")

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/wsync/wsync/computer"
+	"github.com/wsync/wsync/internal/computertest"
 	"github.com/wsync/wsync/workspace"
 	"github.com/wsync/wsync/workspace/api"
 	"github.com/wsync/wsync/workspace/remote"
@@ -31,7 +32,7 @@ type loadEnv struct {
 func newLoadEnv(t *testing.T) *loadEnv {
 	t.Helper()
 	const cdToken = "load-computerd-token"
-	d := computer.TestDaemon(t, computer.Config{Token: cdToken})
+	d := computertest.Start(t, computer.Config{Token: cdToken})
 	m, err := workspace.Open(context.Background(), workspace.Options{
 		DataDir: t.TempDir(), NoSync: true, Remote: remote.Factory(nil),
 		DefaultEndpoint: d.SyncURL(), DefaultToken: cdToken,

@@ -1,4 +1,6 @@
-package computer
+// Package computertest starts computerd daemons for tests. It lives apart
+// from computer so that the binaries do not link the testing package.
+package computertest
 
 import (
 	"context"
@@ -8,17 +10,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wsync/wsync/fusefs"
+	"github.com/wsync/wsync/computer"
+	"github.com/wsync/wsync/internal/fusetest"
 	"github.com/wsync/wsync/vfs"
 )
 
-// TestDaemon starts a computerd for the duration of t with its mount and
-// state in temporary directories, listening on a loopback port. Cleanup
-// shuts it down and, should that fail, detaches the mount so a leftover
-// never breaks the next run.
-func TestDaemon(t testing.TB, cfg Config) *Daemon {
+// Start starts a computerd for the duration of t with its mount and state
+// in temporary directories, listening on a loopback port. Cleanup shuts it
+// down and, should that fail, detaches the mount so a leftover never breaks
+// the next run.
+func Start(t testing.TB, cfg computer.Config) *computer.Daemon {
 	t.Helper()
-	fusefs.RequireFUSE(t)
+	fusetest.RequireFUSE(t)
 	if cfg.Mount == "" {
 		cfg.Mount = filepath.Join(t.TempDir(), "workspace")
 	}
@@ -37,7 +40,7 @@ func TestDaemon(t testing.TB, cfg Config) *Daemon {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	d, err := Start(ctx, cfg)
+	d, err := computer.Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,9 +50,9 @@ func TestDaemon(t testing.TB, cfg Config) *Daemon {
 		if err := d.Shutdown(ctx); err != nil {
 			t.Errorf("computerd shutdown: %v", err)
 		}
-		if mounted(cfg.Mount) {
-			syscall.Unmount(cfg.Mount, syscall.MNT_DETACH)
-		}
+		// A mount left behind breaks the next run. When the shutdown
+		// unmounted, this fails with EINVAL (not a mount point).
+		syscall.Unmount(cfg.Mount, syscall.MNT_DETACH)
 	})
 	return d
 }

@@ -1,4 +1,6 @@
-package fusefs
+// Package fusetest mounts fusefs for tests. It lives apart from fusefs so
+// that the binaries, which link fusefs, do not link the testing package.
+package fusetest
 
 import (
 	"context"
@@ -7,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wsync/wsync/fusefs"
 	"github.com/wsync/wsync/vfs"
 )
 
@@ -30,9 +33,9 @@ func RequireFUSE(t testing.TB) {
 	t.Skip(reason)
 }
 
-// TestMountOptions configures TestMount.
-type TestMountOptions struct {
-	Options
+// Options configures NewMount.
+type Options struct {
+	fusefs.Options
 	// StoreDir holds the database (default: a t.TempDir()). Point it at
 	// tmpfs (/dev/shm) for throughput tests.
 	StoreDir string
@@ -40,22 +43,22 @@ type TestMountOptions struct {
 	Owner vfs.NewAttr
 }
 
-// TestMount is a store in a temporary directory, mounted in another.
-type TestMount struct {
+// Mount is a store in a temporary directory, mounted in another.
+type Mount struct {
 	Store  *vfs.Store
-	Server *Server
+	Server *fusefs.Server
 	// Dir is the mount point.
 	Dir string
 }
 
 // Path joins a workspace path onto the mount point.
-func (m *TestMount) Path(rel string) string { return filepath.Join(m.Dir, rel) }
+func (m *Mount) Path(rel string) string { return filepath.Join(m.Dir, rel) }
 
-// NewTestMount opens a store and mounts it for the duration of t. Cleanup
+// NewMount opens a store and mounts it for the duration of t. Cleanup
 // unmounts even when the test failed (a lazy unmount and an aborted
 // connection when a clean one is refused, since a leftover mount breaks the
 // next run) and closes the store.
-func NewTestMount(t testing.TB, opts TestMountOptions) *TestMount {
+func NewMount(t testing.TB, opts Options) *Mount {
 	t.Helper()
 	RequireFUSE(t)
 	storeDir := opts.StoreDir
@@ -80,7 +83,7 @@ func NewTestMount(t testing.TB, opts TestMountOptions) *TestMount {
 	if err != nil {
 		t.Fatalf("open store: %v", err)
 	}
-	srv, err := Mount(ctx, mnt, store, opts.Options)
+	srv, err := fusefs.Mount(ctx, mnt, store, opts.Options)
 	if err != nil {
 		store.Close()
 		t.Fatalf("mount: %v", err)
@@ -96,5 +99,5 @@ func NewTestMount(t testing.TB, opts TestMountOptions) *TestMount {
 			t.Errorf("close store: %v", err)
 		}
 	})
-	return &TestMount{Store: store, Server: srv, Dir: mnt}
+	return &Mount{Store: store, Server: srv, Dir: mnt}
 }
