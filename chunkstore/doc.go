@@ -19,7 +19,7 @@
 // # Layout
 //
 // The chunk metadata is one table, chunks, in the caller's SQLite database
-// (Schema creates it): hash, size, reference count, and for small chunks the
+// (Migrations create it): hash, size, reference count, and for small chunks the
 // bytes themselves. Chunks larger than the inline threshold and smaller than
 // ChunkSize are records appended to pack files, Dir/packs/<id>.pack (a
 // 40-byte header of magic, length and hash, then the bytes); their row names
@@ -30,8 +30,9 @@
 // with no Dir (a :memory: database) keeps every chunk as a row. The Store
 // holds no database handle: every method that touches rows takes the
 // caller's Querier, its write transaction when inside one, its reader
-// *sql.DB otherwise. Schema adds the pack columns to an older table in
-// place; AddRefs and GC do it too on a database Schema has not run on since.
+// *sql.DB otherwise. The table's layout changes by numbered steps,
+// Migrations, which the caller runs as steps of its own schema versions
+// (Schema runs them on a database that holds only the chunk table).
 //
 // # Durability ordering
 //

@@ -205,11 +205,7 @@ func (c *Collection) Step(ctx context.Context, q Querier) (*Sweep, bool, error) 
 	if c.bounded() {
 		limit = c.opts.MaxChunks
 	}
-	var rows *sql.Rows
-	err := withPackColumns(ctx, q, func() (err error) {
-		rows, err = q.QueryContext(ctx, "SELECT id, hash, size, data IS NOT NULL, pack, pack_off FROM chunks WHERE refs <= 0 AND id > ? ORDER BY id LIMIT ?", c.after, limit)
-		return err
-	})
+	rows, err := q.QueryContext(ctx, "SELECT id, hash, size, data IS NOT NULL, pack, pack_off FROM chunks WHERE refs <= 0 AND id > ? ORDER BY id LIMIT ?", c.after, limit)
 	if err != nil {
 		return nil, false, fmt.Errorf("gc: %w", err)
 	}

@@ -5,11 +5,14 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/wsync/wsync/internal/sqlitemigrate"
 )
 
 // Tests of the pack layout; the behaviour every layout shares is in the
@@ -191,14 +194,17 @@ func TestTruncatedPackReportsItsCutChunksAbsent(t *testing.T) {
 	checkContent(t, s2, db, m[:1], 950)
 }
 
-func TestSchemaUpgradesAChunksTableWithoutPackColumns(t *testing.T) {
+func TestSchemaMigratesTheOldChunksLayout(t *testing.T) {
+	ctx := context.Background()
 	dir := t.TempDir()
 	db, err := sql.Open("sqlite", sqliteDSN(filepath.Join(dir, "state.db")))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	// The table as the first release created it.
+	// The table as the first release created it, unversioned (user_version
+	// 0), with its rows as that release wrote them: no pack columns, an
+	// inline chunk's bytes in its row, a larger chunk in a file of its own.
 	for _, stmt := range []string{
 		`CREATE TABLE chunks(id INTEGER PRIMARY KEY, hash BLOB NOT NULL UNIQUE, size INTEGER NOT NULL, refs INTEGER NOT NULL, data BLOB)`,
 		`CREATE INDEX chunks_unreferenced ON chunks(id) WHERE refs <= 0`,
@@ -207,37 +213,63 @@ func TestSchemaUpgradesAChunksTableWithoutPackColumns(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// An old store's rows and files.
 	old := newTestStore(t, Options{Dir: filepath.Join(dir, "chunks"), InlineMax: 1024, NoSync: true})
-	old.packMax = 0
-	// Reads and probes work before anything upgrades the table.
-	if got := has(t, old, db, Sum([]byte("x"))); len(got) != 0 {
-		t.Fatalf("Has on an old table = %v", got)
-	}
+	old.packMax = 0 // a file of its own for every chunk above InlineMax
 	st := old.NewStage()
-	a := Manifest{put(t, st, chunkBytes(960, 5000)), put(t, st, chunkBytes(961, 100))}
-	// AddRefs on an old table (a vfs database whose migration ran before
-	// packs: Schema is not called again) adds the columns itself.
-	inTx(t, db, func(tx *sql.Tx) error { return old.AddRefs(context.Background(), tx, a) })
-	st.Release()
-	old.Close()
-
-	s := newTestStore(t, Options{Dir: filepath.Join(dir, "chunks"), InlineMax: 1024, NoSync: true})
-	for range 2 { // idempotent
-		if err := Schema(context.Background(), db); err != nil {
+	small, large := chunkBytes(960, 100), chunkBytes(961, 5000)
+	a := Manifest{put(t, st, small), put(t, st, large)}
+	for _, row := range []struct {
+		r    Ref
+		data []byte
+	}{{a[0], small}, {a[1], nil}} {
+		if _, err := db.Exec(`INSERT INTO chunks(hash, size, refs, data) VALUES (?, ?, 1, ?)`, row.r.Hash[:], row.r.Size, row.data); err != nil {
 			t.Fatal(err)
 		}
 	}
+	st.Release()
+	old.Close()
+
+	for range 2 { // a migrated database is left alone
+		if err := Schema(ctx, db); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var v int
+	if err := db.QueryRow(`PRAGMA user_version`).Scan(&v); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := v, len(Migrations); got != want {
+		t.Fatalf("user_version after Schema = %d, want %d", got, want)
+	}
+	var packCols int
+	if err := db.QueryRow(`SELECT count(*) FROM pragma_table_info('chunks') WHERE name IN ('pack', 'pack_off')`).Scan(&packCols); err != nil {
+		t.Fatal(err)
+	}
+	if packCols != 2 {
+		t.Fatalf("pack columns after Schema = %d, want 2", packCols)
+	}
+
+	s := newTestStore(t, Options{Dir: filepath.Join(dir, "chunks"), InlineMax: 1024, NoSync: true})
 	checkContent(t, s, db, a, 960)
 	b := commitFile(t, s, db, 970, 5000)
 	checkContent(t, s, db, b, 970)
 	if got := has(t, s, db, append(hashes(a), hashes(b)...)...); len(got) != 3 {
-		t.Fatalf("Has of old file chunks and new pack chunks = %d, want 3", len(got))
+		t.Fatalf("Has of old chunks and a new pack chunk = %d, want 3", len(got))
 	}
 	dropRefs(t, s, db, append(append(Manifest{}, a...), b...))
 	collect(t, s, db)
 	if got := countChunkFiles(t, s); got != 0 {
 		t.Fatalf("chunk files after dropping everything = %d, want 0", got)
+	}
+}
+
+func TestSchemaRefusesANewerVersion(t *testing.T) {
+	db := openFileDB(t, filepath.Join(t.TempDir(), "state.db"))
+	if _, err := db.Exec(fmt.Sprintf(`PRAGMA user_version = %d`, len(Migrations)+1)); err != nil {
+		t.Fatal(err)
+	}
+	if err := Schema(context.Background(), db); !errors.Is(err, sqlitemigrate.ErrTooNew) {
+		t.Fatalf("Schema of a newer database: %v, want ErrTooNew", err)
 	}
 }
 

@@ -68,10 +68,6 @@ func (s *Store) readRow(ctx context.Context, q Querier, r Ref, p []byte, off int
 	var data []byte
 	err := s.queryRow(ctx, q, "SELECT size, length(data), substr(data, ?, ?), pack, pack_off FROM chunks WHERE hash = ?",
 		off+1, len(p), r.Hash[:]).Scan(&rowSize, &dataLen, &data, &pack, &packOff)
-	if noPackColumns(err) {
-		err = s.queryRow(ctx, q, "SELECT size, length(data), substr(data, ?, ?) FROM chunks WHERE hash = ?",
-			off+1, len(p), r.Hash[:]).Scan(&rowSize, &dataLen, &data)
-	}
 	loc := nullLoc(pack, packOff)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
@@ -186,9 +182,6 @@ func (s *Store) getRow(ctx context.Context, q Querier, h Hash, stagedFile, retry
 	var data []byte
 	var pack, packOff *int64
 	err := s.queryRow(ctx, q, "SELECT size, data, pack, pack_off FROM chunks WHERE hash = ?", h[:]).Scan(&size, &data, &pack, &packOff)
-	if noPackColumns(err) {
-		err = s.queryRow(ctx, q, "SELECT size, data FROM chunks WHERE hash = ?", h[:]).Scan(&size, &data)
-	}
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		if !stagedFile {

@@ -92,21 +92,6 @@ func updateRefs(ctx context.Context, q Querier, set string, delta int, counts []
 	return rows.Err()
 }
 
-// withPackColumns runs fn, and again after upgrading the chunks table when
-// fn's first statement failed for want of the pack columns (a database
-// Schema has not run on since packs came; see addPackColumns). fn must
-// change nothing before the statement that names them.
-func withPackColumns(ctx context.Context, q Querier, fn func() error) error {
-	err := fn()
-	if !noPackColumns(err) {
-		return err
-	}
-	if err := addPackColumns(ctx, q); err != nil {
-		return err
-	}
-	return fn()
-}
-
 // AddRefs counts one more reference for each ref, inside the caller's
 // transaction; a hash appearing twice counts twice; holes are skipped. A hash without a row
 // gets one, its bytes taken from a stage (inline) or its file (which must
@@ -122,7 +107,7 @@ func (s *Store) AddRefs(ctx context.Context, q Querier, refs []Ref) error {
 	}
 	for start := 0; start < len(counts); start += batchSize {
 		batch := counts[start:min(start+batchSize, len(counts))]
-		if err := withPackColumns(ctx, q, func() error { return s.addRefs(ctx, q, batch) }); err != nil {
+		if err := s.addRefs(ctx, q, batch); err != nil {
 			return err
 		}
 	}
@@ -292,16 +277,10 @@ func (s *Store) DropRefs(ctx context.Context, q Querier, refs []Ref) error {
 	for start := 0; start < len(counts); start += batchSize {
 		batch := counts[start:min(start+batchSize, len(counts))]
 		found := make(map[Hash]storedRow, len(batch))
-		err := withPackColumns(ctx, q, func() error {
-			for n, group := range byCount(batch) {
-				if err := updateRefs(ctx, q, "max(refs - ?, 0)", n, group, found); err != nil {
-					return err
-				}
+		for n, group := range byCount(batch) {
+			if err := updateRefs(ctx, q, "max(refs - ?, 0)", n, group, found); err != nil {
+				return fmt.Errorf("drop refs: %w", err)
 			}
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("drop refs: %w", err)
 		}
 		for _, c := range batch {
 			row, ok := found[c.Hash]
@@ -359,9 +338,6 @@ func (s *Store) Has(ctx context.Context, q Querier, hashes []Hash) ([]Hash, erro
 		}
 		// length() of a blob reads the record header, not the bytes.
 		rows, err := q.QueryContext(ctx, "SELECT hash, size, length(data), pack, pack_off, refs FROM chunks WHERE hash IN ("+placeholders(len(batch))+")", args...)
-		if noPackColumns(err) {
-			rows, err = q.QueryContext(ctx, "SELECT hash, size, length(data), NULL, NULL, refs FROM chunks WHERE hash IN ("+placeholders(len(batch))+")", args...)
-		}
 		if err != nil {
 			return nil, fmt.Errorf("has chunks: %w", err)
 		}

@@ -6,8 +6,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
 	"sync"
+
+	"github.com/wsync/wsync/internal/sqlitemigrate"
 )
 
 // Querier is what the store needs of a database handle: *sql.DB, *sql.Conn
@@ -212,9 +213,25 @@ func (s *Store) rememberLocLocked(h Hash, loc packLoc) {
 	s.locs[h] = loc
 }
 
-// Schema creates the chunk table idempotently; call it inside the caller's
-// schema migration.
-func Schema(ctx context.Context, q Querier) error {
+// Migrations are the chunk table's schema steps, in order. The table lives
+// in the caller's database: a caller with a schema of its own runs each
+// step as one of its own versioned steps (vfs: v1 and v3); Schema runs
+// them on a database the chunk store has to itself.
+var Migrations = []sqlitemigrate.Step{createChunks, addPackColumns}
+
+// Schema brings a database that holds only the chunk table to the current
+// layout, versioned by PRAGMA user_version.
+func Schema(ctx context.Context, db *sql.DB) error {
+	if err := sqlitemigrate.Migrate(ctx, db, Migrations, len(Migrations), nil); err != nil {
+		return fmt.Errorf("chunk schema: %w", err)
+	}
+	return nil
+}
+
+// createChunks is the chunk table as the first release made it. IF NOT
+// EXISTS: Schema's databases from before versioning have the table at
+// version 0.
+func createChunks(ctx context.Context, tx *sql.Tx) error {
 	for _, stmt := range []string{
 		// A rowid table with a UNIQUE hash: large blobs in a WITHOUT ROWID
 		// table are the slowest layout (PERF-NOTES.md). data is the chunk's
@@ -230,35 +247,36 @@ func Schema(ctx context.Context, q Querier) error {
 		// enter the index, so refcount updates stay cheap.
 		`CREATE INDEX IF NOT EXISTS chunks_unreferenced ON chunks(id) WHERE refs <= 0`,
 	} {
-		if _, err := q.ExecContext(ctx, stmt); err != nil {
-			return fmt.Errorf("chunk schema: %w", err)
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("create chunks: %w", err)
 		}
 	}
-	return addPackColumns(ctx, q)
+	return nil
 }
 
-// addPackColumns upgrades a chunks table in place: pack and pack_off name a
-// pack chunk's record (NULL for inline and file chunks), and an index on
-// them lets GC count a pack's live bytes and find its rows. Schema calls
-// it; so do AddRefs and GC when a database whose schema predates packs
-// (one Schema has not run on since) refuses a pack column.
-func addPackColumns(ctx context.Context, q Querier) error {
-	rows, err := q.QueryContext(ctx, `SELECT name FROM pragma_table_info('chunks')`)
+// addPackColumns adds pack and pack_off, which name a pack chunk's record
+// (NULL for inline and file chunks), and an index on them that lets GC
+// count a pack's live bytes and find its rows. It adds only the columns
+// missing: vfs databases created between packs and vfs schema v3 got
+// them at v1, and Schema's databases from before versioning may have them
+// at version 0.
+func addPackColumns(ctx context.Context, tx *sql.Tx) error {
+	rows, err := tx.QueryContext(ctx, `SELECT name FROM pragma_table_info('chunks')`)
 	if err != nil {
-		return fmt.Errorf("chunk schema: %w", err)
+		return fmt.Errorf("add pack columns: %w", err)
 	}
 	have := map[string]bool{}
 	for rows.Next() {
 		var name string
 		if err := rows.Scan(&name); err != nil {
 			rows.Close()
-			return fmt.Errorf("chunk schema: %w", err)
+			return fmt.Errorf("add pack columns: %w", err)
 		}
 		have[name] = true
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return fmt.Errorf("chunk schema: %w", err)
+		return fmt.Errorf("add pack columns: %w", err)
 	}
 	var stmts []string
 	for _, col := range []string{"pack", "pack_off"} {
@@ -268,21 +286,11 @@ func addPackColumns(ctx context.Context, q Querier) error {
 	}
 	stmts = append(stmts, `CREATE INDEX IF NOT EXISTS chunks_pack ON chunks(pack, size) WHERE pack IS NOT NULL`)
 	for _, stmt := range stmts {
-		if _, err := q.ExecContext(ctx, stmt); err != nil {
-			return fmt.Errorf("chunk schema: %w", err)
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("add pack columns: %w", err)
 		}
 	}
 	return nil
-}
-
-// noPackColumns reports an error from a database whose chunks table has no
-// pack columns yet.
-func noPackColumns(err error) bool {
-	if err == nil {
-		return false
-	}
-	msg := err.Error()
-	return strings.Contains(msg, "no such column: pack") || strings.Contains(msg, "no column named pack")
 }
 
 // Stats returns the store's counts.

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
+
+	"github.com/wsync/wsync/internal/sqlitemigrate"
 )
 
 // Sentinel errors. Each maps to one errno (Errno); callers test with errors.Is.
@@ -30,7 +32,7 @@ var (
 	// ErrClosed: the store or handle is closed.
 	ErrClosed = errors.New("store closed")
 	// ErrSchemaTooNew: the database was written by a newer wsync.
-	ErrSchemaTooNew = errors.New("database schema is newer than this build")
+	ErrSchemaTooNew = sqlitemigrate.ErrTooNew
 )
 
 var errnos = []struct {

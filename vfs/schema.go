@@ -6,13 +6,14 @@ import (
 	"fmt"
 
 	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/internal/sqlitemigrate"
 )
 
 // migrations are the schema steps: migrations[i] takes a database from
-// version i to i+1. PRAGMA user_version holds the version. A database whose
-// version is above len(migrations) was written by a newer build and is
-// refused.
-var migrations = []func(ctx context.Context, tx *sql.Tx) error{
+// version i to i+1 (sqlitemigrate). The chunk table's steps
+// (chunkstore.Migrations) are steps of this list: v1 creates the table, v3
+// adds its pack columns.
+var migrations = []sqlitemigrate.Step{
 	migrateV1,
 	migrateV2,
 	migrateV3,
@@ -67,7 +68,7 @@ func migrateV1(ctx context.Context, tx *sql.Tx) error {
 			return fmt.Errorf("v1: %w", err)
 		}
 	}
-	return chunkstore.Schema(ctx, tx)
+	return chunkstore.Migrations[0](ctx, tx)
 }
 
 // migrateV2 adds extended attributes (local to each side, never synced).
@@ -84,10 +85,9 @@ func migrateV2(ctx context.Context, tx *sql.Tx) error {
 	return nil
 }
 
-// migrateV3 brings the chunks table to the chunk store's current shape
-// (pack-file locations); chunkstore.Schema is idempotent.
+// migrateV3 gives the chunks table its pack-file locations.
 func migrateV3(ctx context.Context, tx *sql.Tx) error {
-	if err := chunkstore.Schema(ctx, tx); err != nil {
+	if err := chunkstore.Migrations[1](ctx, tx); err != nil {
 		return fmt.Errorf("v3: %w", err)
 	}
 	return nil
@@ -112,36 +112,8 @@ func migrateV5(ctx context.Context, tx *sql.Tx) error {
 	return nil
 }
 
-// migrate brings the database to version `to` (SchemaVersion outside tests).
-func migrate(ctx context.Context, db *sql.DB, to int, init func(ctx context.Context, tx *sql.Tx) error) error {
-	tx, err := db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	defer tx.Rollback()
-	var v int
-	if err := tx.QueryRowContext(ctx, `PRAGMA user_version`).Scan(&v); err != nil {
-		return fmt.Errorf("migrate: read version: %w", err)
-	}
-	if v > len(migrations) {
-		return fmt.Errorf("%w: database is at schema version %d, this build knows versions up to %d", ErrSchemaTooNew, v, len(migrations))
-	}
-	if v >= to {
-		return nil
-	}
-	fresh := v == 0
-	for i := v; i < to; i++ {
-		if err := migrations[i](ctx, tx); err != nil {
-			return fmt.Errorf("migrate to version %d: %w", i+1, err)
-		}
-	}
-	if fresh && init != nil {
-		if err := init(ctx, tx); err != nil {
-			return fmt.Errorf("migrate: initialise: %w", err)
-		}
-	}
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf(`PRAGMA user_version = %d`, to)); err != nil {
-		return fmt.Errorf("migrate: set version: %w", err)
-	}
-	return tx.Commit()
+// migrate brings the database to version `to` (SchemaVersion outside
+// tests); init writes a new database's first rows.
+func migrate(ctx context.Context, db *sql.DB, to int, init sqlitemigrate.Step) error {
+	return sqlitemigrate.Migrate(ctx, db, migrations, to, init)
 }
