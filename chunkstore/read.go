@@ -66,7 +66,7 @@ func (s *Store) readRow(ctx context.Context, q Querier, r Ref, p []byte, off int
 	var rowSize int64
 	var dataLen, pack, packOff *int64
 	var data []byte
-	err := s.queryRow(ctx, q, "SELECT size, length(data), substr(data, ?, ?), pack, pack_off FROM chunks WHERE hash = ?",
+	err := q.QueryRowContext(ctx, "SELECT size, length(data), substr(data, ?, ?), pack, pack_off FROM chunks WHERE hash = ?",
 		off+1, len(p), r.Hash[:]).Scan(&rowSize, &dataLen, &data, &pack, &packOff)
 	loc := nullLoc(pack, packOff)
 	switch {
@@ -181,7 +181,7 @@ func (s *Store) getRow(ctx context.Context, q Querier, h Hash, stagedFile, retry
 	var size int64
 	var data []byte
 	var pack, packOff *int64
-	err := s.queryRow(ctx, q, "SELECT size, data, pack, pack_off FROM chunks WHERE hash = ?", h[:]).Scan(&size, &data, &pack, &packOff)
+	err := q.QueryRowContext(ctx, "SELECT size, data, pack, pack_off FROM chunks WHERE hash = ?", h[:]).Scan(&size, &data, &pack, &packOff)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		if !stagedFile {

@@ -88,7 +88,6 @@ type Store struct {
 	// chunks get files of their own. 0 writes no packs (the older layout,
 	// for benchmarks).
 	packMax int
-	stmts   stmtCache
 
 	mu     sync.Mutex
 	closed bool
@@ -180,7 +179,6 @@ func (s *Store) Close() error {
 	s.closed = true
 	clear(s.pins)
 	s.sweep = nil
-	s.stmts.close()
 	if s.packs != nil {
 		s.packs.close()
 	}
@@ -308,57 +306,4 @@ func (s *Store) Stats(ctx context.Context, q Querier) (Stats, error) {
 	st.StagedChunks = int64(len(s.pins))
 	s.mu.Unlock()
 	return st, nil
-}
-
-// stmtCache keeps the read path's statements prepared on the reader
-// *sql.DB callers pass: preparing is about half the cost of reading a small
-// row (bench_test.go, BenchmarkReadAt).
-type stmtCache struct {
-	mu sync.Mutex
-	m  map[stmtKey]*sql.Stmt
-}
-
-type stmtKey struct {
-	db    *sql.DB
-	query string
-}
-
-// queryRow runs a single-row query, prepared once per *sql.DB; other
-// Queriers (transactions, conns) run it directly.
-func (s *Store) queryRow(ctx context.Context, q Querier, query string, args ...any) *sql.Row {
-	db, ok := q.(*sql.DB)
-	if !ok {
-		return q.QueryRowContext(ctx, query, args...)
-	}
-	c := &s.stmts
-	c.mu.Lock()
-	stmt := c.m[stmtKey{db, query}]
-	c.mu.Unlock()
-	if stmt == nil {
-		var err error
-		if stmt, err = db.PrepareContext(ctx, query); err != nil {
-			return q.QueryRowContext(ctx, query, args...) // reports the error
-		}
-		c.mu.Lock()
-		if c.m == nil {
-			c.m = make(map[stmtKey]*sql.Stmt)
-		}
-		if old := c.m[stmtKey{db, query}]; old != nil {
-			stmt.Close()
-			stmt = old
-		} else {
-			c.m[stmtKey{db, query}] = stmt
-		}
-		c.mu.Unlock()
-	}
-	return stmt.QueryRowContext(ctx, args...)
-}
-
-func (c *stmtCache) close() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for k, stmt := range c.m {
-		stmt.Close()
-		delete(c.m, k)
-	}
 }
