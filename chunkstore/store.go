@@ -232,7 +232,7 @@ func Schema(ctx context.Context, db *sql.DB) error {
 func createChunks(ctx context.Context, tx *sql.Tx) error {
 	for _, stmt := range []string{
 		// A rowid table with a UNIQUE hash: large blobs in a WITHOUT ROWID
-		// table are the slowest layout (PERF-NOTES.md). data is the chunk's
+		// table are the slowest layout. data is the chunk's
 		// bytes for an inline chunk, NULL for a file chunk.
 		`CREATE TABLE IF NOT EXISTS chunks(
 			id   INTEGER PRIMARY KEY,

@@ -114,7 +114,7 @@ type Server struct {
 // Mount mounts store at dir and serves it until Unmount. ctx bounds the
 // setup only. The mount is shared by every user of the machine (allow_other)
 // and the kernel checks permissions from the attributes we report
-// (default_permissions), as SPEC section 5 asks.
+// (default_permissions).
 func Mount(ctx context.Context, dir string, store *vfs.Store, opts Options) (*Server, error) {
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		return nil, fmt.Errorf("mount %s: %w: %v", dir, ErrNoFUSE, err)

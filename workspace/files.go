@@ -20,8 +20,8 @@ import (
 // Ignored paths are invisible: stat, read and list act as if they did not
 // exist, and writes to them are refused the same way.
 
-// FileInfo is one node as `ls --json` and `stat --json` print it (SPEC
-// section 5). Target is set for symlinks, SHA256 for files (when asked).
+// FileInfo is one node as `ls --json` and `stat --json` print it
+// (docs/API.md "File objects"). Target is set for symlinks, SHA256 for files (when asked).
 type FileInfo struct {
 	Path   string    `json:"path"`
 	Type   string    `json:"type"` // "file", "dir" or "symlink"

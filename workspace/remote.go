@@ -47,9 +47,8 @@ type Remote interface {
 	// (with Connected false and LastError set) rather than fail.
 	Status(ctx context.Context) (RemoteStatus, error)
 
-	// Verify compares both sides' Merkle roots (SPEC section 6) and reports
-	// the verdict. Until the convergence work lands it may return
-	// ErrNotSupported.
+	// Verify compares both sides' Merkle roots and reports the verdict. A
+	// remote that cannot verify returns ErrNotSupported.
 	Verify(ctx context.Context) (VerifyReport, error)
 }
 

@@ -547,7 +547,7 @@ func TestExecRefusesBadSpecs(t *testing.T) {
 		{Argv: []string{"a"}, Env: []string{"NOEQUALS"}},
 		{Argv: []string{"a"}, Env: []string{"=v"}},
 		{Argv: []string{"a"}, Timeout: -1},
-		// Sizes the container refuses are refused before the push (SPEC 8).
+		// Sizes the container refuses are refused before the push (docs/API.md, exec).
 		{Argv: []string{"cat"}, Stdin: make([]byte, workspace.MaxExecStdin+1)},
 		{Argv: make([]string, workspace.MaxExecArgs+1)},
 		{Argv: []string{"a"}, Env: make([]string, workspace.MaxExecArgs+1)},

@@ -16,7 +16,7 @@ import (
 	"github.com/wsync/wsync/workspace/api"
 )
 
-// A listing streams (SPEC 8: what a caller can make the server hold is
+// A listing streams (what a caller can make the server hold is
 // bounded): a tree made cheaply (here 8,000 directories with long paths,
 // about 17 MiB of JSON) is listed with ls -R while the server holds one
 // directory's listing at a time, not the whole answer. Before, the handler
