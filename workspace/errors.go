@@ -1,8 +1,10 @@
 package workspace
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"net/http"
 
 	"github.com/wsync/wsync/vfs"
 )
@@ -40,42 +42,183 @@ var (
 	ErrPendingPull = errors.New("a pull is pending: the container has changes the server has not pulled, and pulling them failed; nothing was pushed")
 	// ErrBusy: the workspace has too many calls in flight; retry later.
 	ErrBusy = errors.New("workspace busy: too many calls in flight")
+	// ErrExecBusy: computerd already runs as many commands as it allows;
+	// retry later. It is an ErrBusy.
+	ErrExecBusy = fmt.Errorf("computerd runs as many commands as it allows: %w", ErrBusy)
+	// ErrUnauthorized: the API caller's bearer token is missing or wrong.
+	ErrUnauthorized = errors.New("missing or wrong bearer token")
+	// ErrTooLarge: a request body over the API's limit.
+	ErrTooLarge = errors.New("request too large")
 )
 
-// Errnoer is implemented by errors that carry a symbolic code of their own
-// (a sync wire error such as "EAUTH" or "EEXEC_BUSY"). ErrnoName prefers it
-// over the vfs mapping.
-type Errnoer interface {
-	Errno() string
+// Failures of the computerd side of a workspace: the API caller's request
+// was fine, the server's peer was not. Each is an ErrPeer.
+var (
+	// ErrPeer: computerd failed the call (see PeerError).
+	ErrPeer = errors.New("computerd failed")
+	// ErrPeerAuth: computerd refused the server's token for the workspace
+	// (the computerd_token it was created with), not the caller's.
+	ErrPeerAuth = fmt.Errorf("computerd refused the server's token for the workspace: %w", ErrPeer)
+	// ErrPeerUnavailable: there is no sync session with computerd: it ended
+	// while the call was in flight, or could not be opened. The next call
+	// dials again.
+	ErrPeerUnavailable = fmt.Errorf("computerd unavailable: %w", ErrPeer)
+)
+
+// PeerError is a failure a Remote saw on computerd's side: the peer's
+// answer, or the end of the session with it. Code is the sync wire's name
+// for it ("EAUTH", "ESHUTDOWN", "EPROTOCOL", "ENOENT"); the error registry
+// gives it its API code and status, so a peer's refusal of the server's
+// token is not taken for the API caller's.
+type PeerError struct {
+	Code string
+	Err  error
 }
 
-// ErrnoName names err's code for API errors: the code of an Errnoer in its
-// chain, else the vfs errno name ("ENOENT"), with EIO for anything unknown.
-func ErrnoName(err error) string {
-	if err == nil {
-		return ""
+func (e *PeerError) Error() string { return "computerd: " + e.Err.Error() }
+
+// Unwrap gives the cause and the sentinel of the API code: ErrPeerAuth for
+// EAUTH, ErrPeerUnavailable for ESHUTDOWN, vfs.ErrNotExist for ENOENT, and
+// ErrPeer for a code the API has no sentinel for.
+func (e *PeerError) Unwrap() []error {
+	c := apiCodeOfWire(e.Code)
+	return []error{c.sentinel(http.StatusBadGateway), e.Err}
+}
+
+// apiCode is one row of the error registry of the HTTP API: the code
+// (errno), the status of the answer, and the sentinel. The server answers
+// an error with the first row it matches (errors.Is on err or an alias, or
+// match); the client's error for an answer unwraps to the row's err, so
+// errors.Is works the same on both sides of the API.
+type apiCode struct {
+	code   string
+	status int
+	err    error
+	alias  []error          // encode only: also answered with this code
+	match  func(error) bool // encode only
+	wire   string           // a PeerError with this wire code has this row
+}
+
+// apiCodes is the one table of the API's error codes (docs/API.md, Errors).
+// Order matters where an error matches more than one row: a refused push
+// names the pull it waits for, whatever that pull failed with.
+var apiCodes = []apiCode{
+	{code: "EFBIG", status: http.StatusRequestEntityTooLarge, err: ErrTooLarge, alias: []error{vfs.ErrFileTooBig}, match: tooLarge},
+	{code: "ECANCELED", status: http.StatusInternalServerError, alias: []error{context.Canceled, context.DeadlineExceeded}},
+	{code: "EPENDING", status: http.StatusConflict, err: ErrPendingPull},
+	{code: "EEXEC_BUSY", status: http.StatusTooManyRequests, err: ErrExecBusy},
+	{code: "EBUSY", status: http.StatusTooManyRequests, err: ErrBusy},
+	{code: "EPEER_AUTH", status: http.StatusBadGateway, err: ErrPeerAuth, wire: "EAUTH"},
+	{code: "EPEER_UNAVAILABLE", status: http.StatusServiceUnavailable, err: ErrPeerUnavailable, wire: "ESHUTDOWN"},
+	{code: "ENOTCONN", status: http.StatusServiceUnavailable, err: ErrNoRemote},
+	{code: "EOPNOTSUPP", status: http.StatusNotImplemented, err: ErrNotSupported, alias: []error{vfs.ErrNotSupp}},
+	{code: "ESHUTDOWN", status: http.StatusServiceUnavailable, err: ErrClosed},
+	{code: "EAUTH", status: http.StatusUnauthorized, err: ErrUnauthorized},
+	{code: "ENOENT", status: http.StatusNotFound, err: vfs.ErrNotExist},
+	{code: "EEXIST", status: http.StatusConflict, err: vfs.ErrExist},
+	{code: "ENOTEMPTY", status: http.StatusConflict, err: vfs.ErrNotEmpty},
+	{code: "EINVAL", status: http.StatusBadRequest, err: vfs.ErrInvalid},
+	{code: "ENOTDIR", status: http.StatusBadRequest, err: vfs.ErrNotDir},
+	{code: "EISDIR", status: http.StatusBadRequest, err: vfs.ErrIsDir},
+	{code: "ENAMETOOLONG", status: http.StatusBadRequest, err: vfs.ErrNameTooLong},
+	{code: "ELOOP", status: http.StatusBadRequest, err: vfs.ErrLoop},
+	{code: "ERANGE", status: http.StatusBadRequest, err: vfs.ErrRange},
+	{code: "EPERM", status: http.StatusForbidden, err: vfs.ErrPerm},
+	{code: "EACCES", status: http.StatusForbidden},
+	{code: "EXDEV", status: http.StatusInternalServerError, err: vfs.ErrCrossDevice},
+	{code: "ENODATA", status: http.StatusInternalServerError, err: vfs.ErrNoData},
+}
+
+func tooLarge(err error) bool {
+	var mbe *http.MaxBytesError
+	return errors.As(err, &mbe)
+}
+
+func (c apiCode) matches(err error) bool {
+	if c.err != nil && errors.Is(err, c.err) || c.match != nil && c.match(err) {
+		return true
 	}
-	// The workspace's own verdicts first: a refused push names the pull it
-	// waits for, whatever code that pull failed with.
-	switch {
-	case errors.Is(err, ErrPendingPull):
-		return "EPENDING"
-	case errors.Is(err, ErrBusy):
-		return "EBUSY"
+	for _, a := range c.alias {
+		if errors.Is(err, a) {
+			return true
+		}
 	}
-	var e Errnoer
-	if errors.As(err, &e) {
-		if c := e.Errno(); c != "" {
+	return false
+}
+
+// sentinel is what an answer with this row's code unwraps to; a code with
+// no sentinel of its own is an ErrPeer when computerd failed (status).
+func (c apiCode) sentinel(status int) error {
+	if c.err == nil && status == http.StatusBadGateway {
+		return ErrPeer
+	}
+	return c.err
+}
+
+// lookup is the row of an API code.
+func lookup(code string) (apiCode, bool) {
+	for _, c := range apiCodes {
+		if c.code == code {
+			return c, true
+		}
+	}
+	return apiCode{}, false
+}
+
+// apiCodeOf is the row of an API code; a code with no row (EIO, ENOSPC)
+// is answered 500.
+func apiCodeOf(code string) apiCode {
+	if c, ok := lookup(code); ok {
+		return c
+	}
+	return apiCode{code: code, status: http.StatusInternalServerError}
+}
+
+// apiCodeOfWire is the row of a PeerError's wire code: the row that
+// renames it (EAUTH is the peer's refusal, not the caller's), else the row
+// of the same name; a code with no row is 502, computerd's failure.
+func apiCodeOfWire(wire string) apiCode {
+	for _, c := range apiCodes {
+		if c.wire == wire {
 			return c
 		}
 	}
-	switch {
-	case errors.Is(err, ErrNoRemote):
-		return "ENOTCONN"
-	case errors.Is(err, ErrNotSupported):
-		return "EOPNOTSUPP"
-	case errors.Is(err, ErrClosed):
-		return "ESHUTDOWN"
+	if c, ok := lookup(wire); ok {
+		return c
 	}
-	return vfs.ErrnoName(err)
+	return apiCode{code: wire, status: http.StatusBadGateway}
+}
+
+// APIError names err for the HTTP API: its code (errno) and the status of
+// the answer. Errors of the store are named by their errno (EIO for one
+// it does not know).
+func APIError(err error) (code string, status int) {
+	if err == nil {
+		return "", http.StatusOK
+	}
+	for _, c := range apiCodes {
+		if c.matches(err) {
+			return c.code, c.status
+		}
+	}
+	var pe *PeerError
+	if errors.As(err, &pe) {
+		c := apiCodeOfWire(pe.Code)
+		return c.code, c.status
+	}
+	c := apiCodeOf(vfs.ErrnoName(err))
+	return c.code, c.status
+}
+
+// ErrnoName is err's API code (APIError without the status).
+func ErrnoName(err error) string {
+	code, _ := APIError(err)
+	return code
+}
+
+// APISentinel is the sentinel an API answer with code and status stands
+// for (nil when the code has none): errors.Is(clientErr, vfs.ErrNotExist)
+// holds for an ENOENT, errors.Is(clientErr, ErrPeer) for any 502.
+func APISentinel(code string, status int) error {
+	return apiCodeOf(code).sentinel(status)
 }

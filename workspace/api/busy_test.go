@@ -10,12 +10,11 @@ import (
 	"github.com/wsync/wsync/workspace/client"
 )
 
-// wireErr stands for a sync wire error carrying its code (as
-// workspace/remote's errors do).
-type wireErr string
-
-func (e wireErr) Error() string { return "peer said " + string(e) }
-func (e wireErr) Errno() string { return string(e) }
+// wireErr stands for a sync wire error from computerd (as
+// workspace/remote's errors are).
+func wireErr(code string) error {
+	return &workspace.PeerError{Code: code, Err: errors.New("peer said " + code)}
+}
 
 // A busy peer is a 429 with Retry-After and a message, and a push fenced
 // by a pending pull a 409 EPENDING; the Go client turns both back into the

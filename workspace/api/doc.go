@@ -10,14 +10,18 @@
 // # Errors
 //
 // Every error is a JSON body {"error": message, "errno": "ENOENT"} with a
-// status that follows the errno (one table, statusOf): 404 ENOENT, 409
-// EEXIST, ENOTEMPTY and EPENDING (a push fenced by a pending pull), 400 for
-// bad arguments (EINVAL, ENOTDIR, EISDIR, ...), 401 EAUTH, 403 EPERM (an
-// endpoint outside --allow-endpoint), 413 EFBIG (a body over the limit),
-// 429 EBUSY and EEXEC_BUSY (the computerd session or its runner is at its
-// limit: nothing was done, retry; with Retry-After), 501 EOPNOTSUPP, 503
-// ENOTCONN (no remote), 500 otherwise (EIO, or a sync wire code such as
-// EPROTOCOL).
+// status that follows the errno, both from the workspace's error registry
+// (workspace.APIError, the one table the Go client decodes with too): 404
+// ENOENT, 409 EEXIST, ENOTEMPTY and EPENDING (a push fenced by a pending
+// pull), 400 for bad arguments (EINVAL, ENOTDIR, EISDIR, ...), 401 EAUTH
+// (the caller's token), 403 EPERM (an endpoint outside --allow-endpoint),
+// 413 EFBIG (a body over the limit), 429 EBUSY and EEXEC_BUSY (the
+// computerd session or its runner is at its limit: nothing was done, retry;
+// with Retry-After), 501 EOPNOTSUPP, 503 ENOTCONN (no remote), ESHUTDOWN
+// (the server is closing) and EPEER_UNAVAILABLE (no session with
+// computerd), 502 for computerd's other failures (EPEER_AUTH: it refused
+// the server's token; or the wire's own code, such as EPROTOCOL), 500
+// otherwise (EIO).
 //
 // # Workspaces
 //

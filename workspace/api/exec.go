@@ -27,7 +27,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, ws *workspace.Work
 	case err != nil && !fw.started:
 		writeError(w, err)
 	case err != nil:
-		fw.frame(ExecFrame{Type: FrameError, Error: err.Error(), Errno: errnoOf(err)})
+		fw.frame(ExecFrame{Type: FrameError, Error: err.Error(), Errno: workspace.ErrnoName(err)})
 	default:
 		fw.frame(ExecFrame{Type: FrameResult, Result: &rep})
 	}

@@ -114,7 +114,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := &recorder{ResponseWriter: w, status: http.StatusOK}
 	if r.URL.Path != "/health" && !s.token.Check(r) {
 		rec.Header().Set("WWW-Authenticate", `Bearer realm="wsync"`)
-		writeJSON(rec, http.StatusUnauthorized, Error{Error: "missing or wrong bearer token", Errno: ErrnoAuth})
+		writeError(rec, workspace.ErrUnauthorized)
 	} else {
 		s.mux.ServeHTTP(rec, r)
 	}

@@ -2,12 +2,14 @@
 // docs/API.md): one typed method per route.
 //
 // Errors from the server come back as *Error, which carries the HTTP
-// status and the errno name and unwraps to the matching sentinel, so
+// status and the errno name and unwraps to the sentinel the workspace's
+// error registry gives the code (workspace.APISentinel), so
 // errors.Is(err, vfs.ErrNotExist) works on the client as on the server;
 // ENOTCONN unwraps to workspace.ErrNoRemote, EOPNOTSUPP to
 // workspace.ErrNotSupported, EAUTH to ErrUnauthorized, EBUSY and
 // EEXEC_BUSY to workspace.ErrBusy (retry later), EPENDING to
-// workspace.ErrPendingPull.
+// workspace.ErrPendingPull, and any 502 (computerd failed: EPEER_AUTH,
+// or a sync wire code) to workspace.ErrPeer.
 //
 //	c, err := client.New("http://127.0.0.1:8080", token)
 //	ws := c.Workspace("default")

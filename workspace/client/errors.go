@@ -1,17 +1,16 @@
 package client
 
 import (
-	"errors"
 	"fmt"
 
-	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/workspace"
 )
 
-// Sentinels for errors the HTTP layer raises.
+// Sentinels for errors the HTTP layer raises (the workspace's, kept here
+// for the client's users).
 var (
-	ErrUnauthorized = errors.New("unauthorized: missing or wrong token")
-	ErrTooLarge     = errors.New("request too large")
+	ErrUnauthorized = workspace.ErrUnauthorized
+	ErrTooLarge     = workspace.ErrTooLarge
 )
 
 // Error is an error response from the server.
@@ -28,35 +27,6 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("server: %s (%s)", e.Message, e.Code)
 }
 
-// Unwrap returns the sentinel of the errno, so errors.Is works across the
-// API.
-func (e *Error) Unwrap() error { return sentinels[e.Code] }
-
-// Errno is the errno name; it makes *Error a workspace.Errnoer, so
-// workspace.ErrnoName names the server's code.
-func (e *Error) Errno() string { return e.Code }
-
-var _ workspace.Errnoer = (*Error)(nil)
-
-var sentinels = map[string]error{
-	"ENOENT":       vfs.ErrNotExist,
-	"EEXIST":       vfs.ErrExist,
-	"ENOTDIR":      vfs.ErrNotDir,
-	"EISDIR":       vfs.ErrIsDir,
-	"ENOTEMPTY":    vfs.ErrNotEmpty,
-	"EINVAL":       vfs.ErrInvalid,
-	"EPERM":        vfs.ErrPerm,
-	"ENAMETOOLONG": vfs.ErrNameTooLong,
-	"EXDEV":        vfs.ErrCrossDevice,
-	"ENODATA":      vfs.ErrNoData,
-	"ERANGE":       vfs.ErrRange,
-	"ELOOP":        vfs.ErrLoop,
-	"EOPNOTSUPP":   workspace.ErrNotSupported,
-	"ENOTCONN":     workspace.ErrNoRemote,
-	"ESHUTDOWN":    workspace.ErrClosed,
-	"EBUSY":        workspace.ErrBusy,
-	"EEXEC_BUSY":   workspace.ErrBusy,
-	"EPENDING":     workspace.ErrPendingPull,
-	"EAUTH":        ErrUnauthorized,
-	"EFBIG":        ErrTooLarge,
-}
+// Unwrap returns the sentinel of the code in the workspace's error
+// registry (workspace.APISentinel), so errors.Is works across the API.
+func (e *Error) Unwrap() error { return workspace.APISentinel(e.Code, e.Status) }
