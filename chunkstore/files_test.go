@@ -34,6 +34,21 @@ func TestSplitLayoutKeepsFullChunksInFilesSmallerInPacksSmallInRows(t *testing.T
 }
 
 func TestDefaultInlineMaxFollowsNoSync(t *testing.T) {
+	// Distinct defaults: the real ones are both 4 KiB.
+	const def, noSyncDef = 1000, 2000
+	for _, c := range []struct {
+		opts Options
+		want int
+	}{
+		{Options{}, def},
+		{Options{NoSync: true}, noSyncDef},
+		{Options{InlineMax: 100}, 100},
+		{Options{NoSync: true, InlineMax: 100}, 100},
+	} {
+		if got := pickInlineMax(c.opts, def, noSyncDef); got != c.want {
+			t.Errorf("pickInlineMax(%+v) = %d, want %d", c.opts, got, c.want)
+		}
+	}
 	for _, c := range []struct {
 		opts Options
 		want int

@@ -135,7 +135,7 @@ func New(opts Options) (*Store, error) {
 	}
 	s := &Store{
 		dir:       opts.Dir,
-		inlineMax: opts.InlineMax,
+		inlineMax: pickInlineMax(opts, DefaultInlineMax, DefaultInlineMaxNoSync),
 		noSync:    opts.NoSync,
 		log:       opts.Logger,
 		pins:      make(map[Hash]*pin),
@@ -143,13 +143,6 @@ func New(opts Options) (*Store, error) {
 		dirtyDirs: make(map[string]struct{}),
 		locs:      make(map[Hash]packLoc),
 		packMax:   defaultPackMax,
-	}
-	switch {
-	case s.inlineMax != 0:
-	case s.noSync:
-		s.inlineMax = DefaultInlineMaxNoSync
-	default:
-		s.inlineMax = DefaultInlineMax
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -167,6 +160,19 @@ func New(opts Options) (*Store, error) {
 		}
 	}
 	return s, nil
+}
+
+// pickInlineMax is opts.InlineMax, or when it is 0 the default for
+// opts.NoSync: noSyncDef with NoSync, def without. The defaults are
+// parameters so a test can tell the two apart while both are 4 KiB.
+func pickInlineMax(opts Options, def, noSyncDef int) int {
+	switch {
+	case opts.InlineMax != 0:
+		return opts.InlineMax
+	case opts.NoSync:
+		return noSyncDef
+	}
+	return def
 }
 
 // Close releases the store's open files. Stages still live lose their pins.
