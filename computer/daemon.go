@@ -19,6 +19,7 @@ import (
 	"github.com/wsync/wsync/execrun"
 	"github.com/wsync/wsync/fusefs"
 	"github.com/wsync/wsync/syncwire"
+	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 )
 
@@ -109,19 +110,19 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 		return fail(fmt.Errorf("computerd: mount %s: %w", cfg.Mount, err))
 	}
 	if d.runner, err = execrun.New(execrun.Options{
-		Root: cfg.Mount, RuntimeID: syncwire.RuntimeID.String(),
+		Root: cfg.Mount, RuntimeID: rpc.RuntimeID.String(),
 		MaxRunning: cfg.MaxExecs, LogCap: cfg.ExecLogCap, Logger: log,
 	}); err != nil {
 		return fail(fmt.Errorf("computerd: %w", err))
 	}
-	d.sync = syncwire.NewServer(d.store, syncwire.ServerOptions{Token: cfg.Token, Config: syncwire.Config{StoreID: d.store.ID(), Logger: log}})
+	d.sync = syncwire.NewServer(d.store, rpc.ServerOptions{Token: cfg.Token, Config: rpc.Config{ID: d.store.ID(), Logger: log}})
 	execrpc.Register(d.sync, d.runner, execrpc.Options{BeforeStart: d.mnt.WaitInvalidated, Logger: log})
 	converge.Register(d.sync, d.store, log)
 
 	d.http = &http.Server{Handler: d.routes(), ReadHeaderTimeout: 10 * time.Second}
 	go func() { d.served <- d.http.Serve(ln) }()
 	d.log.Info("computerd up", "listen", ln.Addr().String(), "mount", cfg.Mount, "state", cfg.State,
-		"runtime", syncwire.RuntimeID.String(), "store", d.store.ID())
+		"runtime", rpc.RuntimeID.String(), "store", d.store.ID())
 	return d, nil
 }
 

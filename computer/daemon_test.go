@@ -20,6 +20,7 @@ import (
 	"github.com/wsync/wsync/internal/computertest"
 	"github.com/wsync/wsync/internal/fusetest"
 	"github.com/wsync/wsync/syncwire"
+	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 )
 
@@ -33,9 +34,9 @@ func serverStore(t *testing.T) *vfs.Store {
 	return s
 }
 
-func driver(t *testing.T, d *computer.Daemon, server *vfs.Store, token string) (*syncwire.Driver, *syncwire.Client) {
+func driver(t *testing.T, d *computer.Daemon, server *vfs.Store, token string) (*syncwire.Driver, *rpc.Client) {
 	t.Helper()
-	c := syncwire.NewClient(syncwire.ClientOptions{Config: syncwire.Config{StoreID: server.ID()}, URL: d.SyncURL(), Token: token})
+	c := rpc.NewClient(rpc.ClientOptions{Config: rpc.Config{ID: server.ID()}, URL: d.SyncURL(), Token: token})
 	t.Cleanup(func() { c.Close() })
 	return syncwire.NewDriver(server, "computerd", c, syncwire.DriverOptions{}), c
 }

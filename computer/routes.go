@@ -14,7 +14,7 @@ import (
 	"github.com/wsync/wsync/execrun"
 	"github.com/wsync/wsync/fusefs"
 	"github.com/wsync/wsync/internal/bearer"
-	"github.com/wsync/wsync/syncwire"
+	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/watermark"
 )
@@ -54,9 +54,9 @@ func writeJSON(w http.ResponseWriter, v any) {
 func (d *Daemon) info(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, map[string]any{
 		"version":  Version,
-		"protocol": map[string]int{"min": syncwire.ProtocolMinVersion, "max": syncwire.ProtocolMaxVersion},
+		"protocol": map[string]int{"min": rpc.ProtocolMinVersion, "max": rpc.ProtocolMaxVersion},
 		"mount":    d.cfg.Mount,
-		"runtime":  syncwire.RuntimeID.String(),
+		"runtime":  rpc.RuntimeID.String(),
 		"store":    d.store.ID(),
 		"state":    d.cfg.State,
 		"uptime_s": int64(time.Since(d.start).Seconds()),

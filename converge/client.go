@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/wsync/wsync/syncwire"
+	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 )
 
@@ -29,7 +30,7 @@ func (st *callStats) add(requests, nodes int, wire int64) {
 }
 
 // call is a unary call with accounting.
-func call(ctx context.Context, sess *syncwire.Session, st *callStats, m syncwire.Method, body []byte) ([]byte, error) {
+func call(ctx context.Context, sess *rpc.Session, st *callStats, m rpc.Method, body []byte) ([]byte, error) {
 	o, err := sess.Open(ctx, m, body, false)
 	if err != nil {
 		return nil, err
@@ -42,7 +43,7 @@ func call(ctx context.Context, sess *syncwire.Session, st *callStats, m syncwire
 }
 
 // peerRoot asks the peer for its Merkle root under ignore.
-func peerRoot(ctx context.Context, sess *syncwire.Session, st *callStats, ignore []string) (rootInfo, error) {
+func peerRoot(ctx context.Context, sess *rpc.Session, st *callStats, ignore []string) (rootInfo, error) {
 	w := writer{}
 	w.ignore(ignore)
 	b, err := call(ctx, sess, st, MethodRoot, w.b)
@@ -58,7 +59,7 @@ func peerRoot(ctx context.Context, sess *syncwire.Session, st *callStats, ignore
 
 // peerNode asks for one page of the children of the peer's directory at
 // path, after the name after.
-func peerNode(ctx context.Context, sess *syncwire.Session, st *callStats, path, after string, ignore []string) (nodePage, error) {
+func peerNode(ctx context.Context, sess *rpc.Session, st *callStats, path, after string, ignore []string) (nodePage, error) {
 	req := nodeRequest{Path: path, After: after, Limit: MaxChildren, Ignore: ignore}
 	b, err := call(ctx, sess, st, MethodNode, appendNodeRequest(nil, req))
 	st.add(0, 1, 0)
@@ -74,7 +75,7 @@ func peerNode(ctx context.Context, sess *syncwire.Session, st *callStats, path, 
 
 // peerChildren streams every child of the peer's directory at path to fn,
 // page by page, bounded by MaxDirChildren.
-func peerChildren(ctx context.Context, sess *syncwire.Session, st *callStats, path string, ignore []string, fn func(Child) error) error {
+func peerChildren(ctx context.Context, sess *rpc.Session, st *callStats, path string, ignore []string, fn func(Child) error) error {
 	after, total := "", 0
 	for {
 		pg, err := peerNode(ctx, sess, st, path, after, ignore)
@@ -98,7 +99,7 @@ func peerChildren(ctx context.Context, sess *syncwire.Session, st *callStats, pa
 }
 
 // peerRevs returns the peer's change revs of paths.
-func peerRevs(ctx context.Context, sess *syncwire.Session, st *callStats, paths []string) ([]int64, error) {
+func peerRevs(ctx context.Context, sess *rpc.Session, st *callStats, paths []string) ([]int64, error) {
 	out := make([]int64, 0, len(paths))
 	for start := 0; start < len(paths); start += MaxPaths {
 		part := paths[start:min(start+MaxPaths, len(paths))]
@@ -116,7 +117,7 @@ func peerRevs(ctx context.Context, sess *syncwire.Session, st *callStats, paths 
 }
 
 // peerEntries returns the peer's current entries for paths, in order.
-func peerEntries(ctx context.Context, sess *syncwire.Session, st *callStats, paths []string) ([]vfs.ChangeEntry, error) {
+func peerEntries(ctx context.Context, sess *rpc.Session, st *callStats, paths []string) ([]vfs.ChangeEntry, error) {
 	out := make([]vfs.ChangeEntry, 0, len(paths))
 	for start := 0; start < len(paths); start += MaxPaths {
 		part := paths[start:min(start+MaxPaths, len(paths))]
@@ -129,7 +130,7 @@ func peerEntries(ctx context.Context, sess *syncwire.Session, st *callStats, pat
 	return out, nil
 }
 
-func peerEntryPage(ctx context.Context, sess *syncwire.Session, st *callStats, paths []string) ([]vfs.ChangeEntry, error) {
+func peerEntryPage(ctx context.Context, sess *rpc.Session, st *callStats, paths []string) ([]vfs.ChangeEntry, error) {
 	o, err := sess.Open(ctx, MethodEntries, appendPaths(nil, paths), false)
 	if err != nil {
 		return nil, fmt.Errorf("entries: %w", err)

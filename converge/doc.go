@@ -49,7 +49,7 @@
 // refuses any answer that breaks them (more children than asked, names out
 // of order or invalid, unknown kinds, endless pages, more than
 // MaxDirChildren for a directory, a walk deeper than MaxWalkDepth) with
-// ErrMalformed, which is syncwire.ErrProtocol on both sides of the wire.
+// ErrMalformed, which is rpc.ErrProtocol on both sides of the wire.
 // The walk descends only where the local tree has a directory too, so a
 // hostile peer cannot make it deeper than our own tree.
 //

@@ -4,18 +4,18 @@ import (
 	"fmt"
 
 	"github.com/wsync/wsync/chunkstore"
-	"github.com/wsync/wsync/syncwire"
+	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 )
 
 // Sentinel errors. Each wraps a sentinel the wire has a code for, so
 // errors.Is holds on the other side of a session too (there the error is a
-// *syncwire.RemoteError that unwraps to the wrapped sentinel).
+// *rpc.RemoteError that unwraps to the wrapped sentinel).
 var (
 	// ErrMalformed: a message, page or record that does not decode, or a
 	// peer's answer that breaks a bound (too many children, names out of
-	// order, a walk deeper than MaxWalkDepth). It is syncwire.ErrProtocol.
-	ErrMalformed = fmt.Errorf("convergence: %w", syncwire.ErrProtocol)
+	// order, a walk deeper than MaxWalkDepth). It is rpc.ErrProtocol.
+	ErrMalformed = fmt.Errorf("convergence: %w", rpc.ErrProtocol)
 	// ErrRootMismatch: a snapshot whose staged records do not hash to the
 	// root the sender declared. It is chunkstore.ErrHashMismatch.
 	ErrRootMismatch = fmt.Errorf("snapshot root: %w", chunkstore.ErrHashMismatch)

@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/wsync/wsync/chunkstore"
 	"github.com/wsync/wsync/syncwire"
+	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/watermark"
 )
@@ -25,8 +26,8 @@ import (
 // tests, as workspace/remote does.
 const peerName = "computerd"
 
-func testConfig() syncwire.Config {
-	return syncwire.Config{PingInterval: time.Second, PingTimeout: 10 * time.Second, CallTimeout: time.Minute}
+func testConfig() rpc.Config {
+	return rpc.Config{PingInterval: time.Second, PingTimeout: 10 * time.Second, CallTimeout: time.Minute}
 }
 
 func openStore(t testing.TB, path string) *vfs.Store {
@@ -49,12 +50,12 @@ func newStore(t testing.TB, name string) *vfs.Store {
 type rig struct {
 	server, cont *vfs.Store
 	resp         *Responder
-	client       *syncwire.Client
+	client       *rpc.Client
 }
 
 func newRig(t testing.TB, server, cont *vfs.Store) *rig {
 	t.Helper()
-	srv := syncwire.NewServer(cont, syncwire.ServerOptions{Config: testConfig()})
+	srv := syncwire.NewServer(cont, rpc.ServerOptions{Config: testConfig()})
 	resp := Register(srv, cont, slog.New(slog.DiscardHandler))
 	return serveRig(t, server, cont, srv, resp)
 }
@@ -64,11 +65,11 @@ func serveRig(t testing.TB, server, cont *vfs.Store, srv *syncwire.Server, resp 
 	hs := httptest.NewServer(srv)
 	cfg := testConfig()
 	if server != nil {
-		cfg.StoreID = server.ID()
+		cfg.ID = server.ID()
 	} else {
-		cfg.StoreID = "server"
+		cfg.ID = "server"
 	}
-	c := syncwire.NewClient(syncwire.ClientOptions{Config: cfg, URL: "ws" + strings.TrimPrefix(hs.URL, "http") + "/sync"})
+	c := rpc.NewClient(rpc.ClientOptions{Config: cfg, URL: "ws" + strings.TrimPrefix(hs.URL, "http") + "/sync"})
 	t.Cleanup(func() {
 		c.Close()
 		srv.Close()
@@ -77,7 +78,7 @@ func serveRig(t testing.TB, server, cont *vfs.Store, srv *syncwire.Server, resp 
 	return &rig{server: server, cont: cont, resp: resp, client: c}
 }
 
-func (r *rig) session(t testing.TB) *syncwire.Session {
+func (r *rig) session(t testing.TB) *rpc.Session {
 	t.Helper()
 	s, _, err := r.client.Session(context.Background())
 	if err != nil {

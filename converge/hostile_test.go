@@ -15,6 +15,7 @@ import (
 
 	"github.com/wsync/wsync/chunkstore"
 	"github.com/wsync/wsync/syncwire"
+	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 )
 
@@ -76,10 +77,10 @@ func (p *heapProbe) check(t *testing.T) {
 // floodNode answers every Node request with full pages of new file names
 // (pages pages of MaxChildren, then the end) and measures the heap each
 // time the walker asks for the next page.
-func floodNode(p *heapProbe, pages int) syncwire.Handler {
+func floodNode(p *heapProbe, pages int) rpc.Handler {
 	var mu sync.Mutex
 	served := map[string]int{}
-	return func(ctx context.Context, c *syncwire.Incoming) error {
+	return func(ctx context.Context, c *rpc.Incoming) error {
 		rd := reader{b: c.Body}
 		q := nodeRequest{Path: rd.str("path", 1<<20)}
 		p.measure()
@@ -133,11 +134,11 @@ func TestHostileRepairPathsBounded(t *testing.T) {
 	long := strings.Repeat("a", 200)
 	flood := floodNode(p, 64)
 	cont := newStore(t, "container")
-	srv := syncwire.NewServer(cont, syncwire.ServerOptions{Config: testConfig()})
-	srv.Handle(MethodRoot, func(ctx context.Context, c *syncwire.Incoming) error {
+	srv := syncwire.NewServer(cont, rpc.ServerOptions{Config: testConfig()})
+	srv.Handle(MethodRoot, func(ctx context.Context, c *rpc.Incoming) error {
 		return c.Reply(appendRootInfo(nil, rootInfo{Root: Hash{1}, Rev: 1, Names: 1}))
 	})
-	srv.Handle(MethodNode, func(ctx context.Context, c *syncwire.Incoming) error {
+	srv.Handle(MethodNode, func(ctx context.Context, c *rpc.Incoming) error {
 		// A hostile peer answers any path, however long.
 		rd := reader{b: c.Body}
 		q := nodeRequest{Path: rd.str("path", 1<<20)}
@@ -151,7 +152,7 @@ func TestHostileRepairPathsBounded(t *testing.T) {
 		}
 		return flood(ctx, c)
 	})
-	srv.Handle(MethodRevs, func(ctx context.Context, c *syncwire.Incoming) error {
+	srv.Handle(MethodRevs, func(ctx context.Context, c *rpc.Incoming) error {
 		paths, err := decodePaths(c.Body)
 		if err != nil {
 			return err
@@ -196,49 +197,49 @@ func TestHostileCallsBounded(t *testing.T) {
 	page := func(first, n, raw uint64, z []byte) []byte { return cat(uv(first), uv(n), uv(raw), z) }
 	tests := []struct {
 		name   string
-		method syncwire.Method
+		method rpc.Method
 		body   []byte
 		stream [][]byte // MethodSnapObjects messages
 		want   error
 	}{
-		{"root: bad ignore flag", MethodRoot, []byte{7}, nil, syncwire.ErrProtocol},
-		{"root: ignore count past the body", MethodRoot, cat([]byte{1}, uv(maxIgnore)), nil, syncwire.ErrProtocol},
-		{"node: garbage", MethodNode, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, nil, syncwire.ErrProtocol},
-		{"node: path length past the body", MethodNode, uv(vfs.MaxPathLen), nil, syncwire.ErrProtocol},
-		{"revs: path count past the body", MethodRevs, uv(MaxPaths), nil, syncwire.ErrProtocol},
-		{"revs: path count past the bound", MethodRevs, uv(MaxPaths + 1), nil, syncwire.ErrProtocol},
-		{"entries: path count past the body", MethodEntries, cat(uv(MaxPaths), []byte{1, 'a'}), nil, syncwire.ErrProtocol},
-		{"snapshot begin: total past the bound", MethodSnapBegin, cat(make([]byte, 32), uv(1), uv(MaxSnapshotRecords+1)), nil, syncwire.ErrProtocol},
-		{"snapshot have: hash count past the body", MethodSnapHave, uv(syncwire.MaxHashes), nil, syncwire.ErrProtocol},
-		{"snapshot page: raw length past the bound", MethodSnapPage, page(0, 1, MaxPageRaw+1, zeroBomb(16)), nil, syncwire.ErrProtocol},
-		{"snapshot page: record count past the bound", MethodSnapPage, page(0, MaxPageRecords+1, 16, zeroBomb(16)), nil, syncwire.ErrProtocol},
-		{"snapshot page: decompression bomb", MethodSnapPage, page(0, MaxPageRecords, MaxPageRaw, zeroBomb(MaxPageRaw)), nil, syncwire.ErrProtocol},
-		{"snapshot page: bomb past its declared length", MethodSnapPage, page(0, 1, 64, zeroBomb(MaxPageRaw)), nil, syncwire.ErrProtocol},
+		{"root: bad ignore flag", MethodRoot, []byte{7}, nil, rpc.ErrProtocol},
+		{"root: ignore count past the body", MethodRoot, cat([]byte{1}, uv(maxIgnore)), nil, rpc.ErrProtocol},
+		{"node: garbage", MethodNode, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, nil, rpc.ErrProtocol},
+		{"node: path length past the body", MethodNode, uv(vfs.MaxPathLen), nil, rpc.ErrProtocol},
+		{"revs: path count past the body", MethodRevs, uv(MaxPaths), nil, rpc.ErrProtocol},
+		{"revs: path count past the bound", MethodRevs, uv(MaxPaths + 1), nil, rpc.ErrProtocol},
+		{"entries: path count past the body", MethodEntries, cat(uv(MaxPaths), []byte{1, 'a'}), nil, rpc.ErrProtocol},
+		{"snapshot begin: total past the bound", MethodSnapBegin, cat(make([]byte, 32), uv(1), uv(MaxSnapshotRecords+1)), nil, rpc.ErrProtocol},
+		{"snapshot have: hash count past the body", MethodSnapHave, uv(syncwire.MaxHashes), nil, rpc.ErrProtocol},
+		{"snapshot page: raw length past the bound", MethodSnapPage, page(0, 1, MaxPageRaw+1, zeroBomb(16)), nil, rpc.ErrProtocol},
+		{"snapshot page: record count past the bound", MethodSnapPage, page(0, MaxPageRecords+1, 16, zeroBomb(16)), nil, rpc.ErrProtocol},
+		{"snapshot page: decompression bomb", MethodSnapPage, page(0, MaxPageRecords, MaxPageRaw, zeroBomb(MaxPageRaw)), nil, rpc.ErrProtocol},
+		{"snapshot page: bomb past its declared length", MethodSnapPage, page(0, 1, 64, zeroBomb(MaxPageRaw)), nil, rpc.ErrProtocol},
 		{"snapshot page: record longer than the bound", MethodSnapPage, func() []byte {
 			raw := cat(uv(maxRecordLen+1), make([]byte, 64))
 			return page(0, 1, uint64(len(raw)), zenc().EncodeAll(raw, nil))
-		}(), nil, syncwire.ErrProtocol},
+		}(), nil, rpc.ErrProtocol},
 		{"snapshot page: continuation claiming more refs than it holds", MethodSnapPage, func() []byte {
 			raw := cat(uv(4), []byte{recRefs}, uv(maxPartRefs), []byte{0})
 			return page(0, 1, uint64(len(raw)), zenc().EncodeAll(raw, nil))
-		}(), nil, syncwire.ErrProtocol},
+		}(), nil, rpc.ErrProtocol},
 		{"snapshot page: head claiming a file past the bound", MethodSnapPage, func() []byte {
 			raw := cat(uv(12), []byte{recHead}, uv(chunkstore.MaxManifestChunks+1))
 			raw = append(raw, make([]byte, 12-len(raw)+len(uv(12)))...)
 			return page(0, 1, uint64(len(raw)), zenc().EncodeAll(raw, nil))
-		}(), nil, syncwire.ErrProtocol},
+		}(), nil, rpc.ErrProtocol},
 		{"snapshot objects: decompression bombs", MethodSnapObjects, nil, func() [][]byte {
 			var ms [][]byte
 			for range 8 {
 				ms = append(ms, cat(uv(maxObjectsRaw), zeroBomb(maxObjectsRaw)))
 			}
 			return ms
-		}(), syncwire.ErrProtocol},
+		}(), rpc.ErrProtocol},
 		{"snapshot objects: object count past the body", MethodSnapObjects, nil, [][]byte{func() []byte {
 			raw := uv(syncwire.MaxHashes)
 			return cat(uv(uint64(len(raw))), zenc().EncodeAll(raw, nil))
-		}()}, syncwire.ErrProtocol},
-		{"snapshot commit: garbage", MethodSnapCommit, []byte{1, 2, 3}, nil, syncwire.ErrProtocol},
+		}()}, rpc.ErrProtocol},
+		{"snapshot commit: garbage", MethodSnapCommit, []byte{1, 2, 3}, nil, rpc.ErrProtocol},
 	}
 	// Objects need a begun snapshot.
 	_, err := snapBegin(ctx, sess, &st, Hash{5}, 1, 10)
@@ -321,13 +322,13 @@ func TestHostileSnapshotReceiverRefused(t *testing.T) {
 	ctx := context.Background()
 	server := newStore(t, "server")
 	applyAll(t, server, smallTree())
-	reply := func(b []byte) syncwire.Handler {
-		return func(ctx context.Context, c *syncwire.Incoming) error { return c.Reply(b) }
+	reply := func(b []byte) rpc.Handler {
+		return func(ctx context.Context, c *rpc.Incoming) error { return c.Reply(b) }
 	}
 	for _, tt := range []struct {
 		name   string
-		method syncwire.Method
-		h      syncwire.Handler
+		method rpc.Method
+		h      rpc.Handler
 	}{
 		{"begin: staged past the total", MethodSnapBegin, reply(uv(1 << 40))},
 		{"begin: trailing bytes", MethodSnapBegin, reply([]byte{0, 0})},
@@ -337,11 +338,11 @@ func TestHostileSnapshotReceiverRefused(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cont := newStore(t, "container")
-			srv := syncwire.NewServer(cont, syncwire.ServerOptions{Config: testConfig()})
+			srv := syncwire.NewServer(cont, rpc.ServerOptions{Config: testConfig()})
 			resp := &Responder{store: cont, log: slog.New(slog.DiscardHandler)}
 			resp.snap.r = resp
 			t.Cleanup(func() { resp.Close() })
-			for m, h := range map[syncwire.Method]syncwire.Handler{
+			for m, h := range map[rpc.Method]rpc.Handler{
 				MethodSnapBegin: resp.snap.begin, MethodSnapHave: resp.snap.have, MethodSnapObjects: resp.snap.objects,
 				MethodSnapPage: resp.snap.page, MethodSnapCommit: resp.snap.commit,
 			} {
@@ -352,7 +353,7 @@ func TestHostileSnapshotReceiverRefused(t *testing.T) {
 			}
 			r := serveRig(t, server, cont, srv, resp)
 			_, err := Bootstrap(ctx, server, r.session(t), BootstrapOptions{Peer: peerName})
-			if !errors.Is(err, syncwire.ErrProtocol) {
+			if !errors.Is(err, rpc.ErrProtocol) {
 				t.Fatalf("err = %v, want EPROTOCOL", err)
 			}
 		})

@@ -3,23 +3,23 @@ package converge
 import (
 	"strings"
 
-	"github.com/wsync/wsync/syncwire"
+	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 )
 
 // The convergence methods, in the range syncwire reserves for them
 // (512..767). The container serves them; the server calls them.
 const (
-	MethodRoot          syncwire.Method = 512 // ignore -> root hash, rev, names
-	MethodNode          syncwire.Method = 513 // path, after, limit, ignore -> a page of children
-	MethodRevs          syncwire.Method = 514 // paths -> change revs
-	MethodEntries       syncwire.Method = 515 // paths -> entry stream
-	MethodSnapBegin     syncwire.Method = 520 // root, rev, total -> staged count (resume point)
-	MethodSnapHave      syncwire.Method = 521 // hashes -> bitmap of what the receiver holds
-	MethodSnapObjects   syncwire.Method = 522 // stream of compressed object messages -> count
-	MethodSnapPage      syncwire.Method = 523 // one compressed page of records -> staged, total
-	MethodSnapCommit    syncwire.Method = 524 // root -> install revs
-	firstConvergeMethod                 = MethodRoot
+	MethodRoot          rpc.Method = 512 // ignore -> root hash, rev, names
+	MethodNode          rpc.Method = 513 // path, after, limit, ignore -> a page of children
+	MethodRevs          rpc.Method = 514 // paths -> change revs
+	MethodEntries       rpc.Method = 515 // paths -> entry stream
+	MethodSnapBegin     rpc.Method = 520 // root, rev, total -> staged count (resume point)
+	MethodSnapHave      rpc.Method = 521 // hashes -> bitmap of what the receiver holds
+	MethodSnapObjects   rpc.Method = 522 // stream of compressed object messages -> count
+	MethodSnapPage      rpc.Method = 523 // one compressed page of records -> staged, total
+	MethodSnapCommit    rpc.Method = 524 // root -> install revs
+	firstConvergeMethod            = MethodRoot
 )
 
 // Bounds.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/wsync/wsync/chunkstore"
 	"github.com/wsync/wsync/syncwire"
+	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/watermark"
 )
@@ -57,7 +58,7 @@ type RepairReport struct {
 // sides changed since the last sync goes to the local side, as a push after
 // a pull would decide it. Each side's "changed" is read from its changes
 // table (live entries and tombstones), so a delete wins as a write does.
-func Repair(ctx context.Context, local *vfs.Store, sess *syncwire.Session, opts RepairOptions) (RepairReport, error) {
+func Repair(ctx context.Context, local *vfs.Store, sess *rpc.Session, opts RepairOptions) (RepairReport, error) {
 	start := time.Now()
 	var rr RepairReport
 	if opts.MaxPaths <= 0 {
@@ -71,7 +72,7 @@ func Repair(ctx context.Context, local *vfs.Store, sess *syncwire.Session, opts 
 		return rr, err
 	}
 	rp := &repairer{ctx: ctx, local: local, sess: sess, opts: opts, tree: tree, rr: &rr}
-	ctx = syncwire.WithWireCounter(ctx, &rp.wc)
+	ctx = rpc.WithWireCounter(ctx, &rp.wc)
 	rp.ctx = ctx
 	if err := rp.run(before.Differences); err != nil {
 		rr.WireBytes = rp.wc.In.Load() + rp.wc.Out.Load() + rp.st.WireBytes
@@ -89,12 +90,12 @@ func Repair(ctx context.Context, local *vfs.Store, sess *syncwire.Session, opts 
 type repairer struct {
 	ctx   context.Context
 	local *vfs.Store
-	sess  *syncwire.Session
+	sess  *rpc.Session
 	opts  RepairOptions
 	tree  *Tree
 	rr    *RepairReport
 	st    callStats
-	wc    syncwire.WireCounter
+	wc    rpc.WireCounter
 	// pathBytes charges the peer paths taken on (peerPaths).
 	pathBytes int64
 }
@@ -148,7 +149,7 @@ func (rp *repairer) run(diffs []Difference) error {
 		// got from us; tell it, so its applied-push cursor keeps covering
 		// ours (as the pull driver does).
 		req := syncwire.PushRequest{SenderRev: max(rp.local.CurrentRev(), 1), SenderCursor: ws.Push}
-		_, err := rp.sess.Push(rp.ctx, req, nil)
+		_, err := syncwire.NewPeer(rp.sess).Push(rp.ctx, req, nil)
 		return err
 	}
 	return rp.push(push, &ws)
@@ -281,7 +282,7 @@ func (rp *repairer) applyPulled(es []vfs.ChangeEntry) (vfs.ApplyResult, error) {
 		if missing := subtract(need, have); len(missing) > 0 {
 			stage = rp.local.Chunks().NewStage()
 			defer stage.Release()
-			err := rp.sess.FetchObjects(rp.ctx, missing, func(o syncwire.Object) error {
+			err := syncwire.NewPeer(rp.sess).FetchObjects(rp.ctx, missing, func(o syncwire.Object) error {
 				rp.rr.Chunks++
 				rp.rr.ChunkBytes += int64(len(o.Data))
 				return stage.Put(rp.ctx, o.Hash, o.Data)
@@ -304,13 +305,13 @@ func (rp *repairer) push(es []vfs.ChangeEntry, ws *watermark.Set) error {
 		need := chunkHashes(batch)
 		var stageID uint64
 		if len(need) > 0 {
-			have, err := rp.sess.HasObjects(rp.ctx, need)
+			have, err := syncwire.NewPeer(rp.sess).HasObjects(rp.ctx, need)
 			if err != nil {
 				return err
 			}
 			if missing := subtract(need, have); len(missing) > 0 {
 				stageID = stageSeq.Add(1)
-				os, err := rp.sess.PushObjects(rp.ctx, stageID, missing, rp.local.ReadChunk)
+				os, err := syncwire.NewPeer(rp.sess).PushObjects(rp.ctx, stageID, missing, rp.local.ReadChunk)
 				if err != nil {
 					return err
 				}
@@ -319,7 +320,7 @@ func (rp *repairer) push(es []vfs.ChangeEntry, ws *watermark.Set) error {
 			}
 		}
 		req := syncwire.PushRequest{SenderRev: max(rp.local.CurrentRev(), 1), SenderCursor: ws.Push, Stage: stageID}
-		resp, err := rp.sess.Push(rp.ctx, req, batch)
+		resp, err := syncwire.NewPeer(rp.sess).Push(rp.ctx, req, batch)
 		if err != nil {
 			return err
 		}

@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/wsync/wsync/syncwire"
+	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 )
 
@@ -104,7 +105,7 @@ func (r *Responder) Forget() {
 	r.mu.Unlock()
 }
 
-func (r *Responder) root(ctx context.Context, c *syncwire.Incoming) error {
+func (r *Responder) root(ctx context.Context, c *rpc.Incoming) error {
 	rd := reader{b: c.Body}
 	ignore := rd.ignore()
 	if err := rd.done(); err != nil {
@@ -120,7 +121,7 @@ func (r *Responder) root(ctx context.Context, c *syncwire.Incoming) error {
 	return c.Reply(appendRootInfo(nil, rootInfo{Root: t.Root, Rev: t.Rev, Names: t.Len()}))
 }
 
-func (r *Responder) node(ctx context.Context, c *syncwire.Incoming) error {
+func (r *Responder) node(ctx context.Context, c *rpc.Incoming) error {
 	q, err := decodeNodeRequest(c.Body)
 	if err != nil {
 		return err
@@ -146,7 +147,7 @@ func (r *Responder) node(ctx context.Context, c *syncwire.Incoming) error {
 	return c.Reply(appendNodePage(nil, nodePage{Children: kids, More: more}))
 }
 
-func (r *Responder) revs(ctx context.Context, c *syncwire.Incoming) error {
+func (r *Responder) revs(ctx context.Context, c *rpc.Incoming) error {
 	paths, err := decodePaths(c.Body)
 	if err != nil {
 		return err
@@ -158,7 +159,7 @@ func (r *Responder) revs(ctx context.Context, c *syncwire.Incoming) error {
 	return c.Reply(appendRevs(nil, revs))
 }
 
-func (r *Responder) entries(ctx context.Context, c *syncwire.Incoming) error {
+func (r *Responder) entries(ctx context.Context, c *rpc.Incoming) error {
 	paths, err := decodePaths(c.Body)
 	if err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 	"github.com/wsync/wsync/chunkstore"
 	"github.com/wsync/wsync/internal/crashpoint"
 	"github.com/wsync/wsync/syncwire"
+	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/watermark"
 )
@@ -343,19 +344,19 @@ type BootstrapReport struct {
 // the same root stopped), checks the staged tree against our root, and
 // installs it in place of its (empty) tree. Afterwards our push cursor is
 // at the snapshot's rev, so the next push sends only later changes.
-func Bootstrap(ctx context.Context, local *vfs.Store, sess *syncwire.Session, opts BootstrapOptions) (rep BootstrapReport, err error) {
+func Bootstrap(ctx context.Context, local *vfs.Store, sess *rpc.Session, opts BootstrapOptions) (rep BootstrapReport, err error) {
 	defer func() {
 		// The peer's refusal arrives as a wire ENOTEMPTY, which unwraps to
 		// vfs.ErrNotEmpty only; callers test for ErrNotEmpty.
-		var re *syncwire.RemoteError
+		var re *rpc.RemoteError
 		if errors.As(err, &re) && re.Code == syncwire.CodeNotEmpty && !errors.Is(err, ErrNotEmpty) {
 			err = fmt.Errorf("%w: %w", ErrNotEmpty, err)
 		}
 	}()
 	start := time.Now()
 	var st callStats
-	var wc syncwire.WireCounter
-	ctx = syncwire.WithWireCounter(ctx, &wc)
+	var wc rpc.WireCounter
+	ctx = rpc.WithWireCounter(ctx, &wc)
 	defer func() {
 		rep.WireBytes = st.WireBytes + wc.In.Load() + wc.Out.Load()
 		rep.Duration = time.Since(start)
@@ -491,7 +492,7 @@ func Bootstrap(ctx context.Context, local *vfs.Store, sess *syncwire.Session, op
 
 // sendChunks probes the peer for the page's chunks and sends the missing
 // ones into its staging.
-func sendChunks(ctx context.Context, sess *syncwire.Session, st *callStats, local *vfs.Store, need []chunkstore.Hash, rep *BootstrapReport) error {
+func sendChunks(ctx context.Context, sess *rpc.Session, st *callStats, local *vfs.Store, need []chunkstore.Hash, rep *BootstrapReport) error {
 	for len(need) > 0 {
 		part := need[:min(len(need), syncwire.MaxHashes)]
 		need = need[len(part):]
@@ -566,7 +567,7 @@ func sendChunks(ctx context.Context, sess *syncwire.Session, st *callStats, loca
 	return nil
 }
 
-func snapBegin(ctx context.Context, sess *syncwire.Session, st *callStats, root Hash, rev int64, total int) (int, error) {
+func snapBegin(ctx context.Context, sess *rpc.Session, st *callStats, root Hash, rev int64, total int) (int, error) {
 	w := writer{}
 	w.hash(root)
 	w.uvarint(uint64(rev))
@@ -586,7 +587,7 @@ func snapBegin(ctx context.Context, sess *syncwire.Session, st *callStats, root 
 // snapPage sends one page of n records starting at record first; raw is
 // their framed encoding. It returns what the peer has staged, the total,
 // and the compressed size.
-func snapPage(ctx context.Context, sess *syncwire.Session, st *callStats, first, n int, raw []byte) (int, int, int, error) {
+func snapPage(ctx context.Context, sess *rpc.Session, st *callStats, first, n int, raw []byte) (int, int, int, error) {
 	w := writer{}
 	w.uvarint(uint64(first))
 	w.uvarint(uint64(n))
@@ -606,7 +607,7 @@ func snapPage(ctx context.Context, sess *syncwire.Session, st *callStats, first,
 	return staged, total, z, nil
 }
 
-func snapCommit(ctx context.Context, sess *syncwire.Session, st *callStats, root Hash) (int64, int64, error) {
+func snapCommit(ctx context.Context, sess *rpc.Session, st *callStats, root Hash) (int64, int64, error) {
 	w := writer{}
 	w.hash(root)
 	b, err := call(ctx, sess, st, MethodSnapCommit, w.b)

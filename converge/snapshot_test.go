@@ -7,6 +7,7 @@ import (
 
 	"github.com/wsync/wsync/chunkstore"
 	"github.com/wsync/wsync/syncwire"
+	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/watermark"
 )
@@ -181,19 +182,19 @@ func TestSnapshotCorruptPageRefused(t *testing.T) {
 		body []byte
 		want error
 	}{
-		{"flipped compressed byte", page(0, n, raw, func(z []byte) { z[len(z)-6] ^= 0x55 }), syncwire.ErrProtocol},
-		{"truncated", page(0, n, raw, nil)[:20], syncwire.ErrProtocol},
-		{"truncated record", page(0, n, raw[:len(raw)-3], nil), syncwire.ErrProtocol},
+		{"flipped compressed byte", page(0, n, raw, func(z []byte) { z[len(z)-6] ^= 0x55 }), rpc.ErrProtocol},
+		{"truncated", page(0, n, raw, nil)[:20], rpc.ErrProtocol},
+		{"truncated record", page(0, n, raw[:len(raw)-3], nil), rpc.ErrProtocol},
 		{"flipped chunk hash", page(0, n, hashFlipped, nil), chunkstore.ErrUnknownHash},
-		{"record count too high", page(0, n+1, raw, nil), syncwire.ErrProtocol},
-		{"out of order", page(5, n, raw, nil), syncwire.ErrProtocol},
+		{"record count too high", page(0, n+1, raw, nil), rpc.ErrProtocol},
+		{"out of order", page(5, n, raw, nil), rpc.ErrProtocol},
 		{"declared length wrong", func() []byte {
 			w := writer{}
 			w.uvarint(0)
 			w.uvarint(uint64(n))
 			w.uvarint(uint64(len(raw) + 1))
 			return append(w.b, zenc().EncodeAll(raw, nil)...)
-		}(), syncwire.ErrProtocol},
+		}(), rpc.ErrProtocol},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/wsync/wsync/chunkstore"
 	"github.com/wsync/wsync/syncwire"
+	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 )
 
@@ -153,7 +154,7 @@ func TestSnapshotSplitFileOutOfRunRefused(t *testing.T) {
 			_, _, _, err = snapPage(ctx, sess, &st, 0, len(tt.recs), raw)
 			must(t, err)
 			_, _, err = snapCommit(ctx, sess, &st, Hash{9})
-			if !errors.Is(err, syncwire.ErrProtocol) {
+			if !errors.Is(err, rpc.ErrProtocol) {
 				t.Fatalf("commit: err = %v, want ErrMalformed (EPROTOCOL)", err)
 			}
 			assertEmpty(t, cont)

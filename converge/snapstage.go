@@ -21,6 +21,7 @@ import (
 	"github.com/wsync/wsync/chunkstore"
 	"github.com/wsync/wsync/internal/crashpoint"
 	"github.com/wsync/wsync/syncwire"
+	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/watermark"
 )
@@ -208,7 +209,7 @@ func readMeta(ctx context.Context, db *sql.DB) (stagedMeta, error) {
 }
 
 // begin: root, rev, total -> records already staged for this root.
-func (s *snapReceiver) begin(ctx context.Context, c *syncwire.Incoming) error {
+func (s *snapReceiver) begin(ctx context.Context, c *rpc.Incoming) error {
 	r := reader{b: c.Body}
 	root := r.hash()
 	rev := int64(r.bounded("rev", 1<<62))
@@ -264,7 +265,7 @@ func (s *snapReceiver) begin(ctx context.Context, c *syncwire.Incoming) error {
 		}
 	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO meta(key, value) VALUES('root', ?), ('rev', ?), ('total', ?), ('peer', ?)`,
-		root[:], rev, total, c.Session().Peer().StoreID); err != nil {
+		root[:], rev, total, c.Session().Peer().ID); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
@@ -295,7 +296,7 @@ func (s *snapReceiver) stagedHas(ctx context.Context, db *sql.DB, hs []chunkstor
 	return out, nil
 }
 
-func (s *snapReceiver) have(ctx context.Context, c *syncwire.Incoming) error {
+func (s *snapReceiver) have(ctx context.Context, c *rpc.Incoming) error {
 	hs, err := syncwire.DecodeHashes(c.Body)
 	if err != nil {
 		return err
@@ -314,7 +315,7 @@ func (s *snapReceiver) have(ctx context.Context, c *syncwire.Incoming) error {
 }
 
 // objects stages chunk bytes, each checked against its hash.
-func (s *snapReceiver) objects(ctx context.Context, c *syncwire.Incoming) error {
+func (s *snapReceiver) objects(ctx context.Context, c *rpc.Incoming) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	db, m, err := s.staging(ctx)
@@ -358,7 +359,7 @@ func (s *snapReceiver) objects(ctx context.Context, c *syncwire.Incoming) error 
 }
 
 // page stages one page of records: first, count, raw length, zstd bytes.
-func (s *snapReceiver) page(ctx context.Context, c *syncwire.Incoming) error {
+func (s *snapReceiver) page(ctx context.Context, c *rpc.Incoming) error {
 	first, recs, err := DecodePage(c.Body)
 	if err != nil {
 		return err
@@ -448,7 +449,7 @@ func DecodePage(p []byte) (int, []snapRecord, error) {
 }
 
 // commit checks the staged tree against the declared root and installs it.
-func (s *snapReceiver) commit(ctx context.Context, c *syncwire.Incoming) error {
+func (s *snapReceiver) commit(ctx context.Context, c *rpc.Incoming) error {
 	r := reader{b: c.Body}
 	root := r.hash()
 	if err := r.done(); err != nil {

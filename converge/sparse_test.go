@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/wsync/wsync/chunkstore"
-	"github.com/wsync/wsync/syncwire"
+	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 )
 
@@ -115,7 +115,7 @@ func TestRepairMovesManifestsLongerThanAFrame(t *testing.T) {
 	markSynced(t, server, cont)
 	se := longFile(t, server, "z/server-long", 's', 40000)
 	ce := longFile(t, cont, "z/container-long", 'c', 40000)
-	if n := len(chunkstore.AppendManifest(nil, se.Chunks)); n <= syncwire.MaxFrameSize {
+	if n := len(chunkstore.AppendManifest(nil, se.Chunks)); n <= rpc.MaxFrameSize {
 		t.Fatalf("manifest of %d bytes fits one frame", n)
 	}
 	rr, err := Repair(ctx, server, sess, RepairOptions{Peer: peerName})

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/wsync/wsync/syncwire"
+	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 )
 
@@ -54,7 +54,7 @@ type Report struct {
 // one round trip. Otherwise it walks both trees top-down, asking the peer
 // for a directory's children only where the hashes differ, and reports the
 // first MaxDifferences differing paths.
-func Verify(ctx context.Context, local *vfs.Store, sess *syncwire.Session, ignore []string) (Report, error) {
+func Verify(ctx context.Context, local *vfs.Store, sess *rpc.Session, ignore []string) (Report, error) {
 	rep, _, err := verify(ctx, local, sess, ignore, MaxDifferences, false)
 	observeVerify(rep, err)
 	return rep, err
@@ -71,7 +71,7 @@ func (r Report) Paths() []string {
 
 // verify is Verify with a bound on the differences (0: none) that also
 // returns the local tree (a full one, for repair, with full).
-func verify(ctx context.Context, local *vfs.Store, sess *syncwire.Session, ignore []string, limit int, full bool) (rep Report, _ *Tree, _ error) {
+func verify(ctx context.Context, local *vfs.Store, sess *rpc.Session, ignore []string, limit int, full bool) (rep Report, _ *Tree, _ error) {
 	start := time.Now()
 	if err := local.FlushAll(ctx); err != nil {
 		return rep, nil, fmt.Errorf("verify: flush: %w", err)
@@ -106,7 +106,7 @@ func verify(ctx context.Context, local *vfs.Store, sess *syncwire.Session, ignor
 
 type walker struct {
 	ctx    context.Context
-	sess   *syncwire.Session
+	sess   *rpc.Session
 	st     *callStats
 	ignore []string
 }

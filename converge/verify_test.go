@@ -9,6 +9,7 @@ import (
 
 	"github.com/wsync/wsync/chunkstore"
 	"github.com/wsync/wsync/syncwire"
+	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 )
 
@@ -237,11 +238,11 @@ func TestIgnoredPathsDoNotAffectVerdict(t *testing.T) {
 }
 
 // hostile serves Root and Node from handlers under test.
-func hostileRig(t *testing.T, node syncwire.Handler) *rig {
+func hostileRig(t *testing.T, node rpc.Handler) *rig {
 	t.Helper()
 	cont := newStore(t, "container")
-	srv := syncwire.NewServer(cont, syncwire.ServerOptions{Config: testConfig()})
-	srv.Handle(MethodRoot, func(ctx context.Context, c *syncwire.Incoming) error {
+	srv := syncwire.NewServer(cont, rpc.ServerOptions{Config: testConfig()})
+	srv.Handle(MethodRoot, func(ctx context.Context, c *rpc.Incoming) error {
 		return c.Reply(appendRootInfo(nil, rootInfo{Root: Hash{1}, Rev: 1, Names: 1}))
 	})
 	srv.Handle(MethodNode, node)
@@ -272,9 +273,9 @@ func TestHostileResponderRefused(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := hostileRig(t, func(ctx context.Context, c *syncwire.Incoming) error { return c.Reply(tt.page) })
+			r := hostileRig(t, func(ctx context.Context, c *rpc.Incoming) error { return c.Reply(tt.page) })
 			_, err := Verify(ctx, local, r.session(t), nil)
-			if !errors.Is(err, syncwire.ErrProtocol) || !errors.Is(err, ErrMalformed) {
+			if !errors.Is(err, rpc.ErrProtocol) || !errors.Is(err, ErrMalformed) {
 				t.Fatalf("err = %v, want ErrMalformed (EPROTOCOL)", err)
 			}
 		})
@@ -288,11 +289,11 @@ func TestHostileResponderRefused(t *testing.T) {
 			p += "/d"
 		}
 		must(t, deep.MkdirPath(ctx, p, 0o755, true))
-		r := hostileRig(t, func(ctx context.Context, c *syncwire.Incoming) error {
+		r := hostileRig(t, func(ctx context.Context, c *rpc.Incoming) error {
 			return c.Reply(appendNodePage(nil, nodePage{Children: []Child{{Name: "d", Kind: vfs.KindDir, Mode: 0o755, Hash: Hash{7}}}}))
 		})
 		_, err := Verify(ctx, deep, r.session(t), nil)
-		if !errors.Is(err, syncwire.ErrProtocol) {
+		if !errors.Is(err, rpc.ErrProtocol) {
 			t.Fatalf("err = %v, want EPROTOCOL", err)
 		}
 	})
@@ -321,8 +322,8 @@ func TestResponderValidatesRequests(t *testing.T) {
 	}{
 		{"page over the bound", nodeRequest{Path: "", Limit: MaxChildren + 1}, vfs.ErrInvalid},
 		{"zero page", nodeRequest{Path: "", Limit: 0}, vfs.ErrInvalid},
-		{"dot-dot path", nodeRequest{Path: "../etc", Limit: 10}, syncwire.ErrProtocol},
-		{"absolute path", nodeRequest{Path: "/etc", Limit: 10}, syncwire.ErrProtocol},
+		{"dot-dot path", nodeRequest{Path: "../etc", Limit: 10}, rpc.ErrProtocol},
+		{"absolute path", nodeRequest{Path: "/etc", Limit: 10}, rpc.ErrProtocol},
 		{"missing directory", nodeRequest{Path: "nope", Limit: 10}, vfs.ErrNotExist},
 		{"a file, not a directory", nodeRequest{Path: "empty", Limit: 10}, vfs.ErrNotExist},
 	}
@@ -368,9 +369,9 @@ func TestHostileEntriesRefused(t *testing.T) {
 	ctx := context.Background()
 	for _, tt := range []struct {
 		name          string
-		revs, entries syncwire.Handler
+		revs, entries rpc.Handler
 	}{
-		{"entries for other paths", nil, func(ctx context.Context, c *syncwire.Incoming) error {
+		{"entries for other paths", nil, func(ctx context.Context, c *rpc.Incoming) error {
 			if err := c.ReplyStream(nil); err != nil {
 				return err
 			}
@@ -378,7 +379,7 @@ func TestHostileEntriesRefused(t *testing.T) {
 			must(t, err)
 			return c.Send(ctx, b)
 		}},
-		{"revs of the wrong count", func(ctx context.Context, c *syncwire.Incoming) error {
+		{"revs of the wrong count", func(ctx context.Context, c *rpc.Incoming) error {
 			return c.Reply(appendRevs(nil, []int64{1, 2, 3}))
 		}, nil},
 	} {
@@ -386,7 +387,7 @@ func TestHostileEntriesRefused(t *testing.T) {
 			server, cont := syncedPair(t, smallTree())
 			_, err := cont.WriteFile(ctx, "z/new.txt", []byte("container side"), 0o644)
 			must(t, err)
-			srv := syncwire.NewServer(cont, syncwire.ServerOptions{Config: testConfig()})
+			srv := syncwire.NewServer(cont, rpc.ServerOptions{Config: testConfig()})
 			resp := &Responder{store: cont, log: slog.New(slog.DiscardHandler)}
 			srv.Handle(MethodRoot, resp.root)
 			srv.Handle(MethodNode, resp.node)
@@ -394,7 +395,7 @@ func TestHostileEntriesRefused(t *testing.T) {
 			srv.Handle(MethodEntries, or(tt.entries, resp.entries))
 			r := serveRig(t, server, cont, srv, resp)
 			_, err = Repair(ctx, server, r.session(t), RepairOptions{Peer: peerName})
-			if !errors.Is(err, syncwire.ErrProtocol) {
+			if !errors.Is(err, rpc.ErrProtocol) {
 				t.Fatalf("err = %v, want EPROTOCOL", err)
 			}
 			if _, err := server.Stat(ctx, "z/new.txt"); !errors.Is(err, vfs.ErrNotExist) {
@@ -404,7 +405,7 @@ func TestHostileEntriesRefused(t *testing.T) {
 	}
 }
 
-func or(h, def syncwire.Handler) syncwire.Handler {
+func or(h, def rpc.Handler) rpc.Handler {
 	if h != nil {
 		return h
 	}

@@ -7,14 +7,14 @@ import (
 	"io"
 	"syscall"
 
-	"github.com/wsync/wsync/syncwire"
+	"github.com/wsync/wsync/syncwire/rpc"
 )
 
 // Stream is a running exec's event stream, as the caller sees it.
 type Stream struct {
 	ID        string
 	RuntimeID string
-	o         *syncwire.Outgoing
+	o         *rpc.Outgoing
 	// Next is the offset the next output event starts at: re-attach from
 	// here after a lost session.
 	NextOffset int64
@@ -22,7 +22,7 @@ type Stream struct {
 
 // Start runs a command and returns its event stream. ctx bounds the whole
 // stream, so give it the command's timeout plus a margin.
-func Start(ctx context.Context, s *syncwire.Session, req Request) (*Stream, error) {
+func Start(ctx context.Context, s *rpc.Session, req Request) (*Stream, error) {
 	if len(req.Stdin) > MaxStdin {
 		return nil, fmt.Errorf("exec: stdin of %d bytes exceeds %d: %w", len(req.Stdin), MaxStdin, ErrBadMessage)
 	}
@@ -30,12 +30,12 @@ func Start(ctx context.Context, s *syncwire.Session, req Request) (*Stream, erro
 }
 
 // Attach resumes an exec's event stream from an offset.
-func Attach(ctx context.Context, s *syncwire.Session, id string, from int64) (*Stream, error) {
+func Attach(ctx context.Context, s *rpc.Session, id string, from int64) (*Stream, error) {
 	return open(ctx, s, MethodAttach, appendAttach(nil, attachReq{ID: id, From: from}))
 }
 
 // Kill signals an exec's process group.
-func Kill(ctx context.Context, s *syncwire.Session, id string, sig syscall.Signal) error {
+func Kill(ctx context.Context, s *rpc.Session, id string, sig syscall.Signal) error {
 	_, err := s.Call(ctx, MethodKill, appendKill(nil, killReq{ID: id, Signal: sig}))
 	if err != nil {
 		return fmt.Errorf("exec kill %s: %w", id, err)
@@ -43,7 +43,7 @@ func Kill(ctx context.Context, s *syncwire.Session, id string, sig syscall.Signa
 	return nil
 }
 
-func open(ctx context.Context, s *syncwire.Session, m syncwire.Method, body []byte) (*Stream, error) {
+func open(ctx context.Context, s *rpc.Session, m rpc.Method, body []byte) (*Stream, error) {
 	o, err := s.Open(ctx, m, body, false)
 	if err != nil {
 		return nil, fmt.Errorf("exec: %w", err)

@@ -1,5 +1,6 @@
-// Package execrpc carries commands over a syncwire session: the server side
-// (computerd) registers its methods on a syncwire.Server and runs them with
+// Package execrpc carries commands over an rpc session (syncwire/rpc): the
+// server side (computerd) registers its methods on the syncwire.Server
+// beside the sync methods and runs them with
 // an execrun.Runner; the client side (workspace-server) starts, re-attaches
 // to and kills them.
 //
@@ -18,7 +19,9 @@
 //
 // # Errors
 //
-// execrun's sentinels travel as syncwire codes: ErrBusy as EEXEC_BUSY,
-// ErrExecLost as EEXEC_LOST, ErrLogTruncated as ELOG_TRUNCATED, a bad spec
-// or working directory as EINVAL, an unknown id as ENOENT.
+// execrun's sentinels travel as wire codes this package registers with
+// rpc (errors.go), so errors.Is(err, execrun.ErrBusy) holds on the
+// caller's side: ErrBusy as EEXEC_BUSY, ErrExecLost as EEXEC_LOST,
+// ErrLogTruncated as ELOG_TRUNCATED. A bad spec or working directory
+// travels as EINVAL, an unknown id as ENOENT.
 package execrpc

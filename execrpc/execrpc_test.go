@@ -13,12 +13,13 @@ import (
 
 	"github.com/wsync/wsync/execrun"
 	"github.com/wsync/wsync/syncwire"
+	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 )
 
 type rig struct {
 	runner *execrun.Runner
-	client *syncwire.Client
+	client *rpc.Client
 	url    string
 }
 
@@ -38,11 +39,11 @@ func newRig(t *testing.T, opts execrun.Options) *rig {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.Shutdown(context.Background()) })
-	srv := syncwire.NewServer(store, syncwire.ServerOptions{})
+	srv := syncwire.NewServer(store, rpc.ServerOptions{})
 	Register(srv, r, Options{})
 	hs := httptest.NewServer(srv)
 	url := "ws" + strings.TrimPrefix(hs.URL, "http") + "/sync"
-	c := syncwire.NewClient(syncwire.ClientOptions{URL: url})
+	c := rpc.NewClient(rpc.ClientOptions{URL: url})
 	t.Cleanup(func() {
 		c.Close()
 		srv.Close()
@@ -51,7 +52,7 @@ func newRig(t *testing.T, opts execrun.Options) *rig {
 	return &rig{runner: r, client: c, url: url}
 }
 
-func (r *rig) session(t *testing.T) *syncwire.Session {
+func (r *rig) session(t *testing.T) *rpc.Session {
 	t.Helper()
 	s, _, err := r.client.Session(context.Background())
 	if err != nil {
@@ -161,10 +162,10 @@ func TestErrorsKeepTheirIdentityAcrossTheWire(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer Kill(ctx, r.session(t), st.ID, syscall.SIGKILL)
-	if _, err := Start(ctx, r.session(t), Request{Argv: []string{"true"}}); !errors.Is(err, syncwire.ErrExecBusy) {
+	if _, err := Start(ctx, r.session(t), Request{Argv: []string{"true"}}); !errors.Is(err, execrun.ErrBusy) {
 		t.Errorf("second exec past the limit: %v, want EEXEC_BUSY", err)
 	}
-	if _, err := Attach(ctx, r.session(t), "other-runtime:1", 0); !errors.Is(err, syncwire.ErrExecLost) {
+	if _, err := Attach(ctx, r.session(t), "other-runtime:1", 0); !errors.Is(err, execrun.ErrExecLost) {
 		t.Errorf("attach to another runtime's id: %v, want EEXEC_LOST", err)
 	}
 	if _, err := Attach(ctx, r.session(t), r.runner.RuntimeID()+":999", 0); !errors.Is(err, vfs.ErrNotExist) {
@@ -184,7 +185,7 @@ func TestLogTruncatedPastCap(t *testing.T) {
 	id := st.ID
 	st.Close()
 	r.runner.Wait(context.Background(), id)
-	if _, err := Attach(context.Background(), r.session(t), id, 0); !errors.Is(err, syncwire.ErrLogTruncated) {
+	if _, err := Attach(context.Background(), r.session(t), id, 0); !errors.Is(err, execrun.ErrLogTruncated) {
 		t.Errorf("attach at 0 after 100 KB through a 1 KiB log: %v, want ELOG_TRUNCATED", err)
 	}
 }

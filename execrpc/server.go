@@ -9,15 +9,15 @@ import (
 	"log/slog"
 
 	"github.com/wsync/wsync/execrun"
-	"github.com/wsync/wsync/syncwire"
+	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 )
 
 // Methods on the wire, in the range this package owns.
 const (
-	MethodStart  syncwire.Method = 256
-	MethodAttach syncwire.Method = 257
-	MethodKill   syncwire.Method = 258
+	MethodStart  rpc.Method = 256
+	MethodAttach rpc.Method = 257
+	MethodKill   rpc.Method = 258
 )
 
 // Options configures Register.
@@ -29,8 +29,14 @@ type Options struct {
 	Logger      *slog.Logger
 }
 
+// Mux is where Register adds the exec methods: an *rpc.Server, or the
+// *syncwire.Server that serves them beside the sync methods.
+type Mux interface {
+	Handle(m rpc.Method, h rpc.Handler)
+}
+
 // Register serves the exec methods on srv with runner r.
-func Register(srv *syncwire.Server, r *execrun.Runner, opts Options) {
+func Register(srv Mux, r *execrun.Runner, opts Options) {
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
@@ -47,28 +53,24 @@ type handler struct {
 	log    *slog.Logger
 }
 
-// wireErr maps the runner's sentinels to the codes the wire knows.
+// wireErr maps the runner's sentinels that have no code of their own to
+// the codes the wire knows (ErrBusy, ErrExecLost and ErrLogTruncated have
+// theirs: errors.go).
 func wireErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, execrun.ErrBusy):
-		return fmt.Errorf("%w: %v", syncwire.ErrExecBusy, err)
-	case errors.Is(err, execrun.ErrExecLost):
-		return fmt.Errorf("%w: %v", syncwire.ErrExecLost, err)
-	case errors.Is(err, execrun.ErrLogTruncated):
-		return fmt.Errorf("%w: %v", syncwire.ErrLogTruncated, err)
 	case errors.Is(err, execrun.ErrNotFound):
 		return fmt.Errorf("%w: %v", vfs.ErrNotExist, err)
 	case errors.Is(err, execrun.ErrBadCwd), errors.Is(err, execrun.ErrBadSpec), errors.Is(err, ErrBadMessage):
 		return fmt.Errorf("%w: %v", vfs.ErrInvalid, err)
 	case errors.Is(err, execrun.ErrClosed):
-		return fmt.Errorf("%w: %v", syncwire.ErrShutdown, err)
+		return fmt.Errorf("%w: %v", rpc.ErrShutdown, err)
 	}
 	return err
 }
 
-func (h *handler) start(ctx context.Context, c *syncwire.Incoming) error {
+func (h *handler) start(ctx context.Context, c *rpc.Incoming) error {
 	req, err := DecodeRequest(c.Body)
 	if err != nil {
 		return wireErr(err)
@@ -95,7 +97,7 @@ func (h *handler) start(ctx context.Context, c *syncwire.Incoming) error {
 	return h.stream(ctx, c, ex.ID(), 0)
 }
 
-func (h *handler) attach(ctx context.Context, c *syncwire.Incoming) error {
+func (h *handler) attach(ctx context.Context, c *rpc.Incoming) error {
 	a, err := decodeAttach(c.Body)
 	if err != nil {
 		return wireErr(err)
@@ -104,7 +106,7 @@ func (h *handler) attach(ctx context.Context, c *syncwire.Incoming) error {
 }
 
 // stream sends the exec's events from offset `from` until its exit.
-func (h *handler) stream(ctx context.Context, c *syncwire.Incoming, id string, from int64) error {
+func (h *handler) stream(ctx context.Context, c *rpc.Incoming, id string, from int64) error {
 	sub, err := h.r.Attach(id, from)
 	if err != nil {
 		return wireErr(err)
@@ -133,7 +135,7 @@ func (h *handler) stream(ctx context.Context, c *syncwire.Incoming, id string, f
 	}
 }
 
-func (h *handler) kill(ctx context.Context, c *syncwire.Incoming) error {
+func (h *handler) kill(ctx context.Context, c *rpc.Incoming) error {
 	k, err := decodeKill(c.Body)
 	if err != nil {
 		return wireErr(err)

@@ -3,166 +3,15 @@ package syncwire
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
-	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/wsync/wsync/syncwire/rpc"
 )
 
-// Call accounting (issue 9 item 6): both sides count a call's slot the same
-// way, so an honest caller never exceeds the callee's MaxCalls; a call over
-// the limit is refused with ErrBusy, never by ending the session.
-
-const methodLinger Method = 310
-
-// lingerServer serves methodLinger: the handler starts, waits for its
-// context to end (the caller's CANCEL), then keeps running until release
-// is called (the caller registers it as a cleanup after the server's, so
-// it runs first), like a handler slow to stop.
-func lingerServer(t *testing.T) (*Server, *atomic.Int64, func()) {
-	srv := testServer(t, newFake("s"), ServerOptions{})
-	var started atomic.Int64
-	release := make(chan struct{})
-	srv.Handle(methodLinger, func(ctx context.Context, c *Incoming) error {
-		started.Add(1)
-		<-ctx.Done()
-		<-release
-		return ctx.Err()
-	})
-	// Runs before the server's cleanup (cleanups run last first).
-	var once sync.Once
-	return srv, &started, func() { once.Do(func() { close(release) }) }
-}
-
-// sessionStillWorks checks the session is the one we started with and that
-// the sync methods still work on it.
-func sessionStillWorks(t *testing.T, c *Client, s *Session) {
-	t.Helper()
-	ctx := tctx(t, 20*time.Second)
-	if got, err := s.Call(ctx, methodEcho, []byte("after")); err != nil || string(got) != "after" {
-		t.Fatalf("echo after the load: %q, %v (session err %v)", got, err, s.Err())
-	}
-	if _, err := s.Watermarks(ctx); err != nil {
-		t.Fatalf("watermarks after the load: %v", err)
-	}
-	cs, err := s.FetchChanges(ctx, FetchRequest{})
-	if err != nil {
-		t.Fatalf("fetch changes after the load: %v", err)
-	}
-	if _, err := cs.Next(ctx, 10); err != nil && !errors.Is(err, io.EOF) {
-		cs.Close()
-		t.Fatalf("fetch changes after the load: %v", err)
-	}
-	cs.Close()
-	if _, err := s.Push(ctx, PushRequest{SenderRev: 1}, nil); err != nil {
-		t.Fatalf("push after the load: %v", err)
-	}
-	now, _, err := c.Session(ctx)
-	if err != nil || now != s {
-		t.Fatalf("the session was replaced (%v): the load ended it (err %v)", err, s.Err())
-	}
-}
-
-func TestAbandonedCallsPlusOneKeepTheSession(t *testing.T) {
-	srv, started, release := lingerServer(t)
-	c := wsClient(t, httptestServer(t, srv), "")
-	t.Cleanup(release)
-	s := session(t, c)
-	n := s.Peer().MaxCalls
-	ctx, cancel := context.WithCancel(tctx(t, 30*time.Second))
-	var wg sync.WaitGroup
-	for range n {
-		wg.Go(func() { s.Call(ctx, methodLinger, nil) })
-	}
-	waitFor(t, "every lingering call to start", 10*time.Second, func() bool { return started.Load() == int64(n) })
-	cancel() // the caller abandons all of them; the handlers keep running
-	wg.Wait()
-	// One more call, and then the session's ordinary traffic.
-	if got, err := s.Call(tctx(t, 10*time.Second), methodEcho, []byte("one more")); err != nil && !errors.Is(err, ErrBusy) {
-		t.Fatalf("call %d: %v (session err %v)", n+1, err, s.Err())
-	} else if err == nil && string(got) != "one more" {
-		t.Fatalf("call %d = %q", n+1, got)
-	}
-	sessionStillWorks(t, c, s)
-}
-
-func TestConcurrentQuickCallsKeepTheSession(t *testing.T) {
-	for _, n := range []int{64, 1000} {
-		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			srv := testServer(t, newFake("s"), ServerOptions{})
-			c := wsClient(t, httptestServer(t, srv), "")
-			s := session(t, c)
-			rounds := 3
-			if os.Getenv("WSYNC_LONG") != "" {
-				rounds = 30
-			}
-			ctx := tctx(t, 60*time.Second)
-			var ok, busy atomic.Int64
-			var wg sync.WaitGroup
-			errs := make(chan error, n)
-			for i := range n {
-				wg.Go(func() {
-					for r := range rounds {
-						want := fmt.Sprintf("%d.%d", i, r)
-						got, err := s.Call(ctx, methodEcho, []byte(want))
-						switch {
-						case errors.Is(err, ErrBusy):
-							busy.Add(1)
-						case err != nil:
-							errs <- err
-							return
-						case string(got) != want:
-							errs <- fmt.Errorf("echo %q = %q", want, got)
-							return
-						default:
-							ok.Add(1)
-						}
-					}
-				})
-			}
-			wg.Wait()
-			close(errs)
-			for err := range errs {
-				t.Fatalf("call failed: %v (session err %v)", err, s.Err())
-			}
-			t.Logf("%d calls: %d completed, %d busy", n*rounds, ok.Load(), busy.Load())
-			if ok.Load() == 0 {
-				t.Fatal("no call completed")
-			}
-			sessionStillWorks(t, c, s)
-		})
-	}
-}
-
-// A peer that ignores our MaxCalls gets EBUSY for the calls over it, and
-// its session stays up.
-func TestCallsOverTheLimitGetErrBusy(t *testing.T) {
-	srv, started, release := lingerServer(t)
-	c := wsClient(t, httptestServer(t, srv), "")
-	t.Cleanup(release)
-	s := session(t, c)
-	n := int(s.Peer().MaxCalls)
-	// Pretend the peer allows more than it does: our side no longer queues.
-	s.slots = make(chan struct{}, 4*n)
-	ctx, cancel := context.WithCancel(tctx(t, 30*time.Second))
-	defer cancel()
-	var wg sync.WaitGroup
-	for range n {
-		wg.Go(func() { s.Call(ctx, methodLinger, nil) })
-	}
-	waitFor(t, "the peer's slots to fill", 10*time.Second, func() bool { return started.Load() == int64(n) })
-	_, err := s.Call(tctx(t, 10*time.Second), methodEcho, []byte("x"))
-	if !errors.Is(err, ErrBusy) || CodeOf(err) != CodeBusy {
-		t.Fatalf("call over the limit: %v, want ErrBusy", err)
-	}
-	release()
-	cancel()
-	wg.Wait()
-	sessionStillWorks(t, c, s)
-}
+const methodLinger rpc.Method = 310
 
 // The same load on the session a real Driver uses between two stores: 64
 // abandoned calls plus one, then 1,000 concurrent quick calls, and the
@@ -173,13 +22,13 @@ func TestDriverSyncsOnASessionAfterCallLoad(t *testing.T) {
 	release := make(chan struct{})
 	var once sync.Once
 	free := func() { once.Do(func() { close(release) }) }
-	p.srv.Load().Handle(methodLinger, func(ctx context.Context, c *Incoming) error {
+	p.srv.Load().Handle(methodLinger, func(ctx context.Context, c *rpc.Incoming) error {
 		started.Add(1)
 		<-ctx.Done()
 		<-release
 		return ctx.Err()
 	})
-	p.srv.Load().Handle(methodEcho, func(ctx context.Context, c *Incoming) error { return c.Reply(c.Body) })
+	p.srv.Load().Handle(methodEcho, func(ctx context.Context, c *rpc.Incoming) error { return c.Reply(c.Body) })
 	t.Cleanup(free)
 	write(t, p.server, "before.txt", []byte("before"))
 	p.tick()
@@ -201,7 +50,7 @@ func TestDriverSyncsOnASessionAfterCallLoad(t *testing.T) {
 		wg.Go(func() {
 			_, err := s.Call(tctx(t, 30*time.Second), methodEcho, []byte{byte(i)})
 			switch {
-			case errors.Is(err, ErrBusy):
+			case errors.Is(err, rpc.ErrBusy):
 				busy.Add(1)
 			case err != nil:
 				failed.Add(1)
@@ -222,35 +71,4 @@ func TestDriverSyncsOnASessionAfterCallLoad(t *testing.T) {
 	assertSameTree(t, p.server, p.cont)
 	t.Logf("1,000 quick calls after %d abandoned: %d busy", n, busy.Load())
 	free()
-}
-
-// Cancelled calls whose handlers are slow to stop are bounded: past
-// 2*MaxCalls of them new calls get ErrBusy (the session stays up), and
-// once they stop calls are served again.
-func TestStoppingHandlersAreBounded(t *testing.T) {
-	srv, started, release := lingerServer(t)
-	c := wsClient(t, httptestServer(t, srv), "")
-	t.Cleanup(release)
-	s := session(t, c)
-	n := int(s.Peer().MaxCalls)
-	for round := range 2 {
-		ctx, cancel := context.WithCancel(tctx(t, 30*time.Second))
-		var wg sync.WaitGroup
-		for range n {
-			wg.Go(func() { s.Call(ctx, methodLinger, nil) })
-		}
-		waitFor(t, "the lingering calls to start", 10*time.Second, func() bool { return started.Load() == int64((round+1)*n) })
-		cancel()
-		wg.Wait()
-	}
-	ctx := tctx(t, 20*time.Second)
-	if _, err := s.Call(ctx, methodEcho, []byte("x")); !errors.Is(err, ErrBusy) {
-		t.Fatalf("call with %d handlers stopping: %v, want ErrBusy", 2*n, err)
-	}
-	release()
-	waitFor(t, "calls to be served again", 10*time.Second, func() bool {
-		_, err := s.Call(ctx, methodEcho, []byte("x"))
-		return err == nil
-	})
-	sessionStillWorks(t, c, s)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/syncwire/rpc"
 )
 
 // One encoder and one decoder serve the process: EncodeAll and DecodeAll
@@ -95,7 +96,7 @@ func decompress(z []byte, raw int) ([]byte, error) {
 	defer func() { decompressed.Add(int64(raw)) }()
 	out, err := zstdDecoder().DecodeAll(z, make([]byte, 0, raw))
 	if err != nil {
-		return nil, fmt.Errorf("%w: zstd: %v", ErrProtocol, err)
+		return nil, fmt.Errorf("%w: zstd: %v", rpc.ErrProtocol, err)
 	}
 	if len(out) != raw {
 		return nil, protoErr("zstd chunk of %d bytes, header says %d", len(out), raw)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/wsync/wsync/chunkstore"
 	"github.com/wsync/wsync/internal/crashpoint"
+	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/watermark"
 )
@@ -45,7 +46,7 @@ type DriverOptions struct {
 type Driver struct {
 	local  Backend
 	peer   string
-	client *Client
+	client *rpc.Client
 	opts   DriverOptions
 	log    *slog.Logger
 
@@ -56,9 +57,9 @@ type Driver struct {
 
 // NewDriver returns a driver for local and the peer behind c. peer names
 // the local watermarks kept for that peer. c must announce local's store id
-// (ClientOptions.Config.StoreID = local.ID()): the peer keys the watermarks
+// (rpc.ClientOptions.Config.ID = local.ID()): the peer keys the watermarks
 // it keeps for us by it.
-func NewDriver(local Backend, peer string, c *Client, opts DriverOptions) *Driver {
+func NewDriver(local Backend, peer string, c *rpc.Client, opts DriverOptions) *Driver {
 	if opts.BatchEntries <= 0 {
 		opts.BatchEntries = BatchEntries
 	}
@@ -125,25 +126,26 @@ func (d *Driver) Tick(ctx context.Context) (TickResult, error) {
 
 func (d *Driver) observe(op string, err error) error {
 	if err != nil {
-		metricSyncErrors.WithLabelValues(op, CodeOf(err).String()).Inc()
+		metricSyncErrors.WithLabelValues(op, rpc.CodeOf(err).String()).Inc()
 	}
 	return err
 }
 
 // withSession gets a session (redialling if the last one died), reconciles
 // watermarks on a new one, runs op and totals its wire bytes.
-func (d *Driver) withSession(ctx context.Context, res *Result, op func(context.Context, *Session, *Result) error) error {
-	var wc WireCounter
-	ctx = WithWireCounter(ctx, &wc)
+func (d *Driver) withSession(ctx context.Context, res *Result, op func(context.Context, Peer, *Result) error) error {
+	var wc rpc.WireCounter
+	ctx = rpc.WithWireCounter(ctx, &wc)
 	defer func() { res.WireBytes += wc.In.Load() + wc.Out.Load() }()
-	s, epoch, err := d.client.Session(ctx)
+	sess, epoch, err := d.client.Session(ctx)
 	if err != nil {
 		return err
 	}
-	if id := s.Local().StoreID; id != d.local.ID() {
+	if id := sess.Local().ID; id != d.local.ID() {
 		// The peer keys the watermarks it keeps for us by this id.
 		return fmt.Errorf("%w: client announces store %q, the driver's store is %q", vfs.ErrInvalid, id, d.local.ID())
 	}
+	s := NewPeer(sess)
 	if epoch != d.reconciled && !d.opts.noReconcile {
 		if err := d.reconcile(ctx, s, res); err != nil {
 			return fmt.Errorf("reconcile: %w", err)
@@ -157,7 +159,7 @@ func (d *Driver) withSession(ctx context.Context, res *Result, op func(context.C
 // a peer whose current rev is below our fetch cursor lost its feed (fetch
 // it again from the start); a peer that has less of our feed than our push
 // cursor says lost state (push again from what it has).
-func (d *Driver) reconcile(ctx context.Context, s *Session, res *Result) error {
+func (d *Driver) reconcile(ctx context.Context, s Peer, res *Result) error {
 	ps, err := s.Watermarks(ctx)
 	if err != nil {
 		return err
@@ -192,7 +194,7 @@ func (d *Driver) reconcile(ctx context.Context, s *Session, res *Result) error {
 // push runs the push loop: batches of at most BatchEntries entries and
 // BatchMissingBytes missing chunk bytes; for each, probe, send the missing
 // chunks, then the entries, which the peer applies atomically.
-func (d *Driver) push(ctx context.Context, s *Session, res *Result) error {
+func (d *Driver) push(ctx context.Context, s Peer, res *Result) error {
 	err := d.pushOnce(ctx, s, res)
 	var ie *watermark.InvariantError
 	if !errors.As(err, &ie) {
@@ -218,7 +220,7 @@ func (d *Driver) resetPush(ctx context.Context, to watermark.Cursor, res *Result
 	return d.local.SetWatermarks(ctx, d.peer, ws)
 }
 
-func (d *Driver) pushOnce(ctx context.Context, s *Session, res *Result) error {
+func (d *Driver) pushOnce(ctx context.Context, s Peer, res *Result) error {
 	ws, err := d.local.Watermarks(ctx, d.peer)
 	if err != nil {
 		return err
@@ -324,7 +326,7 @@ func (d *Driver) pushOnce(ctx context.Context, s *Session, res *Result) error {
 // returns the longest prefix (at least one entry) whose missing chunks stay
 // within BatchMissingBytes, those missing hashes in first-use order, and
 // the chunk bytes the prefix references.
-func (d *Driver) cutPushBatch(ctx context.Context, s *Session, pending []vfs.ChangeEntry) ([]vfs.ChangeEntry, []chunkstore.Hash, int64, error) {
+func (d *Driver) cutPushBatch(ctx context.Context, s Peer, pending []vfs.ChangeEntry) ([]vfs.ChangeEntry, []chunkstore.Hash, int64, error) {
 	if len(pending) == 0 {
 		return nil, nil, 0, nil
 	}
@@ -382,7 +384,7 @@ func (d *Driver) cutPushBatch(ctx context.Context, s *Session, pending []vfs.Cha
 // pull runs the pull loop, with the invariant and reconcile checks on the
 // feed's head: on violation the affected watermark is reset and the pull
 // retried once.
-func (d *Driver) pull(ctx context.Context, s *Session, res *Result) error {
+func (d *Driver) pull(ctx context.Context, s Peer, res *Result) error {
 	err := d.pullOnce(ctx, s, res, false)
 	if !errors.Is(err, errRetryPull) {
 		return err
@@ -392,7 +394,7 @@ func (d *Driver) pull(ctx context.Context, s *Session, res *Result) error {
 
 var errRetryPull = errors.New("retry pull")
 
-func (d *Driver) pullOnce(ctx context.Context, s *Session, res *Result, retried bool) error {
+func (d *Driver) pullOnce(ctx context.Context, s Peer, res *Result, retried bool) error {
 	ws, err := d.local.Watermarks(ctx, d.peer)
 	if err != nil {
 		return err
@@ -459,7 +461,7 @@ func (d *Driver) pullOnce(ctx context.Context, s *Session, res *Result, retried 
 }
 
 // syncApplied records cursor as the peer's applied-push cursor.
-func (d *Driver) syncApplied(ctx context.Context, s *Session, cursor watermark.Cursor) error {
+func (d *Driver) syncApplied(ctx context.Context, s Peer, cursor watermark.Cursor) error {
 	resp, err := s.Push(ctx, PushRequest{SenderRev: max(d.local.CurrentRev(), 1), SenderCursor: cursor}, nil)
 	if err != nil {
 		return err
@@ -490,7 +492,7 @@ func (f *fetchedBatch) release() {
 // batch k+1 is read and its missing chunks fetched from the peer, so the
 // peer's reads and our writes overlap. At most two batches (and the chunks
 // they reference) are held at once.
-func (d *Driver) pullBatches(ctx context.Context, s *Session, cs *ChangeStream, ws *watermark.Set, res *Result) error {
+func (d *Driver) pullBatches(ctx context.Context, s Peer, cs *ChangeStream, ws *watermark.Set, res *Result) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ready := make(chan *fetchedBatch, 1)
@@ -542,7 +544,7 @@ func (d *Driver) pullBatches(ctx context.Context, s *Session, cs *ChangeStream, 
 // fetchBatch probes the local store for the chunks of f.batch and fetches
 // the missing ones into a stage. Chunks the previous batch fetched are not
 // fetched again: that batch is applied (or the pull fails) first.
-func (d *Driver) fetchBatch(ctx context.Context, s *Session, f *fetchedBatch, prev map[chunkstore.Hash]bool) {
+func (d *Driver) fetchBatch(ctx context.Context, s Peer, f *fetchedBatch, prev map[chunkstore.Hash]bool) {
 	seen := map[chunkstore.Hash]bool{}
 	var need []chunkstore.Hash
 	for _, e := range f.batch {

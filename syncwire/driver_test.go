@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/watermark"
 )
@@ -41,7 +42,7 @@ type pair struct {
 	cont   *vfs.Store // the container's store
 	srv    atomic.Pointer[Server]
 	url    string
-	client *Client
+	client *rpc.Client
 	drv    *Driver
 }
 
@@ -54,8 +55,8 @@ func newPair(t testing.TB, opts DriverOptions) *pair {
 	}))
 	p.url = "ws" + strings.TrimPrefix(hs.URL, "http") + "/sync"
 	cfg := testConfig()
-	cfg.StoreID = p.server.ID()
-	p.client = NewClient(ClientOptions{Config: cfg, URL: p.url})
+	cfg.ID = p.server.ID()
+	p.client = rpc.NewClient(rpc.ClientOptions{Config: cfg, URL: p.url})
 	p.drv = NewDriver(p.server, "container", p.client, opts)
 	t.Cleanup(func() {
 		p.client.Close()
@@ -67,17 +68,14 @@ func newPair(t testing.TB, opts DriverOptions) *pair {
 
 // serve makes b the container's store, ending sessions with the old one.
 func (p *pair) serve(b Backend) {
-	old := p.srv.Swap(NewServer(b, ServerOptions{Config: testConfig()}))
+	old := p.srv.Swap(NewServer(b, rpc.ServerOptions{Config: testConfig()}))
 	if old == nil {
 		return
 	}
 	old.Close()
 	// Let the client see the old session end, so the next call redials
 	// instead of racing the close.
-	p.client.mu.Lock()
-	s := p.client.sess
-	p.client.mu.Unlock()
-	if s != nil {
+	if s := p.client.Current(); s != nil {
 		select {
 		case <-s.Done():
 		case <-time.After(10 * time.Second):
@@ -292,7 +290,7 @@ func TestDedupSendsEachChunkOnce(t *testing.T) {
 // kills the session instead of applying, as a connection lost mid-pull.
 type applyCutter struct {
 	*vfs.Store
-	client  *Client
+	client  *rpc.Client
 	calls   atomic.Int32
 	cut     int32
 	entries atomic.Int64 // entries handed to Apply, cut call included
@@ -303,7 +301,7 @@ func (a *applyCutter) Apply(ctx context.Context, es []vfs.ChangeEntry, opts vfs.
 	if a.calls.Add(1) == a.cut {
 		s, _, _ := a.client.Session(ctx)
 		s.Close()
-		return vfs.ApplyResult{}, fmt.Errorf("cut: %w", ErrShutdown)
+		return vfs.ApplyResult{}, fmt.Errorf("cut: %w", rpc.ErrShutdown)
 	}
 	return a.Store.Apply(ctx, es, opts)
 }
@@ -336,8 +334,8 @@ func TestPullResumesAfterACutWithinOneBatch(t *testing.T) {
 	ctx := tctx(t, 120*time.Second)
 	const n = 2000
 	populate(t, p.cont, "tree", n)
-	if _, err := p.drv.PullOnce(ctx); !errors.Is(err, ErrShutdown) {
-		t.Fatalf("cut pull: err = %v, want ErrShutdown", err)
+	if _, err := p.drv.PullOnce(ctx); !errors.Is(err, rpc.ErrShutdown) {
+		t.Fatalf("cut pull: err = %v, want rpc.ErrShutdown", err)
 	}
 	ws, _ := p.server.Watermarks(ctx, "container")
 	if !ws.Fetch.Partial {
@@ -375,7 +373,7 @@ func TestRenameOfTenThousandResumesMidRev(t *testing.T) {
 	rev := p.cont.CurrentRev()
 	cutter := &applyCutter{Store: p.server, client: p.client, cut: 11}
 	p.drv.local = cutter
-	if _, err := p.drv.PullOnce(ctx); !errors.Is(err, ErrShutdown) {
+	if _, err := p.drv.PullOnce(ctx); !errors.Is(err, rpc.ErrShutdown) {
 		t.Fatalf("cut pull: err = %v", err)
 	}
 	ws, _ := p.server.Watermarks(ctx, "container")
@@ -409,7 +407,7 @@ func TestPushAppliesNothingWhenAChunkNeverArrives(t *testing.T) {
 		{Kind: vfs.EntryFile, Rev: 2, Path: "d/f", Mode: 0o644, Size: int64(len(data)), Chunks: chunkstore.Manifest{{Hash: h, Size: uint32(len(data))}}},
 		{Kind: vfs.EntryDelete, Rev: 3, Path: "keep.txt"},
 	}
-	_, err := s.Push(ctx, PushRequest{SenderRev: 3, SenderCursor: watermark.At(3)}, batch)
+	_, err := NewPeer(s).Push(ctx, PushRequest{SenderRev: 3, SenderCursor: watermark.At(3)}, batch)
 	if !errors.Is(err, chunkstore.ErrUnknownHash) {
 		t.Fatalf("err = %v, want ErrUnknownHash", err)
 	}
@@ -465,7 +463,7 @@ func TestReplacedContainerIsDetectedAndRebaselined(t *testing.T) {
 
 func mustPeer(t testing.TB, p *pair) PeerState {
 	t.Helper()
-	ps, err := session(t, p.client).Watermarks(t.Context())
+	ps, err := NewPeer(session(t, p.client)).Watermarks(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -477,12 +475,12 @@ func TestSenderRevZeroVersusPeer(t *testing.T) {
 	ctx := tctx(t, 30*time.Second)
 	// An external writer (its own store id, senderRev 0) pushes a file.
 	cfg := testConfig()
-	cfg.StoreID = "external-writer"
-	ext := NewClient(ClientOptions{Config: cfg, URL: p.url})
+	cfg.ID = "external-writer"
+	ext := rpc.NewClient(rpc.ClientOptions{Config: cfg, URL: p.url})
 	defer ext.Close()
 	xs := session(t, ext)
 	dir := []vfs.ChangeEntry{{Kind: vfs.EntryDir, Rev: 1, Path: "ext", Mode: 0o755}}
-	resp, err := xs.Push(ctx, PushRequest{SenderRev: 0, SenderCursor: watermark.At(0)}, dir)
+	resp, err := NewPeer(xs).Push(ctx, PushRequest{SenderRev: 0, SenderCursor: watermark.At(0)}, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -551,13 +549,13 @@ func TestBadPeersGetTypedErrorsAndChangeNothing(t *testing.T) {
 
 	t.Run("hash mismatch on push", func(t *testing.T) {
 		s := session(t, p.client)
-		_, err := s.PushObjects(ctx, 77, []chunkstore.Hash{h}, func(context.Context, chunkstore.Hash) ([]byte, error) {
+		_, err := NewPeer(s).PushObjects(ctx, 77, []chunkstore.Hash{h}, func(context.Context, chunkstore.Hash) ([]byte, error) {
 			return []byte("not the payload"), nil
 		})
 		if !errors.Is(err, chunkstore.ErrHashMismatch) {
 			t.Fatalf("err = %v, want ErrHashMismatch", err)
 		}
-		_, err = s.Push(ctx, PushRequest{SenderRev: 1, SenderCursor: watermark.At(1), Stage: 77}, []vfs.ChangeEntry{file})
+		_, err = NewPeer(s).Push(ctx, PushRequest{SenderRev: 1, SenderCursor: watermark.At(1), Stage: 77}, []vfs.ChangeEntry{file})
 		if !errors.Is(err, chunkstore.ErrUnknownHash) {
 			t.Errorf("push after a failed stage: err = %v, want ErrUnknownHash", err)
 		}
@@ -593,9 +591,9 @@ func TestBadPeersGetTypedErrorsAndChangeNothing(t *testing.T) {
 		}
 		defer o.Close()
 		var e enc
-		e.uvarint(1)
+		e.PutUvarint(1)
 		appendEntry(&e, &vfs.ChangeEntry{Kind: vfs.EntryDir, Rev: 1, Path: "a/../../etc", Mode: 0o755}, "")
-		o.Send(ctx, e.b)
+		o.Send(ctx, e.Bytes())
 		o.CloseSend()
 		if _, err := o.Reply(ctx); !errors.Is(err, vfs.ErrInvalid) {
 			t.Errorf("err = %v, want ErrInvalid", err)
@@ -604,7 +602,7 @@ func TestBadPeersGetTypedErrorsAndChangeNothing(t *testing.T) {
 	})
 	t.Run("truncated stream", func(t *testing.T) {
 		// A push whose connection dies mid-stream applies nothing.
-		c := NewClient(ClientOptions{Config: testConfig(), URL: p.url})
+		c := rpc.NewClient(rpc.ClientOptions{Config: testConfig(), URL: p.url})
 		defer c.Close()
 		s := session(t, c)
 		o, err := s.Open(ctx, MethodPush, mustAppend(PushRequest{SenderRev: 1, SenderCursor: watermark.At(1)}.appendTo(nil)), true)
@@ -614,8 +612,8 @@ func TestBadPeersGetTypedErrorsAndChangeNothing(t *testing.T) {
 		msg, _ := AppendEntries(nil, []vfs.ChangeEntry{{Kind: vfs.EntryDir, Rev: 1, Path: "half", Mode: 0o755}})
 		o.Send(ctx, msg)
 		o.Send(ctx, msg[:len(msg)/2]) // a truncated message
-		if _, err := o.Reply(ctx); !errors.Is(err, ErrProtocol) {
-			t.Errorf("truncated message: err = %v, want ErrProtocol", err)
+		if _, err := o.Reply(ctx); !errors.Is(err, rpc.ErrProtocol) {
+			t.Errorf("truncated message: err = %v, want rpc.ErrProtocol", err)
 		}
 		o2, _ := s.Open(ctx, MethodPush, mustAppend(PushRequest{SenderRev: 1, SenderCursor: watermark.At(1)}.appendTo(nil)), true)
 		o2.Send(ctx, msg)

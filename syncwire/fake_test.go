@@ -14,6 +14,7 @@ import (
 
 	"github.com/wsync/wsync/chunkstore"
 	"github.com/wsync/wsync/internal/testutil"
+	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/watermark"
 )
@@ -152,33 +153,33 @@ func (f *fakeBackend) FlushAll(ctx context.Context) error {
 }
 
 // testConfig has short timers so failure paths finish fast.
-func testConfig() Config {
-	return Config{PingInterval: 200 * time.Millisecond, PingTimeout: 2 * time.Second, CallTimeout: 20 * time.Second}
+func testConfig() rpc.Config {
+	return rpc.Config{PingInterval: 200 * time.Millisecond, PingTimeout: 2 * time.Second, CallTimeout: 20 * time.Second}
 }
 
-func wsClient(t *testing.T, url, token string) *Client {
+func wsClient(t *testing.T, url, token string) *rpc.Client {
 	t.Helper()
 	cfg := testConfig()
-	cfg.StoreID = "client-store"
-	c := NewClient(ClientOptions{Config: cfg, URL: url, Token: token})
+	cfg.ID = "client-store"
+	c := rpc.NewClient(rpc.ClientOptions{Config: cfg, URL: url, Token: token})
 	t.Cleanup(func() { c.Close() })
 	return c
 }
 
 // pipePair runs a server session for b on one end of a Pipe and returns a
 // client with the other end.
-func pipePair(t *testing.T, srv *Server) (*Client, *PipeConn, *PipeConn) {
+func pipePair(t *testing.T, srv *Server) (*rpc.Client, *rpc.PipeConn, *rpc.PipeConn) {
 	t.Helper()
 	return pipePairConfig(t, srv, testConfig())
 }
 
-func pipePairConfig(t *testing.T, srv *Server, cfg Config) (*Client, *PipeConn, *PipeConn) {
+func pipePairConfig(t *testing.T, srv *Server, cfg rpc.Config) (*rpc.Client, *rpc.PipeConn, *rpc.PipeConn) {
 	t.Helper()
-	var cEnd, sEnd *PipeConn
-	cfg.StoreID = "client-store"
+	var cEnd, sEnd *rpc.PipeConn
+	cfg.ID = "client-store"
 	var wg sync.WaitGroup
-	c := NewClient(ClientOptions{Config: cfg, Dial: func(ctx context.Context) (Conn, error) {
-		a, b := Pipe()
+	c := rpc.NewClient(rpc.ClientOptions{Config: cfg, Dial: func(ctx context.Context) (rpc.Conn, error) {
+		a, b := rpc.Pipe()
 		cEnd, sEnd = a, b
 		wg.Go(func() { srv.ServeConn(context.Background(), b) })
 		return a, nil
@@ -194,7 +195,7 @@ func pipePairConfig(t *testing.T, srv *Server, cfg Config) (*Client, *PipeConn, 
 	return c, cEnd, sEnd
 }
 
-func session(t testing.TB, c *Client) *Session {
+func session(t testing.TB, c *rpc.Client) *rpc.Session {
 	t.Helper()
 	s, _, err := c.Session(t.Context())
 	if err != nil {

@@ -4,15 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"reflect"
-	"strconv"
 	"strings"
 	"testing"
 
-	"github.com/google/uuid"
 	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/internal/testutil"
+	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/watermark"
 )
@@ -32,29 +30,6 @@ func sampleEntries() []vfs.ChangeEntry {
 	}
 }
 
-func seedFrames() [][]byte {
-	var out [][]byte
-	for _, f := range []Frame{
-		{Type: FrameHello, Payload: AppendHello(nil, Hello{Protocol: ProtocolName, MinVersion: 1, MaxVersion: 1, Window: defaultWindow, MaxCalls: 64})},
-		{Type: FrameCall, Flags: FlagStream, ID: 1, Payload: []byte{2, 0}},
-		{Type: FrameReply, ID: 1, Payload: []byte("x")},
-		{Type: FrameError, ID: 3, Payload: encodeError(vfs.ErrNotExist)},
-		{Type: FrameData, ID: 1 << 40, Payload: bytes.Repeat([]byte{7}, 40)},
-		{Type: FrameEnd, ID: 5},
-		{Type: FrameCredit, ID: 5, Payload: []byte{0x80, 0x80, 0x01}},
-		{Type: FrameCancel, ID: 9},
-	} {
-		b, _ := AppendFrame(nil, f)
-		out = append(out, b)
-	}
-	return out
-}
-
-func seedHellos() [][]byte {
-	h := Hello{Protocol: ProtocolName, MinVersion: 1, MaxVersion: 3, Features: []string{"zstd", "exec"}, RuntimeID: uuid.MustParse("6f1c1f5e-2d3b-4c1a-9d7e-0a1b2c3d4e5f"), StoreID: "store-1", Window: defaultWindow, MaxCalls: 64}
-	return [][]byte{AppendHello(nil, h), append(AppendHello(nil, h), 1, 2, 3), AppendHello(nil, Hello{Protocol: "other"})}
-}
-
 func seedEntries() [][]byte {
 	es := sampleEntries()
 	all, _ := AppendEntries(nil, es)
@@ -67,8 +42,8 @@ func seedObjects() [][]byte {
 	var out [][]byte
 	for _, data := range [][]byte{[]byte("raw bytes"), bytes.Repeat([]byte("compressible "), 4000)} {
 		var e enc
-		e.uvarint(1)
-		b, _ := appendObject(e.b, Object{Hash: chunkstore.Sum(data), Data: data})
+		e.PutUvarint(1)
+		b, _ := appendObject(e.Bytes(), Object{Hash: chunkstore.Sum(data), Data: data})
 		out = append(out, b)
 	}
 	return out
@@ -92,7 +67,11 @@ func seedMessages() [][]byte {
 	add(FetchRequest{Ignore: []string{}}.appendTo(nil))
 	add(FetchResponse{Current: watermark.At(7), AppliedPush: watermark.Within(3, "z")}.appendTo(nil))
 	add(PeerState{StoreID: "s", CurrentRev: 8, Set: watermark.Set{Push: watermark.At(1), Fetch: watermark.Within(2, "p"), AppliedPush: watermark.At(3)}}.appendTo(nil))
-	out = append(out, encodeError(fmt.Errorf("x: %w", chunkstore.ErrUnknownHash)))
+	// An ERROR payload (what rpc writes for fmt.Errorf("x: %w", chunkstore.ErrUnknownHash)).
+	var e enc
+	e.PutUvarint(uint64(CodeUnknownHash))
+	e.PutString("x: " + chunkstore.ErrUnknownHash.Error())
+	out = append(out, e.Bytes())
 	out = append(out, PushObjectsRequest{Stage: 5, Hashes: []chunkstore.Hash{chunkstore.Sum([]byte("a"))}}.appendTo(nil), PushObjectsResponse{Chunks: 3, Bytes: 1 << 20}.appendTo(nil))
 	return out
 }
@@ -101,38 +80,6 @@ func addSeeds(f *testing.F, seeds [][]byte) {
 	for _, s := range seeds {
 		f.Add(s)
 	}
-}
-
-func FuzzDecodeFrame(f *testing.F) {
-	addSeeds(f, seedFrames())
-	f.Fuzz(func(t *testing.T, b []byte) {
-		fr, err := DecodeFrame(b)
-		if err != nil {
-			return
-		}
-		enc, err := AppendFrame(nil, fr)
-		if err != nil {
-			t.Fatalf("decoded frame does not encode: %v", err)
-		}
-		fr2, err := DecodeFrame(enc)
-		if err != nil || fr2.Type != fr.Type || fr2.Flags != fr.Flags || fr2.ID != fr.ID || !bytes.Equal(fr2.Payload, fr.Payload) {
-			t.Fatalf("re-decode = %+v, %v; want %+v", fr2, err, fr)
-		}
-	})
-}
-
-func FuzzDecodeHello(f *testing.F) {
-	addSeeds(f, seedHellos())
-	f.Fuzz(func(t *testing.T, b []byte) {
-		h, err := DecodeHello(b)
-		if err != nil {
-			return
-		}
-		h2, err := DecodeHello(AppendHello(nil, h))
-		if err != nil || !reflect.DeepEqual(h, h2) {
-			t.Fatalf("re-decode = %+v, %v; want %+v", h2, err, h)
-		}
-	})
 }
 
 func FuzzDecodeEntries(f *testing.F) {
@@ -219,7 +166,7 @@ func TestEntryPartsRoundTrip(t *testing.T) {
 	var x EntryDecoder
 	var got []vfs.ChangeEntry
 	for i, p := range parts {
-		if len(p) > MaxPayload {
+		if len(p) > rpc.MaxPayload {
 			t.Fatalf("part %d of %d bytes", i, len(p))
 		}
 		es, err := x.Decode(p)
@@ -246,14 +193,14 @@ func TestEntryPartsRoundTrip(t *testing.T) {
 				break
 			}
 		}
-		if !errors.Is(err, ErrProtocol) {
-			t.Errorf("%s: err = %v, want ErrProtocol", name, err)
+		if !errors.Is(err, rpc.ErrProtocol) {
+			t.Errorf("%s: err = %v, want rpc.ErrProtocol", name, err)
 		}
 	}
 	var cut EntryDecoder
 	cut.Decode(parts[0])
-	if err := cut.Finish(); !errors.Is(err, ErrProtocol) {
-		t.Errorf("cut short: Finish = %v, want ErrProtocol", err)
+	if err := cut.Finish(); !errors.Is(err, rpc.ErrProtocol) {
+		t.Errorf("cut short: Finish = %v, want rpc.ErrProtocol", err)
 	}
 }
 
@@ -274,14 +221,15 @@ func FuzzDecodeObjects(f *testing.F) {
 			return
 		}
 		var e enc
-		e.uvarint(uint64(len(objs)))
+		e.PutUvarint(uint64(len(objs)))
+		msg := e.Bytes()
 		for _, o := range objs {
 			if len(o.Data) == 0 || len(o.Data) > chunkstore.ChunkSize {
 				t.Fatalf("object of %d bytes decoded", len(o.Data))
 			}
-			e.b, _ = appendObject(e.b, o)
+			msg, _ = appendObject(msg, o)
 		}
-		objs2, err := decodeAllObjects(e.b)
+		objs2, err := decodeAllObjects(msg)
 		if err != nil || !reflect.DeepEqual(objs, objs2) {
 			t.Fatalf("re-decode: %v", err)
 		}
@@ -345,14 +293,6 @@ func FuzzDecodeMessage(f *testing.F) {
 				t.Fatalf("push objects response: %+v vs %+v, %v", r, r2, err)
 			}
 		}
-		if code, msg, err := decodeError(b); err == nil {
-			var e enc
-			e.uvarint(uint64(code))
-			e.str(msg)
-			if c2, m2, err := decodeError(e.b); err != nil || c2 != code || m2 != msg {
-				t.Fatalf("error: %v %q vs %v %q, %v", code, msg, c2, m2, err)
-			}
-		}
 	})
 }
 
@@ -390,26 +330,26 @@ func TestDecodersRejectBadInput(t *testing.T) {
 		"entry count beyond message": func() error { _, err := DecodeEntries([]byte{0xff, 0x01}); return err },
 		"bad kind": func() error {
 			var e enc
-			e.uvarint(1)
-			e.byte(9)
-			e.b = append(e.b, 1, 0, 1, 'a', 0, 0)
-			_, err := DecodeEntries(e.b)
+			e.PutUvarint(1)
+			e.PutByte(9)
+			e.PutFixed([]byte{1, 0, 1, 'a', 0, 0})
+			_, err := DecodeEntries(e.Bytes())
 			return err
 		},
 		"prefix past previous path": func() error {
 			var e enc
-			e.uvarint(1)
+			e.PutUvarint(1)
 			appendEntry(&e, &vfs.ChangeEntry{Kind: vfs.EntryDir, Rev: 1, Path: "a"}, "")
-			e.b[3] = 5 // shared prefix 5 of ""
-			_, err := DecodeEntries(e.b)
+			e.Bytes()[3] = 5 // shared prefix 5 of ""
+			_, err := DecodeEntries(e.Bytes())
 			return err
 		},
 		"ragged manifest": func() error {
 			var e enc
-			e.uvarint(1)
+			e.PutUvarint(1)
 			appendEntry(&e, &vfs.ChangeEntry{Kind: vfs.EntryFile, Rev: 1, Path: "f", Size: 3,
 				Chunks: chunkstore.Manifest{{Hash: h, Size: 1}, {Hash: h, Size: 2}}}, "")
-			_, err := DecodeEntries(e.b)
+			_, err := DecodeEntries(e.Bytes())
 			return err
 		},
 		"hash count beyond message": func() error { _, err := DecodeHashes(huge); return err },
@@ -419,14 +359,14 @@ func TestDecodersRejectBadInput(t *testing.T) {
 			long := strings.Repeat("d/", 2047) + "x"
 			var e enc
 			n := 16000
-			e.uvarint(uint64(n))
+			e.PutUvarint(uint64(n))
 			prev := ""
 			for i := range n {
 				p := long[:len(long)-1] + string(rune('a'+i%26))
 				appendEntry(&e, &vfs.ChangeEntry{Kind: vfs.EntryDir, Rev: 1, Path: p, Mode: 0o755}, prev)
 				prev = p
 			}
-			_, err := DecodeEntries(e.b)
+			_, err := DecodeEntries(e.Bytes())
 			return err
 		},
 		"trailing bytes": func() error { _, err := DecodeHashes(append(AppendHashes(nil, nil), 0)); return err },
@@ -434,37 +374,37 @@ func TestDecodersRejectBadInput(t *testing.T) {
 			data := make([]byte, chunkstore.ChunkSize)
 			z := compress(data)
 			var e enc
-			e.uvarint(1)
+			e.PutUvarint(1)
 			e.hash(h)
-			e.byte(objZstd)
-			e.uvarint(100) // claims 100 bytes; decodes to 512 KiB
-			e.bytes(z)
+			e.PutByte(objZstd)
+			e.PutUvarint(100) // claims 100 bytes; decodes to 512 KiB
+			e.PutBytes(z)
 			putCompressBuf(z)
-			_, err := decodeAllObjects(e.b)
+			_, err := decodeAllObjects(e.Bytes())
 			return err
 		},
 		"bitmap bits past n": func() error { _, err := DecodeBitmap([]byte{0xff}, 3); return err },
 		"hello wrong protocol": func() error {
-			_, err := DecodeHello(AppendHello(nil, Hello{Protocol: "http", MinVersion: 1, MaxVersion: 1, Window: defaultWindow, MaxCalls: 1}))
+			_, err := rpc.DecodeHello(rpc.AppendHello(nil, rpc.Hello{Protocol: "http", MinVersion: 1, MaxVersion: 1, Window: 4 << 20, MaxCalls: 1}))
 			return err
 		},
 		"hello tiny window": func() error {
-			_, err := DecodeHello(AppendHello(nil, Hello{Protocol: ProtocolName, MinVersion: 1, MaxVersion: 1, Window: 10, MaxCalls: 1}))
+			_, err := rpc.DecodeHello(rpc.AppendHello(nil, rpc.Hello{Protocol: rpc.ProtocolName, MinVersion: 1, MaxVersion: 1, Window: 10, MaxCalls: 1}))
 			return err
 		},
 	}
 	for name, fn := range cases {
 		if err := fn(); err == nil {
 			t.Errorf("%s: decoded", name)
-		} else if !errorsIsAny(err, ErrProtocol, vfs.ErrInvalid) {
-			t.Errorf("%s: err = %v, want ErrProtocol or ErrInvalid", name, err)
+		} else if !errorsIsAny(err, rpc.ErrProtocol, vfs.ErrInvalid) {
+			t.Errorf("%s: err = %v, want rpc.ErrProtocol or ErrInvalid", name, err)
 		}
 	}
 }
 
 func errorsIsAny(err error, targets ...error) bool {
 	for _, t := range targets {
-		if CodeOf(err) == CodeOf(t) {
+		if rpc.CodeOf(err) == rpc.CodeOf(t) {
 			return true
 		}
 	}
@@ -472,31 +412,16 @@ func errorsIsAny(err error, targets ...error) bool {
 }
 
 // TestWriteFuzzCorpus writes the seeds as corpus files under
-// testdata/fuzz (run with WSYNC_WRITE_CORPUS=1 after changing a seed).
+// testdata/fuzz (run with WSYNC_WRITE_CORPUS=1 after changing a seed);
+// syncwire/rpc writes the frame and hello corpora.
 func TestWriteFuzzCorpus(t *testing.T) {
-	if os.Getenv("WSYNC_WRITE_CORPUS") == "" {
-		t.Skip("set WSYNC_WRITE_CORPUS=1 to rewrite testdata/fuzz")
-	}
-	for name, seeds := range map[string][][]byte{
-		"FuzzDecodeFrame":   seedFrames(),
-		"FuzzDecodeHello":   seedHellos(),
+	testutil.WriteFuzzCorpus(t, map[string][][]byte{
 		"FuzzDecodeEntries": seedEntries(),
 		"FuzzDecodeObjects": seedObjects(),
 		"FuzzEntryParts":    seedParts(),
 		"FuzzDecodeHashes":  seedHashes(),
 		"FuzzDecodeMessage": seedMessages(),
-	} {
-		dir := filepath.Join("testdata", "fuzz", name)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		for i, s := range seeds {
-			body := "go test fuzz v1\n[]byte(" + strconv.Quote(string(s)) + ")\n"
-			if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("seed-%02d", i)), []byte(body), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	})
 }
 
 // decodeAllObjects decodes a message's objects with a check that admits

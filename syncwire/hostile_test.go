@@ -15,6 +15,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 )
 
@@ -46,21 +47,51 @@ func checkHeld(t *testing.T, what string, held, sent int64) {
 	}
 }
 
+// sessionStillWorks checks the session is the one we started with and that
+// the sync methods still work on it.
+func sessionStillWorks(t *testing.T, c *rpc.Client, s *rpc.Session) {
+	t.Helper()
+	ctx := tctx(t, 20*time.Second)
+	if got, err := s.Call(ctx, methodEcho, []byte("after")); err != nil || string(got) != "after" {
+		t.Fatalf("echo after the load: %q, %v (session err %v)", got, err, s.Err())
+	}
+	p := NewPeer(s)
+	if _, err := p.Watermarks(ctx); err != nil {
+		t.Fatalf("watermarks after the load: %v", err)
+	}
+	cs, err := p.FetchChanges(ctx, FetchRequest{})
+	if err != nil {
+		t.Fatalf("fetch changes after the load: %v", err)
+	}
+	if _, err := cs.Next(ctx, 10); err != nil && !errors.Is(err, io.EOF) {
+		cs.Close()
+		t.Fatalf("fetch changes after the load: %v", err)
+	}
+	cs.Close()
+	if _, err := p.Push(ctx, PushRequest{SenderRev: 1}, nil); err != nil {
+		t.Fatalf("push after the load: %v", err)
+	}
+	now, _, err := c.Session(ctx)
+	if err != nil || now != s {
+		t.Fatalf("the session was replaced (%v): the load ended it (err %v)", err, s.Err())
+	}
+}
+
 // hostilePeer serves a session whose methods are the given handlers (a
 // peer that sends what it likes) on a real loopback WebSocket, and returns
 // a client session to it plus the peer's session once it is up.
-func hostilePeer(t *testing.T, handlers map[Method]Handler) (*Client, *Session, func() *Session) {
+func hostilePeer(t *testing.T, handlers map[rpc.Method]rpc.Handler) (*rpc.Client, *rpc.Session, func() *rpc.Session) {
 	t.Helper()
 	if handlers[methodEcho] == nil {
-		handlers[methodEcho] = func(ctx context.Context, c *Incoming) error { return c.Reply(c.Body) }
+		handlers[methodEcho] = func(ctx context.Context, c *rpc.Incoming) error { return c.Reply(c.Body) }
 	}
-	peers := make(chan *Session, 1)
+	peers := make(chan *rpc.Session, 1)
 	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ws, err := websocket.Accept(w, r, nil)
 		if err != nil {
 			return
 		}
-		s := NewSession(WebSocket(ws), false, testConfig(), func(m Method) Handler { return handlers[m] })
+		s := rpc.NewSession(rpc.WebSocket(ws), false, testConfig(), func(m rpc.Method) rpc.Handler { return handlers[m] })
 		if s.Handshake(r.Context()) != nil {
 			return
 		}
@@ -70,8 +101,8 @@ func hostilePeer(t *testing.T, handlers map[Method]Handler) (*Client, *Session, 
 	t.Cleanup(hs.Close)
 	c := wsClient(t, "ws"+strings.TrimPrefix(hs.URL, "http")+"/sync", "")
 	s := session(t, c)
-	var peer *Session
-	return c, s, func() *Session {
+	var peer *rpc.Session
+	return c, s, func() *rpc.Session {
 		if peer == nil {
 			peer = <-peers
 		}
@@ -94,14 +125,14 @@ func zeroObjects(hs []chunkstore.Hash) []byte {
 	z := compress(make([]byte, chunkstore.ChunkSize))
 	defer putCompressBuf(z)
 	var e enc
-	e.uvarint(uint64(len(hs)))
+	e.PutUvarint(uint64(len(hs)))
 	for _, h := range hs {
 		e.hash(h)
-		e.byte(objZstd)
-		e.uvarint(chunkstore.ChunkSize)
-		e.bytes(z)
+		e.PutByte(objZstd)
+		e.PutUvarint(chunkstore.ChunkSize)
+		e.PutBytes(z)
 	}
-	return e.b
+	return e.Bytes()
 }
 
 // bombCount is how many compressed zero chunks the bomb tests send in one
@@ -112,7 +143,7 @@ func zeroObjects(hs []chunkstore.Hash) []byte {
 func bombCount() int {
 	z := compress(make([]byte, chunkstore.ChunkSize))
 	defer putCompressBuf(z)
-	n := (MaxPayload - 16) / (32 + 1 + 3 + 1 + len(z))
+	n := (rpc.MaxPayload - 16) / (32 + 1 + 3 + 1 + len(z))
 	if os.Getenv("WSYNC_LONG") == "" {
 		n /= 8
 	}
@@ -125,8 +156,8 @@ func bombCount() int {
 // message, 3.8 GiB, before handing on the first object).
 func TestHostileFetchObjectsAnswerIsDecodedOneAtATime(t *testing.T) {
 	n := bombCount()
-	_, s, peer := hostilePeer(t, map[Method]Handler{
-		MethodFetchObjects: func(ctx context.Context, c *Incoming) error {
+	_, s, peer := hostilePeer(t, map[rpc.Method]rpc.Handler{
+		MethodFetchObjects: func(ctx context.Context, c *rpc.Incoming) error {
 			hs, err := DecodeHashes(c.Body)
 			if err != nil {
 				return err
@@ -142,7 +173,7 @@ func TestHostileFetchObjectsAnswerIsDecodedOneAtATime(t *testing.T) {
 	base := heldBytes()
 	var maxHeld int64
 	got := 0
-	err := s.FetchObjects(ctx, hs, func(o Object) error {
+	err := NewPeer(s).FetchObjects(ctx, hs, func(o Object) error {
 		got++
 		if got == 1 || got == n/2 || got == n {
 			maxHeld = max(maxHeld, heldBytes()-base)
@@ -164,8 +195,8 @@ func TestHostileFetchObjectsAnswerIsDecodedOneAtATime(t *testing.T) {
 // session stays up.
 func TestHostileUnrequestedObjectsAreRefusedBeforeDecoding(t *testing.T) {
 	n := bombCount()
-	_, s, peer := hostilePeer(t, map[Method]Handler{
-		MethodFetchObjects: func(ctx context.Context, c *Incoming) error {
+	_, s, peer := hostilePeer(t, map[rpc.Method]rpc.Handler{
+		MethodFetchObjects: func(ctx context.Context, c *rpc.Incoming) error {
 			if err := c.ReplyStream(nil); err != nil {
 				return err
 			}
@@ -174,9 +205,9 @@ func TestHostileUnrequestedObjectsAreRefusedBeforeDecoding(t *testing.T) {
 	})
 	ctx := tctx(t, 30*time.Second)
 	before := decompressed.Load()
-	err := s.FetchObjects(ctx, bombHashes(1), func(Object) error { return nil })
-	if !errors.Is(err, ErrProtocol) {
-		t.Fatalf("err = %v, want ErrProtocol", err)
+	err := NewPeer(s).FetchObjects(ctx, bombHashes(1), func(Object) error { return nil })
+	if !errors.Is(err, rpc.ErrProtocol) {
+		t.Fatalf("err = %v, want rpc.ErrProtocol", err)
 	}
 	if d := decompressed.Load() - before; d != 0 {
 		t.Errorf("%d bytes decompressed for objects nobody asked for", d)
@@ -193,7 +224,7 @@ func TestHostileUnrequestedObjectsAreRefusedBeforeDecoding(t *testing.T) {
 // Objects not announced are refused with EPROTOCOL, the session stays up.
 func TestHostilePushObjectsIsBounded(t *testing.T) {
 	st := openStore(t, "victim")
-	srv := testServer(t, st, ServerOptions{})
+	srv := testServer(t, st, rpc.ServerOptions{})
 	c := wsClient(t, httptestServer(t, srv), "")
 	s := session(t, c)
 	ctx := tctx(t, 50*time.Second)
@@ -235,7 +266,7 @@ func TestHostilePushObjectsIsBounded(t *testing.T) {
 	o.CloseSend()
 	_, err = o.Reply(ctx)
 	o.Close()
-	if CodeOf(err) != CodeProtocol {
+	if rpc.CodeOf(err) != rpc.CodeProtocol {
 		t.Fatalf("unannounced objects: %v, want EPROTOCOL", err)
 	}
 	if d := decompressed.Load() - before; d != 0 {
@@ -250,7 +281,7 @@ func TestHostilePushObjectsIsBounded(t *testing.T) {
 // manifest but sending a few parts costs its receiver what was sent.
 func TestHostileEntryPartsAreBoundedBySent(t *testing.T) {
 	st := openStore(t, "victim")
-	srv := testServer(t, st, ServerOptions{})
+	srv := testServer(t, st, rpc.ServerOptions{})
 	c := wsClient(t, httptestServer(t, srv), "")
 	s := session(t, c)
 	ctx := tctx(t, 50*time.Second)
@@ -259,7 +290,7 @@ func TestHostileEntryPartsAreBoundedBySent(t *testing.T) {
 	parts := hugeEntryParts(16)
 	base := heldBytes()
 	out0 := s.Stats().BytesOut
-	buffered0 := bufferedAll.Load() // what earlier tests' streams left unconsumed
+	buffered0 := rpc.BufferedBytes() // what earlier tests' streams left unconsumed
 	o, err := s.Open(ctx, MethodPush, mustAppend(PushRequest{SenderRev: 1}.appendTo(nil)), true)
 	if err != nil {
 		t.Fatal(err)
@@ -270,19 +301,19 @@ func TestHostileEntryPartsAreBoundedBySent(t *testing.T) {
 		}
 	}
 	// Let the server decode them all, then measure what it holds.
-	waitFor(t, "the server to take the parts", 20*time.Second, func() bool { return bufferedAll.Load() == buffered0 })
+	waitFor(t, "the server to take the parts", 20*time.Second, func() bool { return rpc.BufferedBytes() == buffered0 })
 	checkHeld(t, "push entry parts (call open)", heldBytes()-base, s.Stats().BytesOut-out0)
 	o.CloseSend()
 	_, err = o.Reply(ctx)
 	o.Close()
-	if CodeOf(err) != CodeProtocol {
+	if rpc.CodeOf(err) != rpc.CodeProtocol {
 		t.Fatalf("cut entry stream: %v, want EPROTOCOL", err)
 	}
 	sessionStillWorks(t, c, s)
 
 	// The same parts as a FetchChanges answer to us.
-	_, hs, peer := hostilePeer(t, map[Method]Handler{
-		MethodFetchChanges: func(ctx context.Context, c *Incoming) error {
+	_, hs, peer := hostilePeer(t, map[rpc.Method]rpc.Handler{
+		MethodFetchChanges: func(ctx context.Context, c *rpc.Incoming) error {
 			if err := c.ReplyStream(mustAppend(FetchResponse{}.appendTo(nil))); err != nil {
 				return err
 			}
@@ -295,15 +326,15 @@ func TestHostileEntryPartsAreBoundedBySent(t *testing.T) {
 		},
 	})
 	base = heldBytes()
-	cs, err := hs.FetchChanges(ctx, FetchRequest{})
+	cs, err := NewPeer(hs).FetchChanges(ctx, FetchRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = cs.Next(ctx, 10)
 	held := heldBytes() - base
 	cs.Close()
-	if !errors.Is(err, ErrProtocol) {
-		t.Fatalf("fetch changes cut inside an entry: %v, want ErrProtocol", err)
+	if !errors.Is(err, rpc.ErrProtocol) {
+		t.Fatalf("fetch changes cut inside an entry: %v, want rpc.ErrProtocol", err)
 	}
 	checkHeld(t, "fetch changes entry parts", held, peer().Stats().BytesOut)
 }
@@ -314,9 +345,9 @@ func hugeEntryParts(k int) [][]byte {
 	var out [][]byte
 	for i := range k {
 		var e enc
-		e.uvarint(entryPartMarker)
-		e.uvarint(chunkstore.MaxManifestChunks)
-		e.uvarint(uint64(i * partRefs))
+		e.PutUvarint(entryPartMarker)
+		e.PutUvarint(chunkstore.MaxManifestChunks)
+		e.PutUvarint(uint64(i * partRefs))
 		m := make(chunkstore.Manifest, partRefs)
 		for j := range m {
 			n := i*partRefs + j
@@ -325,9 +356,9 @@ func hugeEntryParts(k int) [][]byte {
 		if i == 0 {
 			appendEntry(&e, &vfs.ChangeEntry{Kind: vfs.EntryFile, Rev: 1, Path: "huge", Mode: 0o644, Chunks: m}, "")
 		} else {
-			e.b = chunkstore.AppendManifest(e.b, m)
+			e.manifest(m)
 		}
-		out = append(out, e.b)
+		out = append(out, e.Bytes())
 	}
 	return out
 }
@@ -336,7 +367,7 @@ func hugeEntryParts(k int) [][]byte {
 // sync method, and the session survives all of it.
 func TestHostileGarbageGetsTypedErrors(t *testing.T) {
 	st := openStore(t, "victim")
-	srv := testServer(t, st, ServerOptions{})
+	srv := testServer(t, st, rpc.ServerOptions{})
 	c := wsClient(t, httptestServer(t, srv), "")
 	s := session(t, c)
 	ctx := tctx(t, 30*time.Second)
@@ -346,12 +377,12 @@ func TestHostileGarbageGetsTypedErrors(t *testing.T) {
 		{0x80},
 		{entryPartMarker&0x7f | 0x80, 0x80, 0x80, 0x08, 0xff, 0xff, 0xff, 0x03, 0},
 	}
-	for _, m := range []Method{MethodWatermarks, MethodPush, MethodFetchChanges, MethodHasObjects, MethodFetchObjects, MethodPushObjects} {
+	for _, m := range []rpc.Method{MethodWatermarks, MethodPush, MethodFetchChanges, MethodHasObjects, MethodFetchObjects, MethodPushObjects} {
 		for i, g := range garbage {
 			name := fmt.Sprintf("method %d garbage %d", m, i)
 			// As the request body.
 			err := callBody(ctx, s, m, g, nil)
-			if code := CodeOf(err); code != CodeProtocol && code != CodeInvalid {
+			if code := rpc.CodeOf(err); code != rpc.CodeProtocol && code != CodeInvalid {
 				t.Errorf("%s as body: %v, want EPROTOCOL or EINVAL", name, err)
 			}
 			// As a stream message after a valid body.
@@ -363,7 +394,7 @@ func TestHostileGarbageGetsTypedErrors(t *testing.T) {
 			default:
 				continue
 			}
-			if code := CodeOf(err); code != CodeProtocol && code != CodeInvalid {
+			if code := rpc.CodeOf(err); code != rpc.CodeProtocol && code != CodeInvalid {
 				t.Errorf("%s as stream: %v, want EPROTOCOL or EINVAL", name, err)
 			}
 		}
@@ -373,7 +404,7 @@ func TestHostileGarbageGetsTypedErrors(t *testing.T) {
 
 // callBody makes a call with body and, when stream is non-nil, one request
 // stream message, and returns its error.
-func callBody(ctx context.Context, s *Session, m Method, body, stream []byte) error {
+func callBody(ctx context.Context, s *rpc.Session, m rpc.Method, body, stream []byte) error {
 	o, err := s.Open(ctx, m, body, stream != nil || m == MethodPush || m == MethodPushObjects)
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/watermark"
 )
@@ -65,7 +66,7 @@ func TestManifestLongerThanAFrameSyncsBothWays(t *testing.T) {
 		return append(m, chunkstore.Ref{Hash: h, Size: 100})[:n]
 	}
 	ma := long(a, 40000)
-	if n := len(chunkstore.AppendManifest(nil, ma)); n <= MaxFrameSize {
+	if n := len(chunkstore.AppendManifest(nil, ma)); n <= rpc.MaxFrameSize {
 		t.Fatalf("manifest of %d bytes fits a frame", n)
 	}
 	// The data ref at the end is a 100-byte chunk of its own.
@@ -134,7 +135,7 @@ func TestTerabyteSparseFileSyncsBothWays(t *testing.T) {
 // A peer naming the hole hash as an object gets a typed error, and the
 // session stays up.
 func TestHoleHashIsNeverAnObject(t *testing.T) {
-	srv := testServer(t, newFake("s"), ServerOptions{})
+	srv := testServer(t, newFake("s"), rpc.ServerOptions{})
 	c := wsClient(t, httptestServer(t, srv), "")
 	s := session(t, c)
 	ctx := tctx(t, 10*time.Second)
@@ -168,13 +169,13 @@ func TestHoleHashIsNeverAnObject(t *testing.T) {
 			_, err = o.Reply(ctx)
 			return err
 		},
-		"local fetch": func() error { return s.FetchObjects(ctx, hole, func(Object) error { return nil }) },
+		"local fetch": func() error { return NewPeer(s).FetchObjects(ctx, hole, func(Object) error { return nil }) },
 		"local push": func() error {
-			_, err := s.PushObjects(ctx, 2, hole, func(context.Context, chunkstore.Hash) ([]byte, error) { return []byte("x"), nil })
+			_, err := NewPeer(s).PushObjects(ctx, 2, hole, func(context.Context, chunkstore.Hash) ([]byte, error) { return []byte("x"), nil })
 			return err
 		},
 	} {
-		if err := call(); CodeOf(err) != CodeProtocol {
+		if err := call(); rpc.CodeOf(err) != rpc.CodeProtocol {
 			t.Errorf("%s: err = %v, want EPROTOCOL", name, err)
 		}
 	}

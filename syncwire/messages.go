@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/watermark"
 )
@@ -12,15 +13,15 @@ import (
 // The sync methods. Other packages take numbers from 256 up (see
 // Server.Handle); exec uses 256..511 and convergence 512..767.
 const (
-	MethodWatermarks   Method = 1
-	MethodPush         Method = 2
-	MethodFetchChanges Method = 3
-	MethodHasObjects   Method = 4
-	MethodFetchObjects Method = 5
-	MethodPushObjects  Method = 6
+	MethodWatermarks   rpc.Method = 1
+	MethodPush         rpc.Method = 2
+	MethodFetchChanges rpc.Method = 3
+	MethodHasObjects   rpc.Method = 4
+	MethodFetchObjects rpc.Method = 5
+	MethodPushObjects  rpc.Method = 6
 
 	// FirstExtensionMethod is the lowest number Server.Handle accepts.
-	FirstExtensionMethod Method = 256
+	FirstExtensionMethod rpc.Method = 256
 )
 
 // Bounds every decoder enforces.
@@ -43,6 +44,8 @@ const (
 	// partRefs is how many refs one entry part carries (about 256 KiB).
 	partRefs  = entryFrameTarget / maxRefSize
 	maxIgnore = 1024
+	// maxStoreID bounds a store id (as rpc bounds the handshake's id).
+	maxStoreID = 256
 	// minEntrySize is the smallest encoded entry (kind, rev, prefix,
 	// suffix length, one path byte, mode, mtime).
 	minEntrySize = 7
@@ -61,25 +64,25 @@ type PeerState struct {
 }
 
 func (p PeerState) appendTo(b []byte) ([]byte, error) {
-	e := enc{b: b}
-	e.str(p.StoreID)
+	e := newEnc(b)
+	e.PutString(p.StoreID)
 	e.rev(p.CurrentRev)
 	e.cursor(p.Set.Push)
 	e.cursor(p.Set.Fetch)
 	e.cursor(p.Set.AppliedPush)
-	return e.b, e.err
+	return e.Bytes(), e.Err()
 }
 
 // DecodePeerState decodes a Watermarks response.
 func DecodePeerState(p []byte) (PeerState, error) {
-	d := dec{b: p}
+	d := newDec(p)
 	var s PeerState
-	s.StoreID = d.utf8str("store id", maxStoreID)
+	s.StoreID = d.UTF8("store id", maxStoreID)
 	s.CurrentRev = d.rev()
 	s.Set.Push = d.cursor()
 	s.Set.Fetch = d.cursor()
 	s.Set.AppliedPush = d.cursor()
-	return s, d.done()
+	return s, d.Done()
 }
 
 // PushRequest opens a Push. Its request stream carries the entries.
@@ -95,21 +98,21 @@ type PushRequest struct {
 }
 
 func (r PushRequest) appendTo(b []byte) ([]byte, error) {
-	e := enc{b: b}
+	e := newEnc(b)
 	e.rev(r.SenderRev)
 	e.cursor(r.SenderCursor)
-	e.uvarint(r.Stage)
-	return e.b, e.err
+	e.PutUvarint(r.Stage)
+	return e.Bytes(), e.Err()
 }
 
 // DecodePushRequest decodes a Push request body.
 func DecodePushRequest(p []byte) (PushRequest, error) {
-	d := dec{b: p}
+	d := newDec(p)
 	var r PushRequest
 	r.SenderRev = d.rev()
 	r.SenderCursor = d.cursor()
-	r.Stage = d.uvarint()
-	return r, d.done()
+	r.Stage = d.Uvarint()
+	return r, d.Done()
 }
 
 // PushResponse is the receiver's answer to a Push.
@@ -124,28 +127,28 @@ type PushResponse struct {
 }
 
 func (r PushResponse) appendTo(b []byte) ([]byte, error) {
-	e := enc{b: b}
+	e := newEnc(b)
 	e.rev(r.RevBefore)
 	e.rev(r.RevAfter)
-	e.uvarint(uint64(r.Applied))
-	e.uvarint(uint64(r.Skipped))
+	e.PutUvarint(uint64(r.Applied))
+	e.PutUvarint(uint64(r.Skipped))
 	e.cursor(r.AppliedPush)
-	return e.b, e.err
+	return e.Bytes(), e.Err()
 }
 
 // DecodePushResponse decodes a Push response body.
 func DecodePushResponse(p []byte) (PushResponse, error) {
-	d := dec{b: p}
+	d := newDec(p)
 	var r PushResponse
 	r.RevBefore = d.rev()
 	r.RevAfter = d.rev()
-	r.Applied = int(d.bounded("applied", MaxPushEntries))
-	r.Skipped = int(d.bounded("skipped", MaxPushEntries))
+	r.Applied = int(d.Bounded("applied", MaxPushEntries))
+	r.Skipped = int(d.Bounded("skipped", MaxPushEntries))
 	r.AppliedPush = d.cursor()
-	if d.err == nil && r.RevAfter < r.RevBefore {
-		d.fail("rev after %d < rev before %d", r.RevAfter, r.RevBefore)
+	if d.Err() == nil && r.RevAfter < r.RevBefore {
+		d.Fail("rev after %d < rev before %d", r.RevAfter, r.RevBefore)
 	}
-	return r, d.done()
+	return r, d.Done()
 }
 
 // FetchRequest opens a FetchChanges.
@@ -159,46 +162,46 @@ type FetchRequest struct {
 }
 
 func (r FetchRequest) appendTo(b []byte) ([]byte, error) {
-	e := enc{b: b}
+	e := newEnc(b)
 	e.cursor(r.After)
 	if r.Through == (watermark.Cursor{}) {
-		e.byte(0)
+		e.PutByte(0)
 	} else {
-		e.byte(1)
+		e.PutByte(1)
 		e.cursor(r.Through)
 	}
 	if r.Ignore == nil {
-		e.byte(0)
+		e.PutByte(0)
 	} else {
-		e.byte(1)
-		e.uvarint(uint64(len(r.Ignore)))
+		e.PutByte(1)
+		e.PutUvarint(uint64(len(r.Ignore)))
 		for _, s := range r.Ignore {
-			e.str(s)
+			e.PutString(s)
 		}
 	}
-	return e.b, e.err
+	return e.Bytes(), e.Err()
 }
 
 // DecodeFetchRequest decodes a FetchChanges request body.
 func DecodeFetchRequest(p []byte) (FetchRequest, error) {
-	d := dec{b: p}
+	d := newDec(p)
 	var r FetchRequest
 	r.After = d.cursor()
-	switch d.byte() {
+	switch d.Byte() {
 	case 0:
 	case 1:
 		r.Through = d.cursor()
 	default:
-		d.fail("bad through flag")
+		d.Fail("bad through flag")
 	}
-	switch d.byte() {
+	switch d.Byte() {
 	case 0:
 	case 1:
-		n := d.count("ignore entries", maxIgnore, 1)
+		n := d.Count("ignore entries", maxIgnore, 1)
 		r.Ignore = make([]string, 0, n)
 		for range n {
-			s := d.str("ignore segment", vfs.MaxNameLen)
-			if d.err == nil && s != "" {
+			s := d.String("ignore segment", vfs.MaxNameLen)
+			if d.Err() == nil && s != "" {
 				if err := vfs.ValidateName(s); err != nil {
 					return FetchRequest{}, fmt.Errorf("ignore segment: %w", err)
 				}
@@ -206,9 +209,9 @@ func DecodeFetchRequest(p []byte) (FetchRequest, error) {
 			r.Ignore = append(r.Ignore, s)
 		}
 	default:
-		d.fail("bad ignore flag")
+		d.Fail("bad ignore flag")
 	}
-	return r, d.done()
+	return r, d.Done()
 }
 
 // FetchResponse heads a FetchChanges response stream.
@@ -221,19 +224,19 @@ type FetchResponse struct {
 }
 
 func (r FetchResponse) appendTo(b []byte) ([]byte, error) {
-	e := enc{b: b}
+	e := newEnc(b)
 	e.cursor(r.Current)
 	e.cursor(r.AppliedPush)
-	return e.b, e.err
+	return e.Bytes(), e.Err()
 }
 
 // DecodeFetchResponse decodes a FetchChanges response body.
 func DecodeFetchResponse(p []byte) (FetchResponse, error) {
-	d := dec{b: p}
+	d := newDec(p)
 	var r FetchResponse
 	r.Current = d.cursor()
 	r.AppliedPush = d.cursor()
-	return r, d.done()
+	return r, d.Done()
 }
 
 // PushObjectsRequest opens a PushObjects; its request stream carries the
@@ -246,23 +249,22 @@ type PushObjectsRequest struct {
 }
 
 func (r PushObjectsRequest) appendTo(b []byte) []byte {
-	e := enc{b: b}
-	e.uvarint(r.Stage)
-	e.b = AppendHashes(e.b, r.Hashes)
-	return e.b
+	e := newEnc(b)
+	e.PutUvarint(r.Stage)
+	return AppendHashes(e.Bytes(), r.Hashes)
 }
 
 // DecodePushObjectsRequest decodes a PushObjects request body.
 func DecodePushObjectsRequest(p []byte) (PushObjectsRequest, error) {
-	d := dec{b: p}
-	r := PushObjectsRequest{Stage: d.uvarint()}
-	if d.err == nil && r.Stage == 0 {
-		d.fail("push objects: stage 0")
+	d := newDec(p)
+	r := PushObjectsRequest{Stage: d.Uvarint()}
+	if d.Err() == nil && r.Stage == 0 {
+		d.Fail("push objects: stage 0")
 	}
-	if d.err != nil {
-		return PushObjectsRequest{}, d.err
+	if err := d.Err(); err != nil {
+		return PushObjectsRequest{}, err
 	}
-	hs, err := DecodeHashes(d.b)
+	hs, err := DecodeHashes(d.Rest())
 	if err != nil {
 		return PushObjectsRequest{}, err
 	}
@@ -280,19 +282,19 @@ type PushObjectsResponse struct {
 }
 
 func (r PushObjectsResponse) appendTo(b []byte) []byte {
-	e := enc{b: b}
-	e.uvarint(uint64(r.Chunks))
-	e.uvarint(uint64(r.Bytes))
-	return e.b
+	e := newEnc(b)
+	e.PutUvarint(uint64(r.Chunks))
+	e.PutUvarint(uint64(r.Bytes))
+	return e.Bytes()
 }
 
 // DecodePushObjectsResponse decodes a PushObjects response body.
 func DecodePushObjectsResponse(p []byte) (PushObjectsResponse, error) {
-	d := dec{b: p}
+	d := newDec(p)
 	var r PushObjectsResponse
-	r.Chunks = int64(d.bounded("chunks", 1<<40))
-	r.Bytes = int64(d.bounded("bytes", 1<<60))
-	return r, d.done()
+	r.Chunks = int64(d.Bounded("chunks", 1<<40))
+	r.Bytes = int64(d.Bounded("bytes", 1<<60))
+	return r, d.Done()
 }
 
 // AppendEntries appends one entry-stream message: a count, then the
@@ -303,23 +305,23 @@ func DecodePushObjectsResponse(p []byte) (PushObjectsResponse, error) {
 // within maxStringsPerByte bytes per encoded byte (the receiver's bound);
 // past that it is sent whole.
 func AppendEntries(b []byte, entries []vfs.ChangeEntry) ([]byte, error) {
-	e := enc{b: b}
-	start := len(e.b)
-	e.uvarint(uint64(len(entries)))
+	e := newEnc(b)
+	start := e.Len()
+	e.PutUvarint(uint64(len(entries)))
 	prev := ""
 	strs := 0
 	for i := range entries {
 		en := &entries[i]
 		strs += len(en.Path) + len(en.Target)
-		mark := len(e.b)
+		mark := e.Len()
 		appendEntry(&e, en, prev)
-		if strs > maxStringsPerByte*(len(e.b)-start) {
-			e.b = e.b[:mark]
+		if strs > maxStringsPerByte*(e.Len()-start) {
+			e.Truncate(mark)
 			appendEntry(&e, en, "")
 		}
 		prev = en.Path
 	}
-	return e.b, e.err
+	return e.Bytes(), e.Err()
 }
 
 func sharedPrefix(a, b string) int {
@@ -333,18 +335,18 @@ func sharedPrefix(a, b string) int {
 }
 
 func appendEntry(e *enc, en *vfs.ChangeEntry, prev string) {
-	e.byte(byte(en.Kind))
+	e.PutByte(byte(en.Kind))
 	e.rev(en.Rev)
 	k := sharedPrefix(prev, en.Path)
-	e.uvarint(uint64(k))
-	e.str(en.Path[k:])
-	e.uvarint(uint64(en.Mode))
-	e.varint(en.Mtime)
+	e.PutUvarint(uint64(k))
+	e.PutString(en.Path[k:])
+	e.PutUvarint(uint64(en.Mode))
+	e.PutVarint(en.Mtime)
 	switch en.Kind {
 	case vfs.EntryFile:
-		e.b = chunkstore.AppendManifest(e.b, en.Chunks)
+		e.manifest(en.Chunks)
 	case vfs.EntrySymlink:
-		e.str(en.Target)
+		e.PutString(en.Target)
 	}
 }
 
@@ -356,7 +358,7 @@ func entrySize(en *vfs.ChangeEntry) int {
 // longEntry reports whether en is sent as entry parts: a manifest that
 // would take more than half a frame.
 func longEntry(en *vfs.ChangeEntry) bool {
-	return en.Kind == vfs.EntryFile && entrySize(en) > MaxPayload/2
+	return en.Kind == vfs.EntryFile && entrySize(en) > rpc.MaxPayload/2
 }
 
 // AppendEntryParts encodes a long file entry as entry-part messages, each
@@ -373,21 +375,21 @@ func AppendEntryParts(en *vfs.ChangeEntry) ([][]byte, error) {
 	var out [][]byte
 	for off := 0; off == 0 || off < len(m); {
 		k := min(partRefs, len(m)-off)
-		e := enc{}
-		e.uvarint(entryPartMarker)
-		e.uvarint(uint64(len(m)))
-		e.uvarint(uint64(off))
+		var e enc
+		e.PutUvarint(entryPartMarker)
+		e.PutUvarint(uint64(len(m)))
+		e.PutUvarint(uint64(off))
 		if off == 0 {
 			first := *en
 			first.Chunks = m[:k]
 			appendEntry(&e, &first, "")
 		} else {
-			e.b = chunkstore.AppendManifest(e.b, m[off:off+k])
+			e.manifest(m[off : off+k])
 		}
-		if e.err != nil {
-			return nil, e.err
+		if err := e.Err(); err != nil {
+			return nil, err
 		}
-		out = append(out, e.b)
+		out = append(out, e.Bytes())
 		off += k
 		if len(m) == 0 {
 			break
@@ -407,18 +409,18 @@ type EntryDecoder struct {
 // Decode decodes one message of the stream; a part that does not complete
 // its entry returns no entries.
 func (x *EntryDecoder) Decode(p []byte) ([]vfs.ChangeEntry, error) {
-	d := dec{b: p}
+	d := newDec(p)
 	if v, n := binary.Uvarint(p); n <= 0 || v != entryPartMarker {
 		if x.pending != nil {
 			return nil, protoErr("entry part %d of %d refs of %q: an ordinary message before its end", len(x.pending.Chunks), x.total, x.pending.Path)
 		}
 		return DecodeEntries(p)
 	}
-	d.uvarint()
-	total := int(d.bounded("entry part total refs", chunkstore.MaxManifestChunks))
-	off := int(d.bounded("entry part offset", uint64(total)))
-	if d.err != nil {
-		return nil, d.err
+	d.Uvarint()
+	total := int(d.Bounded("entry part total refs", chunkstore.MaxManifestChunks))
+	off := int(d.Bounded("entry part offset", uint64(total)))
+	if err := d.Err(); err != nil {
+		return nil, err
 	}
 	if off == 0 {
 		if x.pending != nil {
@@ -437,12 +439,12 @@ func (x *EntryDecoder) Decode(p []byte) ([]vfs.ChangeEntry, error) {
 			return nil, protoErr("entry part at ref %d of %d out of order", off, total)
 		}
 		m := d.manifest()
-		if d.err != nil {
-			return nil, d.err
+		if err := d.Err(); err != nil {
+			return nil, err
 		}
 		x.pending.Chunks = append(x.pending.Chunks, m...)
 	}
-	if err := d.done(); err != nil {
+	if err := d.Done(); err != nil {
 		return nil, err
 	}
 	en := x.pending
@@ -476,10 +478,10 @@ func (x *EntryDecoder) Finish() error {
 // DecodeEntries decodes one entry-stream message. Every entry is checked
 // with ChangeEntry.Validate: a bad path is vfs.ErrInvalid, never a write.
 func DecodeEntries(p []byte) ([]vfs.ChangeEntry, error) {
-	d := dec{b: p}
-	n := d.count("entries", MaxPushEntries, minEntrySize)
-	if d.err != nil {
-		return nil, d.err
+	d := newDec(p)
+	n := d.Count("entries", MaxPushEntries, minEntrySize)
+	if err := d.Err(); err != nil {
+		return nil, err
 	}
 	out := make([]vfs.ChangeEntry, 0, n)
 	prev := ""
@@ -500,7 +502,7 @@ func DecodeEntries(p []byte) ([]vfs.ChangeEntry, error) {
 		out = append(out, en)
 		prev = en.Path
 	}
-	if err := d.done(); err != nil {
+	if err := d.Done(); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -518,16 +520,16 @@ const maxStringsPerByte = 16
 // does not validate: an entry part is validated once complete.
 func decodeEntry(d *dec, i int, prev string) (vfs.ChangeEntry, error) {
 	var en vfs.ChangeEntry
-	en.Kind = vfs.EntryKind(d.byte())
+	en.Kind = vfs.EntryKind(d.Byte())
 	en.Rev = d.rev()
-	k := int(d.bounded("shared prefix", uint64(len(prev))))
-	suffix := d.bytes("path", vfs.MaxPathLen)
-	if d.err == nil && k+len(suffix) > vfs.MaxPathLen {
-		d.fail("path of %d bytes", k+len(suffix))
+	k := int(d.Bounded("shared prefix", uint64(len(prev))))
+	suffix := d.Bytes("path", vfs.MaxPathLen)
+	if d.Err() == nil && k+len(suffix) > vfs.MaxPathLen {
+		d.Fail("path of %d bytes", k+len(suffix))
 	}
 	en.Path = prev[:k] + string(suffix)
-	en.Mode = uint32(d.bounded("mode", 07777))
-	en.Mtime = d.varint()
+	en.Mode = uint32(d.Bounded("mode", 07777))
+	en.Mtime = d.Varint()
 	switch en.Kind {
 	case vfs.EntryFile:
 		if en.Chunks = d.manifest(); len(en.Chunks) == 0 {
@@ -535,33 +537,33 @@ func decodeEntry(d *dec, i int, prev string) (vfs.ChangeEntry, error) {
 		}
 		en.Size = en.Chunks.Size()
 	case vfs.EntrySymlink:
-		en.Target = d.str("symlink target", vfs.MaxTargetLen)
+		en.Target = d.String("symlink target", vfs.MaxTargetLen)
 	case vfs.EntryDir, vfs.EntryDelete:
 	default:
-		d.fail("entry %d: kind %d", i, en.Kind)
+		d.Fail("entry %d: kind %d", i, en.Kind)
 	}
-	return en, d.err
+	return en, d.Err()
 }
 
 // AppendHashes appends a hash list: a count, then 32 bytes each.
 func AppendHashes(b []byte, hs []chunkstore.Hash) []byte {
-	e := enc{b: b}
-	e.uvarint(uint64(len(hs)))
+	e := newEnc(b)
+	e.PutUvarint(uint64(len(hs)))
 	for _, h := range hs {
 		e.hash(h)
 	}
-	return e.b
+	return e.Bytes()
 }
 
 // DecodeHashes decodes a hash list of at most MaxHashes.
 func DecodeHashes(p []byte) ([]chunkstore.Hash, error) {
-	d := dec{b: p}
-	n := d.count("hashes", MaxHashes, len(chunkstore.Hash{}))
+	d := newDec(p)
+	n := d.Count("hashes", MaxHashes, len(chunkstore.Hash{}))
 	out := make([]chunkstore.Hash, n)
 	for i := range out {
 		out[i] = d.hash()
 	}
-	return out, d.done()
+	return out, d.Done()
 }
 
 // AppendBitmap encodes which of n requested hashes are present: bit i of
@@ -608,19 +610,19 @@ const binaryMaxVarint = 10
 // appendObject appends one object, zstd-compressed when that is smaller.
 // It returns the bytes the data took on the wire.
 func appendObject(b []byte, o Object) ([]byte, int) {
-	e := enc{b: b}
+	e := newEnc(b)
 	e.hash(o.Hash)
 	z := compress(o.Data)
 	if z != nil {
-		e.byte(objZstd)
-		e.uvarint(uint64(len(o.Data)))
-		e.bytes(z)
+		e.PutByte(objZstd)
+		e.PutUvarint(uint64(len(o.Data)))
+		e.PutBytes(z)
 		putCompressBuf(z)
-		return e.b, len(z)
+		return e.Bytes(), len(z)
 	}
-	e.byte(0)
-	e.bytes(o.Data)
-	return e.b, len(o.Data)
+	e.PutByte(0)
+	e.PutBytes(o.Data)
+	return e.Bytes(), len(o.Data)
 }
 
 // ObjectCheck is called with each object's hash and raw size, before its
@@ -638,32 +640,32 @@ type ObjectCheck func(h chunkstore.Hash, raw int) error
 // checks sizes, not hashes: the receiver hashes each object as it stages
 // it.
 func DecodeObjectsFunc(p []byte, check ObjectCheck, fn func(Object) error) error {
-	d := dec{b: p}
-	n := d.count("objects", MaxHashes, minObjectSize)
+	d := newDec(p)
+	n := d.Count("objects", MaxHashes, minObjectSize)
 	for range n {
 		var o Object
 		o.Hash = d.hash()
-		flags := d.byte()
+		flags := d.Byte()
 		var raw int
 		var z []byte
 		switch flags {
 		case 0:
-			o.Data = d.bytes("chunk", chunkstore.ChunkSize)
+			o.Data = d.Bytes("chunk", chunkstore.ChunkSize)
 			raw = len(o.Data)
 		case objZstd:
-			raw = int(d.bounded("chunk length", chunkstore.ChunkSize))
-			z = d.bytes("compressed chunk", MaxPayload)
+			raw = int(d.Bounded("chunk length", chunkstore.ChunkSize))
+			z = d.Bytes("compressed chunk", rpc.MaxPayload)
 		default:
-			d.fail("bad object flags %#x", flags)
+			d.Fail("bad object flags %#x", flags)
 		}
-		if d.err == nil && raw == 0 {
-			d.fail("empty chunk")
+		if d.Err() == nil && raw == 0 {
+			d.Fail("empty chunk")
 		}
-		if d.err == nil && isHole(o.Hash) {
-			d.fail("object named by the hole hash")
+		if d.Err() == nil && isHole(o.Hash) {
+			d.Fail("object named by the hole hash")
 		}
-		if d.err != nil {
-			return d.err
+		if err := d.Err(); err != nil {
+			return err
 		}
 		if err := check(o.Hash, raw); err != nil {
 			return err
@@ -679,7 +681,7 @@ func DecodeObjectsFunc(p []byte, check ObjectCheck, fn func(Object) error) error
 			return err
 		}
 	}
-	return d.done()
+	return d.Done()
 }
 
 // objectQueue is what one object call asked for, in order: each object

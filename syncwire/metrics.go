@@ -8,38 +8,6 @@ import (
 // Metrics live in the default registry: cmd/computerd and workspace-server
 // expose it on /metrics.
 var (
-	metricBytesIn = promauto.NewCounter(prometheus.CounterOpts{
-		Name: "wsync_syncwire_bytes_received_total",
-		Help: "Frame bytes read from sync sessions.",
-	})
-	metricBytesOut = promauto.NewCounter(prometheus.CounterOpts{
-		Name: "wsync_syncwire_bytes_sent_total",
-		Help: "Frame bytes written to sync sessions.",
-	})
-	metricCalls = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "wsync_syncwire_calls_total",
-		Help: "Calls opened, by direction (out: we called, in: the peer called).",
-	}, []string{"direction"})
-	metricSessions = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "wsync_syncwire_sessions_total",
-		Help: "Sessions that completed the handshake, by role.",
-	}, []string{"role"})
-	metricSessionsEnded = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "wsync_syncwire_sessions_ended_total",
-		Help: "Sessions that ended, by the wire code of the reason.",
-	}, []string{"code"})
-	metricRejected = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "wsync_syncwire_rejected_total",
-		Help: "Upgrade requests or handshakes refused, by reason.",
-	}, []string{"reason"})
-	metricWatchdog = promauto.NewCounter(prometheus.CounterOpts{
-		Name: "wsync_syncwire_watchdog_total",
-		Help: "Sessions torn down because the peer stopped answering pings.",
-	})
-	metricBusy = promauto.NewCounter(prometheus.CounterOpts{
-		Name: "wsync_syncwire_busy_total",
-		Help: "Peer calls refused with EBUSY (over MaxCalls or the handler bound).",
-	})
 	metricChunks = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "wsync_syncwire_chunks_total",
 		Help: "Chunks moved by the drivers, by direction (sent, fetched).",

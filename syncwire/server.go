@@ -6,14 +6,11 @@ import (
 	"fmt"
 	"io"
 	"iter"
-	"net/http"
 	"sync"
-	"time"
 
-	"github.com/coder/websocket"
 	"github.com/wsync/wsync/chunkstore"
-	"github.com/wsync/wsync/internal/bearer"
 	"github.com/wsync/wsync/internal/crashpoint"
+	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/watermark"
 )
@@ -38,153 +35,81 @@ type Backend interface {
 
 var _ Backend = (*vfs.Store)(nil)
 
-// ServerOptions configures a Server.
-type ServerOptions struct {
-	Config
-	// Token is the bearer token every upgrade must carry. Empty disables
-	// authentication (loopback-only deployments; the caller decides).
-	Token string
-	// HandshakeTimeout bounds the HELLO exchange (default 10s).
-	HandshakeTimeout time.Duration
-}
-
-// Server serves a Backend's sync methods, plus any registered with Handle,
-// on GET /sync (ServeHTTP) or on any Conn (ServeConn).
+// Server serves a Backend's sync methods on an rpc.Server, beside the
+// methods other packages register with Handle, on GET /sync (ServeHTTP) or
+// on any Conn (ServeConn).
 type Server struct {
-	b     Backend
-	opts  ServerOptions
-	token bearer.Token
+	*rpc.Server
+	b Backend
 
-	mu      sync.RWMutex
-	methods map[Method]Handler
-
-	ctx    context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
+	mu       sync.Mutex
+	sessions map[*rpc.Session]*serverSession
 }
 
-// NewServer returns a server for b.
-func NewServer(b Backend, opts ServerOptions) *Server {
-	if opts.HandshakeTimeout <= 0 {
-		opts.HandshakeTimeout = 10 * time.Second
+// NewServer returns a server for b. The handshake names b (opts.ID
+// defaults to b.ID()): the peer keys the watermarks it keeps for us by it.
+func NewServer(b Backend, opts rpc.ServerOptions) *Server {
+	if opts.ID == "" {
+		opts.ID = b.ID()
 	}
-	if opts.StoreID == "" {
-		opts.StoreID = b.ID()
-	}
-	opts.Config = opts.Config.withDefaults()
-	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{b: b, opts: opts, token: bearer.New(opts.Token), methods: map[Method]Handler{}, ctx: ctx, cancel: cancel}
+	s := &Server{Server: rpc.NewServer(opts), b: b, sessions: map[*rpc.Session]*serverSession{}}
+	s.Server.Handle(MethodWatermarks, s.watermarks)
+	s.Server.Handle(MethodPush, s.push)
+	s.Server.Handle(MethodFetchChanges, s.fetchChanges)
+	s.Server.Handle(MethodHasObjects, s.hasObjects)
+	s.Server.Handle(MethodFetchObjects, s.fetchObjects)
+	s.Server.Handle(MethodPushObjects, s.pushObjects)
+	s.OnSessionEnd(s.sessionEnded)
+	return s
 }
 
-// Handle registers h for method m (m >= FirstExtensionMethod). Handlers
-// may be registered while sessions run; a method registered twice panics.
-func (s *Server) Handle(m Method, h Handler) {
+// Handle registers h for method m (m >= FirstExtensionMethod: the numbers
+// below are the sync protocol's). A method registered twice panics.
+func (s *Server) Handle(m rpc.Method, h rpc.Handler) {
 	if m < FirstExtensionMethod {
 		panic(fmt.Sprintf("syncwire: method %d is reserved", m))
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, dup := s.methods[m]; dup {
-		panic(fmt.Sprintf("syncwire: method %d registered twice", m))
-	}
-	s.methods[m] = h
-}
-
-// Close ends every session and waits for them.
-func (s *Server) Close() error {
-	s.cancel()
-	s.wg.Wait()
-	return nil
-}
-
-// ServeHTTP upgrades GET requests carrying the right bearer token and
-// serves the session until it ends. Refusals are opaque: 401 with a fixed
-// body whatever was wrong.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet {
-		w.Header().Set("Allow", http.MethodGet)
-		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
-		return
-	}
-	if !s.token.Check(r) {
-		metricRejected.WithLabelValues("auth").Inc()
-		s.opts.Logger.Info("sync upgrade refused", "remote", r.RemoteAddr, "reason", "unauthorized")
-		w.Header().Set("WWW-Authenticate", `Bearer realm="wsync"`)
-		http.Error(w, "unauthorized", http.StatusUnauthorized)
-		return
-	}
-	c, err := websocket.Accept(w, r, nil)
-	if err != nil {
-		s.opts.Logger.Info("sync upgrade failed", "remote", r.RemoteAddr, "err", err)
-		return
-	}
-	s.ServeConn(r.Context(), WebSocket(c))
-}
-
-// ServeConn runs one session on conn until it ends.
-func (s *Server) ServeConn(ctx context.Context, conn Conn) error {
-	s.wg.Add(1)
-	defer s.wg.Done()
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(s.ctx, cancel)
-	defer stop()
-
-	ss := &serverSession{srv: s, stages: map[uint64]*chunkstore.Stage{}}
-	defer ss.releaseAll()
-	sess := NewSession(conn, false, s.opts.Config, ss.handler)
-	ss.sess = sess
-	hctx, hcancel := context.WithTimeout(ctx, s.opts.HandshakeTimeout)
-	err := sess.Handshake(hctx)
-	hcancel()
-	if err != nil {
-		metricRejected.WithLabelValues(CodeOf(err).String()).Inc()
-		s.opts.Logger.Info("sync handshake failed", "err", err)
-		return err
-	}
-	metricSessions.WithLabelValues("server").Inc()
-	log := s.opts.Logger.With("peer_store", sess.Peer().StoreID, "peer_runtime", sess.Peer().RuntimeID)
-	log.Debug("sync session open", "version", sess.Local().Version)
-	err = sess.Serve(ctx)
-	log.Debug("sync session closed", "err", err)
-	return err
+	s.Server.Handle(m, h)
 }
 
 // serverSession is one session's server-side state: the stages PushObjects
 // filled for the Push that follows.
 type serverSession struct {
-	srv  *Server
-	sess *Session
+	srv *Server
 
 	mu     sync.Mutex
 	stages map[uint64]*chunkstore.Stage
 }
 
-// maxStages bounds the stages one session holds open.
-const maxStages = 16
-
-func (ss *serverSession) handler(m Method) Handler {
-	switch m {
-	case MethodWatermarks:
-		return ss.watermarks
-	case MethodPush:
-		return ss.push
-	case MethodFetchChanges:
-		return ss.fetchChanges
-	case MethodHasObjects:
-		return ss.hasObjects
-	case MethodFetchObjects:
-		return ss.fetchObjects
-	case MethodPushObjects:
-		return ss.pushObjects
+// session returns the state of the session c arrived on.
+func (s *Server) session(c *rpc.Incoming) *serverSession {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ss := s.sessions[c.Session()]
+	if ss == nil {
+		ss = &serverSession{srv: s, stages: map[uint64]*chunkstore.Stage{}}
+		s.sessions[c.Session()] = ss
 	}
-	ss.srv.mu.RLock()
-	defer ss.srv.mu.RUnlock()
-	return ss.srv.methods[m]
+	return ss
 }
 
-// peerKey names the caller's watermarks in the backend: its store id.
-func (ss *serverSession) peerKey() string { return ss.sess.Peer().StoreID }
+// sessionEnded releases a session's stages once its handlers returned.
+func (s *Server) sessionEnded(sess *rpc.Session) {
+	s.mu.Lock()
+	ss := s.sessions[sess]
+	delete(s.sessions, sess)
+	s.mu.Unlock()
+	if ss != nil {
+		ss.releaseAll()
+	}
+}
+
+// peerKey names the caller's watermarks in the backend: its store id,
+// which it sends as its handshake id.
+func peerKey(c *rpc.Incoming) string { return c.Session().Peer().ID }
+
+// maxStages bounds the stages one session holds open.
+const maxStages = 16
 
 func (ss *serverSession) releaseAll() {
 	ss.mu.Lock()
@@ -221,15 +146,15 @@ func (ss *serverSession) dropStage(id uint64) {
 	}
 }
 
-func (ss *serverSession) watermarks(ctx context.Context, c *Incoming) error {
+func (s *Server) watermarks(ctx context.Context, c *rpc.Incoming) error {
 	if len(c.Body) != 0 {
 		return protoErr("watermarks: %d-byte body", len(c.Body))
 	}
-	set, err := ss.srv.b.Watermarks(ctx, ss.peerKey())
+	set, err := s.b.Watermarks(ctx, peerKey(c))
 	if err != nil {
 		return err
 	}
-	b, err := PeerState{StoreID: ss.srv.b.ID(), CurrentRev: ss.srv.b.CurrentRev(), Set: set}.appendTo(nil)
+	b, err := PeerState{StoreID: s.b.ID(), CurrentRev: s.b.CurrentRev(), Set: set}.appendTo(nil)
 	if err != nil {
 		return err
 	}
@@ -238,11 +163,12 @@ func (ss *serverSession) watermarks(ctx context.Context, c *Incoming) error {
 
 // push applies one batch atomically: every entry and the receiver's
 // watermarks in one transaction, with the chunks PushObjects staged.
-func (ss *serverSession) push(ctx context.Context, c *Incoming) error {
+func (s *Server) push(ctx context.Context, c *rpc.Incoming) error {
 	req, err := DecodePushRequest(c.Body)
 	if err != nil {
 		return err
 	}
+	ss := s.session(c)
 	var stage *chunkstore.Stage
 	if req.Stage != 0 {
 		defer ss.dropStage(req.Stage)
@@ -280,7 +206,7 @@ func (ss *serverSession) push(ctx context.Context, c *Incoming) error {
 		}
 		entries = append(entries, batch...)
 	}
-	b, key := ss.srv.b, ss.peerKey()
+	b, key := s.b, peerKey(c)
 	ws, err := b.Watermarks(ctx, key)
 	if err != nil {
 		return err
@@ -323,12 +249,12 @@ func (ss *serverSession) push(ctx context.Context, c *Incoming) error {
 
 // fetchChanges streams the feed. Dirty open handles are flushed first so a
 // pull sees what running processes wrote.
-func (ss *serverSession) fetchChanges(ctx context.Context, c *Incoming) error {
+func (s *Server) fetchChanges(ctx context.Context, c *rpc.Incoming) error {
 	req, err := DecodeFetchRequest(c.Body)
 	if err != nil {
 		return err
 	}
-	b := ss.srv.b
+	b := s.b
 	if err := b.FlushAll(ctx); err != nil {
 		return fmt.Errorf("fetch changes: flush: %w", err)
 	}
@@ -336,13 +262,13 @@ func (ss *serverSession) fetchChanges(ctx context.Context, c *Incoming) error {
 	if through == (watermark.Cursor{}) {
 		through = watermark.At(b.CurrentRev())
 	}
-	ws, err := b.Watermarks(ctx, ss.peerKey())
+	ws, err := b.Watermarks(ctx, peerKey(c))
 	if err != nil {
 		return err
 	}
 	// Bounce suppression: the peer holds everything up to req.After; our
 	// revs that hold its own entries (its pushes we applied) do not go back.
-	run, err := b.Bounce(ctx, ss.peerKey())
+	run, err := b.Bounce(ctx, peerKey(c))
 	if err != nil {
 		return err
 	}
@@ -419,7 +345,7 @@ func noHoles(what string, hs []chunkstore.Hash) error {
 	return nil
 }
 
-func (ss *serverSession) hasObjects(ctx context.Context, c *Incoming) error {
+func (s *Server) hasObjects(ctx context.Context, c *rpc.Incoming) error {
 	hs, err := DecodeHashes(c.Body)
 	if err != nil {
 		return err
@@ -427,7 +353,7 @@ func (ss *serverSession) hasObjects(ctx context.Context, c *Incoming) error {
 	if err := noHoles("has objects", hs); err != nil {
 		return err
 	}
-	have, err := ss.srv.b.Has(ctx, hs)
+	have, err := s.b.Has(ctx, hs)
 	if err != nil {
 		return err
 	}
@@ -442,7 +368,7 @@ func (ss *serverSession) hasObjects(ctx context.Context, c *Incoming) error {
 	return c.Reply(AppendBitmap(nil, bits))
 }
 
-func (ss *serverSession) fetchObjects(ctx context.Context, c *Incoming) error {
+func (s *Server) fetchObjects(ctx context.Context, c *rpc.Incoming) error {
 	hs, err := DecodeHashes(c.Body)
 	if err != nil {
 		return err
@@ -453,7 +379,7 @@ func (ss *serverSession) fetchObjects(ctx context.Context, c *Incoming) error {
 	if err := c.ReplyStream(nil); err != nil {
 		return err
 	}
-	b := ss.srv.b
+	b := s.b
 	return sendObjects(ctx, c.Send, hs, b.ReadChunk, nil)
 }
 
@@ -469,8 +395,9 @@ func sendObjects(ctx context.Context, send func(context.Context, []byte) error, 
 			return nil
 		}
 		var e enc
-		e.uvarint(uint64(count))
-		p := append(e.b, msg...)
+		e.PutUvarint(uint64(count))
+		e.PutFixed(msg)
+		p := e.Bytes()
 		msg, count = msg[:0], 0
 		crashpoint.Hit("syncwire.objects.sent")
 		return send(ctx, p)
@@ -483,7 +410,7 @@ func sendObjects(ctx context.Context, send func(context.Context, []byte) error, 
 		if len(data) == 0 || len(data) > chunkstore.ChunkSize {
 			return fmt.Errorf("read chunk %s: %w: %d bytes", h, chunkstore.ErrChunkTooLarge, len(data))
 		}
-		if len(msg)+objectHeader+len(data) > MaxPayload-binaryMaxVarint {
+		if len(msg)+objectHeader+len(data) > rpc.MaxPayload-binaryMaxVarint {
 			if err := flush(); err != nil {
 				return err
 			}
@@ -506,11 +433,12 @@ func sendObjects(ctx context.Context, send func(context.Context, []byte) error, 
 // pushObjects stages received chunks for the Push that follows. Each chunk
 // is hashed before it is staged; one mismatch fails the call and discards
 // the whole stage, so the batch applies nothing.
-func (ss *serverSession) pushObjects(ctx context.Context, c *Incoming) error {
+func (s *Server) pushObjects(ctx context.Context, c *rpc.Incoming) error {
 	req, err := DecodePushObjectsRequest(c.Body)
 	if err != nil {
 		return err
 	}
+	ss := s.session(c)
 	id := req.Stage
 	st, err := ss.stage(id, true)
 	if err != nil {

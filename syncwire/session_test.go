@@ -5,243 +5,113 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
-	"net/http"
 	"net/http/httptest"
 	"os"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/coder/websocket"
 	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/watermark"
 )
 
 const (
-	methodEcho   Method = 300
-	methodStream Method = 301
-	methodFail   Method = 302
-	methodBlock  Method = 303
+	methodEcho   rpc.Method = 300
+	methodStream rpc.Method = 301
+	methodFail   rpc.Method = 302
+	methodBlock  rpc.Method = 303
 )
 
 // testServer registers a few extension methods on a fake backend.
-func testServer(t *testing.T, b Backend, opts ServerOptions) *Server {
+func testServer(t *testing.T, b Backend, opts rpc.ServerOptions) *Server {
 	if opts.Config.PingInterval == 0 {
 		opts.Config = testConfig()
 	}
 	srv := NewServer(b, opts)
-	srv.Handle(methodEcho, func(ctx context.Context, c *Incoming) error { return c.Reply(c.Body) })
-	srv.Handle(methodFail, func(ctx context.Context, c *Incoming) error {
+	srv.Handle(methodEcho, func(ctx context.Context, c *rpc.Incoming) error { return c.Reply(c.Body) })
+	srv.Handle(methodFail, func(ctx context.Context, c *rpc.Incoming) error {
 		return fmt.Errorf("stat %s: %w", c.Body, vfs.ErrNotExist)
 	})
-	srv.Handle(methodBlock, func(ctx context.Context, c *Incoming) error {
+	srv.Handle(methodBlock, func(ctx context.Context, c *rpc.Incoming) error {
 		<-ctx.Done()
 		return ctx.Err()
 	})
 	return srv
 }
 
-func TestCallsAreMultiplexed(t *testing.T) {
-	srv := testServer(t, newFake("s"), ServerOptions{})
-	// A stream method whose consumer never reads: it must not stall other calls.
-	srv.Handle(methodStream, func(ctx context.Context, c *Incoming) error {
-		if err := c.ReplyStream(nil); err != nil {
-			return err
-		}
-		p := make([]byte, 512<<10)
-		for {
-			if err := c.Send(ctx, p); err != nil {
-				return err
-			}
-		}
-	})
-	c, _, _ := pipePair(t, srv)
-	s := session(t, c)
-	ctx := tctx(t, 20*time.Second)
-	stuck, err := s.Open(ctx, methodStream, nil, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stuck.Close()
-	if _, err := stuck.Recv(ctx); err != nil { // the stream is open and flowing
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	for i := range 50 {
-		wg.Go(func() {
-			body := fmt.Appendf(nil, "call %d", i)
-			got, err := s.Call(ctx, methodEcho, body)
-			if err != nil || !bytes.Equal(got, body) {
-				t.Errorf("echo %d = %q, %v", i, got, err)
-			}
-		})
-	}
-	wg.Wait()
-	if st := s.Stats(); st.BufferedPeak > int64(s.cfg.Window) {
-		t.Errorf("buffered peak %d exceeds the window %d", st.BufferedPeak, s.cfg.Window)
-	}
-}
-
-func TestErrorsKeepTheirIdentityAcrossTheWire(t *testing.T) {
-	srv := testServer(t, newFake("s"), ServerOptions{})
-	c, _, _ := pipePair(t, srv)
-	s := session(t, c)
-	ctx := tctx(t, 10*time.Second)
-	_, err := s.Call(ctx, methodFail, []byte("a/b"))
-	var re *RemoteError
-	if !errors.Is(err, vfs.ErrNotExist) || !errors.As(err, &re) || re.Code != CodeNotExist || !strings.Contains(err.Error(), "a/b") {
-		t.Errorf("err = %v, want a remote ENOENT", err)
-	}
-	_, err = s.Call(ctx, 999, nil)
-	if !errors.Is(err, ErrUnknownMethod) {
-		t.Errorf("unknown method: err = %v", err)
-	}
-	// The session survives call errors.
-	if got, err := c.Call(ctx, methodEcho, []byte("x")); err != nil || string(got) != "x" {
-		t.Errorf("echo after errors = %q, %v", got, err)
-	}
-}
-
 func TestErrorTableRoundTrips(t *testing.T) {
-	for _, row := range codes {
+	// The sync codes keep the numbers and names they had before rpc was
+	// split out (docs/PROTOCOL.md).
+	for _, row := range []struct {
+		sentinel error
+		code     rpc.Code
+		name     string
+	}{
+		{vfs.ErrNotExist, 1, "ENOENT"},
+		{vfs.ErrExist, 2, "EEXIST"},
+		{vfs.ErrNotDir, 3, "ENOTDIR"},
+		{vfs.ErrIsDir, 4, "EISDIR"},
+		{vfs.ErrNotEmpty, 5, "ENOTEMPTY"},
+		{vfs.ErrInvalid, 6, "EINVAL"},
+		{vfs.ErrPerm, 7, "EPERM"},
+		{vfs.ErrNameTooLong, 8, "ENAMETOOLONG"},
+		{vfs.ErrNoSpace, 9, "ENOSPC"},
+		{vfs.ErrFileTooBig, 10, "EFBIG"},
+		{chunkstore.ErrUnknownHash, 20, "EUNKNOWN_HASH"},
+		{chunkstore.ErrHashMismatch, 21, "EHASH_MISMATCH"},
+		{watermark.ErrInvariant, 22, "EINVARIANT"},
+	} {
 		err := fmt.Errorf("ctx: %w", row.sentinel)
-		code := CodeOf(err)
-		if code != row.code {
-			t.Errorf("CodeOf(%v) = %v, want %v", row.sentinel, code, row.code)
+		code := rpc.CodeOf(err)
+		if code != row.code || code.String() != row.name {
+			t.Errorf("CodeOf(%v) = %d %v, want %d %s", row.sentinel, code, code, row.code, row.name)
 		}
-		back := &RemoteError{Code: code, Msg: "m"}
+		back := &rpc.RemoteError{Code: code, Msg: "m"}
 		if !errors.Is(back, row.sentinel) {
 			t.Errorf("%v does not unwrap to %v", back, row.sentinel)
 		}
 	}
-	if !errors.Is(&RemoteError{Code: 999}, ErrUnknown) {
-		t.Error("an unknown code is not ErrUnknown")
+	// Aliases travel under their row's code.
+	for _, alias := range []struct {
+		err  error
+		code rpc.Code
+	}{
+		{vfs.ErrClosed, rpc.CodeShutdown},
+		{chunkstore.ErrBadManifest, CodeInvalid},
+		{chunkstore.ErrBadHash, CodeInvalid},
+		{chunkstore.ErrChunkTooLarge, CodeInvalid},
+		{watermark.ErrBadCursor, CodeInvalid},
+	} {
+		if got := rpc.CodeOf(fmt.Errorf("ctx: %w", alias.err)); got != alias.code {
+			t.Errorf("CodeOf(%v) = %v, want %v", alias.err, got, alias.code)
+		}
 	}
-	if CodeOf(&vfs.EntryError{Err: chunkstore.ErrUnknownHash}) != CodeUnknownHash {
+	// Wire-level codes go first: a protocol error about a bad path is
+	// EPROTOCOL, not EINVAL.
+	if got := rpc.CodeOf(fmt.Errorf("%w: path: %w", rpc.ErrProtocol, vfs.ErrInvalid)); got != rpc.CodeProtocol {
+		t.Errorf("a protocol error wrapping vfs.ErrInvalid is %v, want EPROTOCOL", got)
+	}
+	if !errors.Is(&rpc.RemoteError{Code: 999}, rpc.ErrUnknown) {
+		t.Error("an unknown code is not rpc.ErrUnknown")
+	}
+	if rpc.CodeOf(&vfs.EntryError{Err: chunkstore.ErrUnknownHash}) != CodeUnknownHash {
 		t.Error("an EntryError does not carry its cause's code")
 	}
 	// A full disk on the callee reaches the caller as ENOSPC, whichever
 	// layer saw it: a chunk file's write or fsync, or a quota.
 	for _, cause := range []error{syscall.ENOSPC, syscall.EDQUOT, &os.PathError{Op: "write", Path: "chunk", Err: syscall.ENOSPC}} {
 		err := &vfs.EntryError{Err: fmt.Errorf("store chunk: %w", cause)}
-		if got := CodeOf(err); got != CodeNoSpace {
+		if got := rpc.CodeOf(err); got != CodeNoSpace {
 			t.Errorf("CodeOf(%v) = %v, want ENOSPC", err, got)
 		}
-		if !errors.Is(&RemoteError{Code: CodeOf(err)}, vfs.ErrNoSpace) {
+		if !errors.Is(&rpc.RemoteError{Code: rpc.CodeOf(err)}, vfs.ErrNoSpace) {
 			t.Errorf("a remote ENOSPC is not vfs.ErrNoSpace")
 		}
-	}
-}
-
-func TestCancelReachesTheHandler(t *testing.T) {
-	srv := testServer(t, newFake("s"), ServerOptions{})
-	var cancelled atomic.Bool
-	started := make(chan struct{})
-	srv.Handle(304, func(ctx context.Context, c *Incoming) error {
-		close(started)
-		<-ctx.Done()
-		cancelled.Store(true)
-		return ctx.Err()
-	})
-	c, _, _ := pipePair(t, srv)
-	s := session(t, c)
-	ctx, cancel := context.WithCancel(tctx(t, 10*time.Second))
-	errc := make(chan error, 1)
-	go func() {
-		_, err := s.Call(ctx, 304, nil)
-		errc <- err
-	}()
-	<-started
-	cancel()
-	if err := <-errc; !errors.Is(err, context.Canceled) {
-		t.Errorf("err = %v, want context.Canceled", err)
-	}
-	waitFor(t, "handler cancellation", 5*time.Second, cancelled.Load)
-}
-
-func TestCallDeadlineTravels(t *testing.T) {
-	srv := testServer(t, newFake("s"), ServerOptions{})
-	c, _, _ := pipePair(t, srv)
-	s := session(t, c)
-	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
-	defer cancel()
-	_, err := s.Call(ctx, methodBlock, nil)
-	if !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("err = %v, want DeadlineExceeded", err)
-	}
-}
-
-func TestWatchdogFailsASilentPeer(t *testing.T) {
-	srv := testServer(t, newFake("s"), ServerOptions{})
-	cfg := testConfig()
-	cfg.PingTimeout = 300 * time.Millisecond
-	c, _, sEnd := pipePairConfig(t, srv, cfg)
-	s := session(t, c)
-	ctx := tctx(t, 30*time.Second)
-	errc := make(chan error, 1)
-	go func() {
-		_, err := s.Call(ctx, methodBlock, nil)
-		errc <- err
-	}()
-	sEnd.SetSilent(true) // the server hangs: no pongs, no frames
-	select {
-	case err := <-errc:
-		if !errors.Is(err, ErrShutdown) {
-			t.Errorf("in-flight call err = %v, want ErrShutdown", err)
-		}
-	case <-ctx.Done():
-		t.Fatal("in-flight call hung on a silent peer")
-	}
-	// The next call redials.
-	sEnd.SetSilent(false)
-	s2, epoch, err := c.Session(ctx)
-	if err != nil || s2 == s || epoch != 2 {
-		t.Fatalf("redial: %v (same session %v, epoch %d)", err, s2 == s, epoch)
-	}
-	if got, err := s2.Call(ctx, methodEcho, []byte("y")); err != nil || string(got) != "y" {
-		t.Errorf("echo after redial = %q, %v", got, err)
-	}
-}
-
-func TestVersionMismatchFailsBothSides(t *testing.T) {
-	a, b := Pipe()
-	ca := testConfig()
-	ca.MinVersion, ca.MaxVersion = 1, 1 // a peer from before version 2 (holes, entry parts)
-	sa := NewSession(a, true, ca, nil)
-	sb := NewSession(b, false, testConfig(), nil)
-	ctx := tctx(t, 10*time.Second)
-	errc := make(chan error, 2)
-	go func() { errc <- sa.Handshake(ctx) }()
-	go func() { errc <- sb.Handshake(ctx) }()
-	for range 2 {
-		err := <-errc
-		if !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), "2..2") || !strings.Contains(err.Error(), "1..1") {
-			t.Errorf("err = %v, want ErrVersion naming 1..1 and 2..2", err)
-		}
-	}
-}
-
-func TestVersionMismatchOverWebSocket(t *testing.T) {
-	srv := testServer(t, newFake("s"), ServerOptions{})
-	hs := httptestServer(t, srv)
-	cfg := testConfig()
-	cfg.MinVersion, cfg.MaxVersion = 5, 6
-	c := NewClient(ClientOptions{Config: cfg, URL: hs})
-	defer c.Close()
-	_, _, err := c.Session(tctx(t, 10*time.Second))
-	if !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), "5..6") {
-		t.Errorf("err = %v, want ErrVersion", err)
-	}
-	// The server keeps serving good sessions.
-	good := wsClient(t, hs, "")
-	if got, err := session(t, good).Call(t.Context(), methodEcho, []byte("ok")); err != nil || string(got) != "ok" {
-		t.Errorf("good session after a bad one: %q, %v", got, err)
 	}
 }
 
@@ -249,202 +119,6 @@ func httptestServer(t *testing.T, srv *Server) string {
 	t.Helper()
 	_, url := wsServerWith(t, srv)
 	return url
-}
-
-func TestAuth(t *testing.T) {
-	srv := testServer(t, newFake("s"), ServerOptions{Token: "s3cret"})
-	url := httptestServer(t, srv)
-	ctx := tctx(t, 10*time.Second)
-	for _, tok := range []string{"", "wrong", "s3cretX"} {
-		c := NewClient(ClientOptions{Config: testConfig(), URL: url, Token: tok})
-		_, _, err := c.Session(ctx)
-		c.Close()
-		if !errors.Is(err, ErrAuth) {
-			t.Errorf("token %q: err = %v, want ErrAuth", tok, err)
-		}
-		if CodeOf(err) != CodeAuth {
-			t.Errorf("token %q: code %v", tok, CodeOf(err))
-		}
-	}
-	// The refusal is opaque: a fixed body that names nothing.
-	req, _ := http.NewRequestWithContext(ctx, "GET", "http"+strings.TrimPrefix(url, "ws"), nil)
-	req.Header.Set("Authorization", "Bearer wrong")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusUnauthorized || strings.TrimSpace(string(body)) != "unauthorized" {
-		t.Errorf("refusal = %d %q", resp.StatusCode, body)
-	}
-	c := wsClient(t, url, "s3cret")
-	if got, err := session(t, c).Call(ctx, methodEcho, []byte("in")); err != nil || string(got) != "in" {
-		t.Errorf("authorised call = %q, %v", got, err)
-	}
-}
-
-// rawPeer dials the server, does a valid handshake, and hands back the raw
-// WebSocket to misbehave on.
-func rawPeer(t *testing.T, url string) *websocket.Conn {
-	t.Helper()
-	ctx := tctx(t, 10*time.Second)
-	ws, _, err := websocket.Dial(ctx, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws.SetReadLimit(4 << 20)
-	t.Cleanup(func() { ws.CloseNow() })
-	h := Hello{Protocol: ProtocolName, MinVersion: ProtocolMinVersion, MaxVersion: ProtocolMaxVersion, RuntimeID: RuntimeID, StoreID: "raw", Window: defaultWindow, MaxCalls: 8}
-	f, _ := AppendFrame(nil, Frame{Type: FrameHello, Payload: AppendHello(nil, h)})
-	if err := ws.Write(ctx, websocket.MessageBinary, f); err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := ws.Read(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return ws
-}
-
-// readUntilClosed reads until the server closes and returns the close error.
-func readUntilClosed(t *testing.T, ws *websocket.Conn) error {
-	t.Helper()
-	ctx := tctx(t, 10*time.Second)
-	for {
-		if _, _, err := ws.Read(ctx); err != nil {
-			return err
-		}
-	}
-}
-
-func TestBadFramesCloseTheSessionNotTheServer(t *testing.T) {
-	fb := newFake("s")
-	srv := testServer(t, fb, ServerOptions{})
-	url := httptestServer(t, srv)
-	ctx := tctx(t, 20*time.Second)
-	cases := map[string][]byte{
-		"oversized frame": make([]byte, MaxFrameSize+1),
-		"garbage":         []byte("\xff\x00garbage that is not a frame"),
-		"unknown flags":   {byte(FrameCall), 0x80, 1, 1},
-		"second hello":    {byte(FrameHello), 0, 0},
-		"bad error frame": {byte(FrameError), 0, 0, 0xff},
-		"data overrun":    nil, // built below
-	}
-	for name, msg := range cases {
-		t.Run(name, func(t *testing.T) {
-			ws := rawPeer(t, url)
-			if msg == nil {
-				// Open a Push with a request stream, then send more than the
-				// advertised window without waiting for credit.
-				// methodBlock never reads its request stream.
-				var e enc
-				e.uvarint(uint64(methodBlock))
-				e.uvarint(0)
-				call, _ := AppendFrame(nil, Frame{Type: FrameCall, Flags: FlagStream, ID: 1, Payload: e.b})
-				ws.Write(ctx, websocket.MessageBinary, call)
-				data, _ := AppendFrame(nil, Frame{Type: FrameData, ID: 1, Payload: make([]byte, MaxPayload)})
-				for range defaultWindow/MaxPayload + 2 {
-					if ws.Write(ctx, websocket.MessageBinary, data) != nil {
-						break
-					}
-				}
-			} else if err := ws.Write(ctx, websocket.MessageBinary, msg); err != nil {
-				t.Fatal(err)
-			}
-			err := readUntilClosed(t, ws)
-			st := websocket.CloseStatus(err)
-			if st != websocket.StatusCode(closeCodeBase+int(CodeProtocol)) && st != websocket.StatusMessageTooBig {
-				t.Errorf("close = %v (status %d), want EPROTOCOL", err, st)
-			}
-			if !errors.Is(closeError(err), ErrProtocol) {
-				t.Errorf("closeError(%v) is not ErrProtocol", err)
-			}
-		})
-	}
-	if len(fb.applied) != 0 {
-		t.Errorf("bad peers applied %d batches", len(fb.applied))
-	}
-	good := wsClient(t, url, "")
-	if got, err := session(t, good).Call(ctx, methodEcho, []byte("still up")); err != nil || string(got) != "still up" {
-		t.Errorf("good session after bad peers: %q, %v", got, err)
-	}
-}
-
-func TestOversizedSendIsRefusedLocally(t *testing.T) {
-	srv := testServer(t, newFake("s"), ServerOptions{})
-	c, _, _ := pipePair(t, srv)
-	s := session(t, c)
-	_, err := s.Call(tctx(t, 5*time.Second), methodEcho, make([]byte, MaxFrameSize))
-	if !errors.Is(err, ErrProtocol) {
-		t.Errorf("err = %v, want ErrProtocol", err)
-	}
-}
-
-// TestBackpressureBoundsTheProducer streams 1 GiB to a consumer that reads
-// in bursts and checks, by counters, that neither side ever holds more than
-// one window of it.
-func TestBackpressureBoundsTheProducer(t *testing.T) {
-	const total = 1 << 30
-	const msg = 1 << 20
-	srv := testServer(t, newFake("s"), ServerOptions{})
-	var produced atomic.Int64 // bytes the producer handed to Send
-	var producer atomic.Pointer[Session]
-	srv.Handle(methodStream, func(ctx context.Context, c *Incoming) error {
-		producer.Store(c.Session())
-		if err := c.ReplyStream(nil); err != nil {
-			return err
-		}
-		p := make([]byte, msg)
-		for sent := 0; sent < total; sent += msg {
-			if err := c.Send(ctx, p); err != nil {
-				return err
-			}
-			produced.Add(msg)
-		}
-		return nil
-	})
-	_, url := wsServerWith(t, srv)
-	c := wsClient(t, url, "")
-	s := session(t, c)
-	ctx := tctx(t, 120*time.Second)
-	o, err := s.Open(ctx, methodStream, nil, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer o.Close()
-	var consumed, maxAhead int64
-	window := int64(s.cfg.Window)
-	for {
-		// A slow consumer: before each read, wait until the producer is
-		// blocked on credit (or done), so every check is at the worst
-		// moment, not a lucky one.
-		waitFor(t, "producer to block", 10*time.Second, func() bool {
-			p := producer.Load()
-			return produced.Load() >= total || p != nil && p.Stats().BlockedSenders > 0
-		})
-		ahead := produced.Load() - consumed
-		maxAhead = max(maxAhead, ahead)
-		p, err := o.Recv(ctx)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		consumed += int64(len(p))
-	}
-	if consumed != total {
-		t.Fatalf("consumed %d of %d bytes", consumed, total)
-	}
-	st := s.Stats()
-	t.Logf("1 GiB stream: max produced-but-unconsumed %d KiB, receive buffer peak %d KiB, window %d KiB",
-		maxAhead>>10, st.BufferedPeak>>10, window>>10)
-	if maxAhead > window+msg {
-		t.Errorf("producer ran %d bytes ahead of the consumer; window is %d", maxAhead, window)
-	}
-	if st.BufferedPeak > window {
-		t.Errorf("receive buffer peaked at %d bytes; window is %d", st.BufferedPeak, window)
-	}
 }
 
 func wsServerWith(t *testing.T, srv *Server) (*Server, string) {
@@ -463,21 +137,21 @@ func TestSyncMethodsAgainstAFake(t *testing.T) {
 	fb.addFile("node_modules/x.js", []byte("ignored"))
 	e3 := fb.addFile("big.bin", bytes.Repeat([]byte("z"), chunkstore.ChunkSize+10))
 	fb.marks["client-store"] = watermark.Set{AppliedPush: watermark.At(7)}
-	srv := testServer(t, fb, ServerOptions{})
+	srv := testServer(t, fb, rpc.ServerOptions{})
 	_, url := wsServerWith(t, srv)
 	c := wsClient(t, url, "")
 	s := session(t, c)
 	ctx := tctx(t, 20*time.Second)
 
-	ps, err := s.Watermarks(ctx)
+	ps, err := NewPeer(s).Watermarks(ctx)
 	if err != nil || ps.StoreID != "server-store" || ps.CurrentRev != 3 || ps.Set.AppliedPush != watermark.At(7) {
 		t.Fatalf("watermarks = %+v, %v", ps, err)
 	}
-	if s.Peer().StoreID != "server-store" {
-		t.Errorf("peer store id %q", s.Peer().StoreID)
+	if s.Peer().ID != "server-store" {
+		t.Errorf("peer store id %q", s.Peer().ID)
 	}
 
-	cs, err := s.FetchChanges(ctx, FetchRequest{})
+	cs, err := NewPeer(s).FetchChanges(ctx, FetchRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -495,14 +169,14 @@ func TestSyncMethodsAgainstAFake(t *testing.T) {
 
 	unknown := chunkstore.Sum([]byte("nope"))
 	hs := []chunkstore.Hash{unknown, e3.Chunks[1].Hash, e1.Chunks[0].Hash}
-	have, err := s.HasObjects(ctx, hs)
+	have, err := NewPeer(s).HasObjects(ctx, hs)
 	if err != nil || len(have) != 2 || have[0] != e3.Chunks[1].Hash || have[1] != e1.Chunks[0].Hash {
 		t.Errorf("has = %v, %v", have, err)
 	}
 
 	var n int
-	var w WireCounter
-	err = s.FetchObjects(WithWireCounter(ctx, &w), []chunkstore.Hash{e3.Chunks[0].Hash, e1.Chunks[0].Hash}, func(o Object) error {
+	var w rpc.WireCounter
+	err = NewPeer(s).FetchObjects(rpc.WithWireCounter(ctx, &w), []chunkstore.Hash{e3.Chunks[0].Hash, e1.Chunks[0].Hash}, func(o Object) error {
 		if chunkstore.Sum(o.Data) != o.Hash {
 			t.Errorf("object %s: wrong bytes", o.Hash)
 		}
@@ -516,7 +190,7 @@ func TestSyncMethodsAgainstAFake(t *testing.T) {
 	if w.In.Load() > 64<<10 {
 		t.Errorf("compressible chunk took %d wire bytes", w.In.Load())
 	}
-	err = s.FetchObjects(ctx, []chunkstore.Hash{unknown}, func(Object) error { return nil })
+	err = NewPeer(s).FetchObjects(ctx, []chunkstore.Hash{unknown}, func(Object) error { return nil })
 	if !errors.Is(err, chunkstore.ErrUnknownHash) {
 		t.Errorf("unknown object: err = %v", err)
 	}
@@ -531,10 +205,10 @@ func TestRawChunksTravelUncompressed(t *testing.T) {
 		t.Skip("test data compresses")
 	}
 	fb.chunks[h] = rnd
-	srv := testServer(t, fb, ServerOptions{})
+	srv := testServer(t, fb, rpc.ServerOptions{})
 	c, _, _ := pipePair(t, srv)
-	var w WireCounter
-	err := session(t, c).FetchObjects(WithWireCounter(tctx(t, 10*time.Second), &w), []chunkstore.Hash{h}, func(o Object) error {
+	var w rpc.WireCounter
+	err := NewPeer(session(t, c)).FetchObjects(rpc.WithWireCounter(tctx(t, 10*time.Second), &w), []chunkstore.Hash{h}, func(o Object) error {
 		if !bytes.Equal(o.Data, rnd) {
 			t.Error("bytes differ")
 		}
@@ -560,9 +234,9 @@ func TestSlowPullerBoundsTheChunkProducer(t *testing.T) {
 	chunk := make([]byte, chunkstore.ChunkSize)
 	rand.NewChaCha8([32]byte{3}).Read(chunk)
 	fb.chunkFn = func(chunkstore.Hash) ([]byte, error) { return chunk, nil }
-	var producer atomic.Pointer[Session]
-	srv := testServer(t, fb, ServerOptions{})
-	srv.Handle(305, func(ctx context.Context, c *Incoming) error {
+	var producer atomic.Pointer[rpc.Session]
+	srv := testServer(t, fb, rpc.ServerOptions{})
+	srv.Handle(305, func(ctx context.Context, c *rpc.Incoming) error {
 		producer.Store(c.Session())
 		return c.Reply(nil)
 	})
@@ -579,7 +253,7 @@ func TestSlowPullerBoundsTheChunkProducer(t *testing.T) {
 		hs[i][0], hs[i][1], hs[i][2] = byte(i), byte(i>>8), 1 // never the hole hash
 	}
 	var consumed, maxAhead int64
-	err := s.FetchObjects(ctx, hs, func(o Object) error {
+	err := NewPeer(s).FetchObjects(ctx, hs, func(o Object) error {
 		consumed++
 		waitFor(t, "producer to block", 10*time.Second, func() bool {
 			return fb.reads.Load() >= n || producer.Load().Stats().BlockedSenders > 0
@@ -590,67 +264,12 @@ func TestSlowPullerBoundsTheChunkProducer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	window := int64(s.cfg.Window) / chunkstore.ChunkSize
+	window := int64(s.Local().Window) / chunkstore.ChunkSize
 	t.Logf("1 GiB FetchObjects: at most %d chunks (%d MiB) read ahead of the consumer; window %d chunks",
 		maxAhead, maxAhead/2, window)
 	// In flight: one window of frames, a frame being packed (up to two
 	// chunks), the chunk being read, and a decoded message on our side.
 	if maxAhead > window+5 {
 		t.Errorf("producer ran %d chunks ahead; window is %d", maxAhead, window)
-	}
-}
-
-// TestLateAnswerToAnAbandonedCallKeepsTheSession: the reader looks a call
-// up, the caller abandons it (the walk of converge cancels its other
-// calls), then the reader hands it the answer that crossed the CANCEL on
-// the wire. That answer is dropped, as for a call already removed; it was
-// taken for a second REPLY and ended the session (1 run in 25 of
-// converge's TestWalkBudgetKeepsWalkOrder). A real second REPLY is still a
-// protocol error.
-func TestLateAnswerToAnAbandonedCallKeepsTheSession(t *testing.T) {
-	srv := testServer(t, newFake("s"), ServerOptions{})
-	release := make(chan struct{})
-	srv.Handle(305, func(ctx context.Context, c *Incoming) error {
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-		return ctx.Err()
-	})
-	c, _, _ := pipePair(t, srv)
-	s := session(t, c)
-	defer close(release)
-	for _, late := range []Frame{{Type: FrameReply}, {Type: FrameReply, Flags: FlagStream}, {Type: FrameData, Payload: []byte("x")}, {Type: FrameEnd}} {
-		ctx, cancel := context.WithCancel(tctx(t, 10*time.Second))
-		o, err := s.Open(ctx, 305, nil, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cancel()
-		if _, err := o.Reply(tctx(t, 5*time.Second)); !errors.Is(err, context.Canceled) {
-			t.Fatalf("reply of the abandoned call: %v", err)
-		}
-		late.ID = o.ID()
-		if err := o.handle(late); err != nil {
-			t.Errorf("late %s after abandon: %v, want it dropped", late.Type, err)
-		}
-		o.Close()
-	}
-	if _, err := s.Call(tctx(t, 5*time.Second), MethodWatermarks, nil); err != nil {
-		t.Fatalf("session after late answers: %v", err)
-	}
-
-	// A call that got its reply and was not abandoned: a second REPLY is the
-	// peer's protocol error.
-	o, err := s.Open(tctx(t, 5*time.Second), MethodWatermarks, nil, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer o.Close()
-	if _, err := o.Reply(tctx(t, 5*time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	if err := o.handle(Frame{Type: FrameReply, ID: o.ID()}); !errors.Is(err, ErrProtocol) {
-		t.Errorf("second REPLY of an answered call: %v, want ErrProtocol", err)
 	}
 }

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/wsync/wsync/execrpc"
-	"github.com/wsync/wsync/syncwire"
+	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/workspace"
 )
 
@@ -50,7 +50,7 @@ func BenchmarkExecTrueRoundTrip(b *testing.B) {
 			bracket = append(bracket, time.Since(start))
 		}
 		token, _ := os.ReadFile(p.tokenFile())
-		cl := syncwire.NewClient(syncwire.ClientOptions{URL: "ws://" + p.cdAddr + "/sync", Token: strings.TrimSpace(string(token))})
+		cl := rpc.NewClient(rpc.ClientOptions{URL: "ws://" + p.cdAddr + "/sync", Token: strings.TrimSpace(string(token))})
 		sess, _, err := cl.Session(ctx)
 		if err != nil {
 			b.Fatal(err)

@@ -16,7 +16,9 @@ import (
 
 	"github.com/wsync/wsync/converge"
 	"github.com/wsync/wsync/execrpc"
+	"github.com/wsync/wsync/execrun"
 	"github.com/wsync/wsync/syncwire"
+	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/workspace"
 )
@@ -29,7 +31,7 @@ const Peer = "computerd"
 type Remote struct {
 	store  *vfs.Store
 	ignore []string // the pull's ignore list; verify compares under it too
-	client *syncwire.Client
+	client *rpc.Client
 	drv    *syncwire.Driver
 	log    *slog.Logger
 
@@ -60,8 +62,8 @@ func Factory(log *slog.Logger) workspace.RemoteFactory {
 
 // New builds a Remote for store against the computerd at url.
 func New(store *vfs.Store, url, token string, ignore []string, log *slog.Logger) *Remote {
-	cfg := syncwire.Config{StoreID: store.ID(), Logger: log}
-	c := syncwire.NewClient(syncwire.ClientOptions{Config: cfg, URL: url, Token: token})
+	cfg := rpc.Config{ID: store.ID(), Logger: log}
+	c := rpc.NewClient(rpc.ClientOptions{Config: cfg, URL: url, Token: token})
 	return &Remote{
 		store:  store,
 		ignore: ignore,
@@ -96,7 +98,7 @@ type wireError struct{ err error }
 func (e *wireError) Error() string { return e.err.Error() }
 func (e *wireError) Unwrap() error { return e.err }
 func (e *wireError) Errno() string {
-	if c := syncwire.CodeOf(e.err); c != syncwire.CodeUnknown {
+	if c := rpc.CodeOf(e.err); c != rpc.CodeUnknown {
 		return c.String()
 	}
 	return ""
@@ -149,7 +151,7 @@ func (r *Remote) bootstrap(ctx context.Context) (converge.BootstrapReport, bool,
 	if err != nil {
 		return converge.BootstrapReport{}, false, nil // the push reports the session error
 	}
-	ps, err := sess.Watermarks(ctx)
+	ps, err := syncwire.NewPeer(sess).Watermarks(ctx)
 	if err != nil || ps.CurrentRev != 0 {
 		return converge.BootstrapReport{}, false, nil
 	}
@@ -214,13 +216,13 @@ func (r *Remote) Exec(ctx context.Context, spec workspace.ExecSpec, out func(wor
 		if errors.Is(err, io.EOF) {
 			st.Close()
 			if !exited {
-				return res, r.note(fmt.Errorf("exec %s: stream ended without an exit: %w", st.ID, syncwire.ErrExecLost))
+				return res, r.note(fmt.Errorf("exec %s: stream ended without an exit: %w", st.ID, execrun.ErrExecLost))
 			}
 			return res, r.note(nil)
 		}
 		if err != nil {
 			st.Close()
-			if !errors.Is(err, syncwire.ErrShutdown) || attempts >= maxReattach {
+			if !errors.Is(err, rpc.ErrShutdown) || attempts >= maxReattach {
 				return res, r.note(err)
 			}
 			// The session died: re-dial and resume from the next offset.
@@ -261,7 +263,7 @@ func (r *Remote) Status(ctx context.Context) (workspace.RemoteStatus, error) {
 		return st, err
 	}
 	st.Server = workspace.SideStatus{
-		StoreID: r.store.ID(), RuntimeID: syncwire.RuntimeID.String(), CurrentRev: r.store.CurrentRev(),
+		StoreID: r.store.ID(), RuntimeID: rpc.RuntimeID.String(), CurrentRev: r.store.CurrentRev(),
 		Push: workspace.CursorOf(local.Push), Fetch: workspace.CursorOf(local.Fetch), AppliedPush: workspace.CursorOf(local.AppliedPush),
 	}
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -269,7 +271,7 @@ func (r *Remote) Status(ctx context.Context) (workspace.RemoteStatus, error) {
 	sess, _, err := r.client.Session(sctx)
 	if err == nil {
 		var ps syncwire.PeerState
-		if ps, err = sess.Watermarks(sctx); err == nil {
+		if ps, err = syncwire.NewPeer(sess).Watermarks(sctx); err == nil {
 			st.Connected, st.State, st.RuntimeID = true, "connected", sess.Peer().RuntimeID.String()
 			st.Container = workspace.SideStatus{
 				StoreID: ps.StoreID, RuntimeID: sess.Peer().RuntimeID.String(), CurrentRev: ps.CurrentRev,

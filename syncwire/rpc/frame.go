@@ -1,4 +1,4 @@
-package syncwire
+package rpc
 
 import (
 	"encoding/binary"

@@ -1,4 +1,4 @@
-package syncwire
+package rpc
 
 import (
 	"context"
@@ -31,8 +31,9 @@ type Config struct {
 	MaxCalls int
 	// Features are advertised in the handshake.
 	Features []string
-	// StoreID identifies this side's store in the handshake.
-	StoreID string
+	// ID identifies this side in the handshake (Hello.ID). It is opaque
+	// here; syncwire puts the store id in it.
+	ID string
 	// MinVersion and MaxVersion override the protocol versions this side
 	// speaks (zero: ProtocolMinVersion..ProtocolMaxVersion). For tests.
 	MinVersion, MaxVersion uint32
@@ -78,8 +79,8 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Method names a call. Numbers below 256 are this package's; other packages
-// register theirs (see Server.Handle) in their own ranges.
+// Method names a call. Each protocol on a session owns a range: sync below
+// 256 (syncwire), exec 256..511, convergence 512..767 (Server.Handle).
 type Method uint32
 
 // Handler serves one incoming call. It reads the request body and stream
@@ -386,17 +387,17 @@ func (s *Session) writeFrame(f Frame, acct *atomic.Int64) error {
 var framePool = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
 
 func encodeError(err error) []byte {
-	var e enc
-	e.uvarint(uint64(CodeOf(err)))
-	e.str(errMessage(err))
-	return e.b
+	var e Encoder
+	e.PutUvarint(uint64(CodeOf(err)))
+	e.PutString(errMessage(err))
+	return e.Bytes()
 }
 
 func decodeError(p []byte) (Code, string, error) {
-	d := dec{b: p}
-	code := Code(d.bounded("error code", 0xffff))
-	msg := d.utf8str("error message", maxErrMsg)
-	return code, msg, d.done()
+	d := NewDecoder(p)
+	code := Code(d.Bounded("error code", 0xffff))
+	msg := d.UTF8("error message", maxErrMsg)
+	return code, msg, d.Done()
 }
 
 // Open starts a call of method m with a request body. With stream, a
@@ -440,15 +441,15 @@ func (s *Session) Open(ctx context.Context, m Method, body []byte, stream bool) 
 	s.mu.Unlock()
 	o.resp.id = o.id
 
-	var e enc
-	e.uvarint(uint64(m))
-	e.uvarint(uint64(timeout / time.Millisecond))
-	e.b = append(e.b, body...)
+	var e Encoder
+	e.PutUvarint(uint64(m))
+	e.PutUvarint(uint64(timeout / time.Millisecond))
+	e.PutFixed(body)
 	var flags uint8
 	if stream {
 		flags = FlagStream
 	}
-	if err := s.writeFrame(Frame{Type: FrameCall, Flags: flags, ID: o.id, Payload: e.b}, &o.bytesOut); err != nil {
+	if err := s.writeFrame(Frame{Type: FrameCall, Flags: flags, ID: o.id, Payload: e.Bytes()}, &o.bytesOut); err != nil {
 		o.finish(err)
 		o.Close()
 		return nil, err
@@ -505,17 +506,50 @@ type Outgoing struct {
 	resp *recvQueue  // response stream
 
 	mu          sync.Mutex
-	replyc      chan struct{} // closed once a REPLY or the final error arrived
-	replied     bool          // replyc is closed
-	gotReply    bool          // a REPLY frame arrived
+	state       callState
+	replyc      chan struct{} // closed when the call leaves callWaiting
 	replyBody   []byte
 	replyStream bool
 	err         error // the call's final error
-	finished    bool
-	cancelling  bool // abandon runs: it frees the slot after its CANCEL
 
 	bytesIn, bytesOut atomic.Int64
 }
+
+// callState is where an outgoing call stands (under Outgoing.mu). It only
+// moves forward:
+//
+//	callWaiting   -> callStreaming         REPLY with a response stream
+//	callWaiting   -> callReplied           REPLY without one
+//	callWaiting   -> callFailed            ERROR, session failure, CALL not written
+//	callStreaming -> callReplied           END, ERROR or session failure
+//	callWaiting   -> callAbandoned         abandon (context done, Close)
+//	callStreaming -> callAbandonedReplied  abandon
+//
+// The last four states are final. Leaving callWaiting closes replyc; a
+// final state ends the streams and frees the call's slot, except that an
+// abandoned call holds its slot until its CANCEL is written.
+type callState uint8
+
+const (
+	callWaiting          callState = iota // CALL written, no REPLY yet
+	callStreaming                         // REPLY read, response stream running
+	callReplied                           // ended after its REPLY
+	callFailed                            // ended without a REPLY
+	callAbandoned                         // cancelled by us before a REPLY
+	callAbandonedReplied                  // cancelled by us after the REPLY
+)
+
+// final reports whether the call has ended.
+func (st callState) final() bool { return st >= callReplied }
+
+// gotReply reports whether a REPLY arrived: Reply returns its body.
+func (st callState) gotReply() bool {
+	return st == callStreaming || st == callReplied || st == callAbandonedReplied
+}
+
+// abandoned reports whether we cancelled the call: the callee's answer may
+// cross our CANCEL on the wire, so its late frames are dropped.
+func (st callState) abandoned() bool { return st == callAbandoned || st == callAbandonedReplied }
 
 // ID is the call id.
 func (o *Outgoing) ID() uint64 { return o.id }
@@ -532,22 +566,22 @@ func (o *Outgoing) handle(f Frame) error {
 	switch f.Type {
 	case FrameReply:
 		o.mu.Lock()
-		if o.replied {
-			abandoned := o.cancelling
+		if st := o.state; st != callWaiting {
 			o.mu.Unlock()
-			if abandoned {
+			if st.abandoned() {
 				return nil
 			}
 			return protoErr("call %d: second REPLY", o.id)
 		}
-		o.replied, o.gotReply = true, true
 		o.replyBody = f.Payload
 		o.replyStream = f.Flags&FlagStream != 0
+		if !o.replyStream {
+			o.endLocked(nil, false) // a REPLY without a stream ends the call
+			return nil
+		}
+		o.state = callStreaming
 		close(o.replyc)
 		o.mu.Unlock()
-		if !o.replyStream {
-			o.finish(nil)
-		}
 	case FrameError:
 		code, msg, err := decodeError(f.Payload)
 		if err != nil {
@@ -556,17 +590,17 @@ func (o *Outgoing) handle(f Frame) error {
 		o.finish(&RemoteError{Code: code, Msg: msg})
 	case FrameData:
 		o.mu.Lock()
-		ok, abandoned := o.replied && o.replyStream, o.cancelling
+		ok := o.replyStream || o.state.abandoned()
 		o.mu.Unlock()
-		if !ok && !abandoned {
+		if !ok {
 			return protoErr("call %d: DATA without a response stream", o.id)
 		}
 		return o.resp.push(f.Payload)
 	case FrameEnd:
 		o.mu.Lock()
-		ok, abandoned := o.replied && o.replyStream, o.cancelling
+		ok := o.replyStream || o.state.abandoned()
 		o.mu.Unlock()
-		if !ok && !abandoned {
+		if !ok {
 			return protoErr("call %d: END without a response stream", o.id)
 		}
 		o.finish(nil)
@@ -581,22 +615,39 @@ func (o *Outgoing) handle(f Frame) error {
 	return nil
 }
 
-// finish ends the call: err nil is a clean end (reply, or END of the
-// response stream). It frees the call's slot, unless abandon holds it
-// until its CANCEL is written.
+// finish ends the call unless it has ended: err nil is a clean end (a
+// REPLY without a stream, or END of the response stream). It frees the
+// call's slot.
 func (o *Outgoing) finish(err error) {
 	o.mu.Lock()
-	if o.finished {
+	o.endLocked(err, false)
+}
+
+// endLocked moves a live call to its final state (abandon: an abandoned
+// one, which keeps its slot for abandon to free after the CANCEL) and ends
+// its streams. It is called with o.mu held and releases it; it reports
+// whether the call was still live.
+func (o *Outgoing) endLocked(err error, abandon bool) bool {
+	from := o.state
+	if from.final() {
 		o.mu.Unlock()
-		return
+		return false
 	}
-	o.finished = true
+	switch {
+	case abandon && from == callWaiting:
+		o.state = callAbandoned
+	case abandon:
+		o.state = callAbandonedReplied
+	case from == callStreaming || err == nil:
+		// From callWaiting, only a REPLY ends a call without an error.
+		o.state = callReplied
+	default:
+		o.state = callFailed
+	}
 	o.err = err
-	if !o.replied {
-		o.replied = true
+	if from == callWaiting {
 		close(o.replyc)
 	}
-	keepSlot := o.cancelling
 	o.mu.Unlock()
 	o.resp.end(err)
 	if o.send != nil {
@@ -605,7 +656,8 @@ func (o *Outgoing) finish(err error) {
 		}
 		o.send.close(err)
 	}
-	o.s.removeOut(o.id, !keepSlot)
+	o.s.removeOut(o.id, !abandon)
+	return true
 }
 
 var errCallDone = errors.New("call already answered")
@@ -616,13 +668,9 @@ var errCallDone = errors.New("call already answered")
 // the callee after the CANCEL that makes room for it.
 func (o *Outgoing) abandon(err error) {
 	o.mu.Lock()
-	if o.finished || o.cancelling {
-		o.mu.Unlock()
+	if !o.endLocked(err, true) {
 		return
 	}
-	o.cancelling = true
-	o.mu.Unlock()
-	o.finish(err)
 	o.s.writeFrame(Frame{Type: FrameCancel, ID: o.id}, &o.bytesOut)
 	o.s.releaseSlot()
 }
@@ -674,7 +722,7 @@ func (o *Outgoing) Reply(ctx context.Context) ([]byte, error) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if !o.gotReply {
+	if !o.state.gotReply() {
 		return nil, o.err
 	}
 	return o.replyBody, nil
@@ -710,13 +758,13 @@ func (o *Outgoing) Close() {
 
 // startIncoming opens a call the peer made (reader goroutine).
 func (s *Session) startIncoming(f Frame, size int) error {
-	d := dec{b: f.Payload}
-	m := Method(d.bounded("method", 1<<32-1))
-	timeoutMS := d.bounded("timeout", uint64(24*time.Hour/time.Millisecond))
-	if d.err != nil {
-		return d.err
+	d := NewDecoder(f.Payload)
+	m := Method(d.Bounded("method", 1<<32-1))
+	timeoutMS := d.Bounded("timeout", uint64(24*time.Hour/time.Millisecond))
+	if err := d.Err(); err != nil {
+		return err
 	}
-	body := d.b
+	body := d.Rest()
 	s.mu.Lock()
 	if _, dup := s.in[f.ID]; dup {
 		s.mu.Unlock()
@@ -1083,9 +1131,9 @@ func (q *recvQueue) recv(ctx context.Context) ([]byte, error) {
 			q.s.stats.buffered.Add(-int64(len(p)))
 			bufferedAll.Add(-int64(len(p)))
 			if grant > 0 {
-				var e enc
-				e.uvarint(uint64(grant))
-				q.s.writeFrame(Frame{Type: FrameCredit, ID: q.id, Payload: e.b}, nil)
+				var e Encoder
+				e.PutUvarint(uint64(grant))
+				q.s.writeFrame(Frame{Type: FrameCredit, ID: q.id, Payload: e.Bytes()}, nil)
 			}
 			return p, nil
 		}
@@ -1110,6 +1158,10 @@ func (q *recvQueue) recv(ctx context.Context) ([]byte, error) {
 // every session of the process.
 var bufferedAll atomic.Int64
 
+// BufferedBytes is the stream bytes received and not yet consumed across
+// every session of the process: what peers' streams hold in memory here.
+func BufferedBytes() int64 { return bufferedAll.Load() }
+
 // sendCredit is the sending end's view of one stream's credit.
 type sendCredit struct {
 	mu     sync.Mutex
@@ -1125,9 +1177,9 @@ func newSendCredit(window int, blocked *atomic.Int64) *sendCredit {
 }
 
 func (c *sendCredit) grant(p []byte) error {
-	d := dec{b: p}
-	n := d.bounded("credit", maxWindow)
-	if err := d.done(); err != nil {
+	d := NewDecoder(p)
+	n := d.Bounded("credit", maxWindow)
+	if err := d.Done(); err != nil {
 		return err
 	}
 	c.mu.Lock()

@@ -1,4 +1,4 @@
-package syncwire
+package rpc
 
 import (
 	"context"
@@ -29,7 +29,9 @@ type Hello struct {
 	MinVersion, MaxVersion uint32
 	Features               []string
 	RuntimeID              uuid.UUID
-	StoreID                string
+	// ID is opaque to this package: the layer above names the side with it
+	// (syncwire sends the store id, and keys the caller's watermarks by it).
+	ID string
 	// Window is the stream credit this side grants each stream it receives.
 	Window uint32
 	// MaxCalls is how many of the other side's calls this side serves at once.
@@ -45,48 +47,48 @@ func (h Hello) Has(f string) bool { return slices.Contains(h.Features, f) }
 const (
 	maxFeatures   = 64
 	maxFeatureLen = 64
-	maxStoreID    = 256
+	maxHelloID    = 256
 	maxCallsLimit = 4096
 )
 
 // AppendHello appends the HELLO payload.
 func AppendHello(b []byte, h Hello) []byte {
-	e := enc{b: b}
-	e.str(h.Protocol)
-	e.uvarint(uint64(h.MinVersion))
-	e.uvarint(uint64(h.MaxVersion))
-	e.uvarint(uint64(len(h.Features)))
+	e := NewEncoder(b)
+	e.PutString(h.Protocol)
+	e.PutUvarint(uint64(h.MinVersion))
+	e.PutUvarint(uint64(h.MaxVersion))
+	e.PutUvarint(uint64(len(h.Features)))
 	for _, f := range h.Features {
-		e.str(f)
+		e.PutString(f)
 	}
-	e.b = append(e.b, h.RuntimeID[:]...)
-	e.str(h.StoreID)
-	e.uvarint(uint64(h.Window))
-	e.uvarint(uint64(h.MaxCalls))
-	return e.b
+	e.PutFixed(h.RuntimeID[:])
+	e.PutString(h.ID)
+	e.PutUvarint(uint64(h.Window))
+	e.PutUvarint(uint64(h.MaxCalls))
+	return e.Bytes()
 }
 
 // DecodeHello decodes and checks a HELLO payload. Bytes after the known
 // fields are ignored: later versions may append fields.
 func DecodeHello(p []byte) (Hello, error) {
-	d := dec{b: p}
+	d := NewDecoder(p)
 	var h Hello
-	h.Protocol = d.str("protocol", 16)
-	if d.err == nil && h.Protocol != ProtocolName {
+	h.Protocol = d.String("protocol", 16)
+	if d.Err() == nil && h.Protocol != ProtocolName {
 		return Hello{}, protoErr("peer speaks %q, not %q", h.Protocol, ProtocolName)
 	}
-	h.MinVersion = uint32(d.bounded("min version", 1<<31))
-	h.MaxVersion = uint32(d.bounded("max version", 1<<31))
-	n := d.count("features", maxFeatures, 1)
+	h.MinVersion = uint32(d.Bounded("min version", 1<<31))
+	h.MaxVersion = uint32(d.Bounded("max version", 1<<31))
+	n := d.Count("features", maxFeatures, 1)
 	for range n {
-		h.Features = append(h.Features, d.utf8str("feature", maxFeatureLen))
+		h.Features = append(h.Features, d.UTF8("feature", maxFeatureLen))
 	}
-	copy(h.RuntimeID[:], d.raw(16))
-	h.StoreID = d.utf8str("store id", maxStoreID)
-	h.Window = uint32(d.bounded("window", maxWindow))
-	h.MaxCalls = uint32(d.bounded("max calls", maxCallsLimit))
-	if d.err != nil {
-		return Hello{}, d.err
+	copy(h.RuntimeID[:], d.Fixed(16))
+	h.ID = d.UTF8("id", maxHelloID)
+	h.Window = uint32(d.Bounded("window", maxWindow))
+	h.MaxCalls = uint32(d.Bounded("max calls", maxCallsLimit))
+	if err := d.Err(); err != nil {
+		return Hello{}, err
 	}
 	switch {
 	case h.MinVersion == 0 || h.MinVersion > h.MaxVersion:
@@ -119,7 +121,7 @@ func (s *Session) Handshake(ctx context.Context) error {
 		MaxVersion: s.cfg.MaxVersion,
 		Features:   s.cfg.Features,
 		RuntimeID:  RuntimeID,
-		StoreID:    s.cfg.StoreID,
+		ID:         s.cfg.ID,
 		Window:     uint32(s.cfg.Window),
 		MaxCalls:   uint32(s.cfg.MaxCalls),
 	}

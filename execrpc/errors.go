@@ -1,0 +1,21 @@
+package execrpc
+
+import (
+	"github.com/wsync/wsync/execrun"
+	"github.com/wsync/wsync/syncwire/rpc"
+)
+
+// The wire codes of the exec sentinels (docs/PROTOCOL.md).
+const (
+	CodeExecBusy     rpc.Code = 40
+	CodeExecLost     rpc.Code = 41
+	CodeLogTruncated rpc.Code = 42
+)
+
+// init registers execrun's sentinels as wire codes, so errors.Is(err,
+// execrun.ErrBusy) holds on the caller's side of a refused exec.
+func init() {
+	rpc.RegisterCode(CodeExecBusy, "EEXEC_BUSY", execrun.ErrBusy)
+	rpc.RegisterCode(CodeExecLost, "EEXEC_LOST", execrun.ErrExecLost)
+	rpc.RegisterCode(CodeLogTruncated, "ELOG_TRUNCATED", execrun.ErrLogTruncated)
+}
