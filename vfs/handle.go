@@ -454,17 +454,22 @@ func (f *openFile) resize(ctx context.Context, size int64) error {
 	return nil
 }
 
-func (h *Handle) file(ctx context.Context) (*openFile, error) {
-	if h.closed.Load() {
-		return nil, ErrClosed
-	}
-	f := h.f
+// withLoaded runs fn with f.mu held and f's base loaded.
+func (f *openFile) withLoaded(ctx context.Context, fn func() error) error {
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	if err := f.load(ctx); err != nil {
-		f.mu.Unlock()
-		return nil, err
+		return err
 	}
-	return f, nil
+	return fn()
+}
+
+// withFile runs fn on h's open state, loaded, with its lock held.
+func (h *Handle) withFile(ctx context.Context, fn func(f *openFile) error) error {
+	if h.closed.Load() {
+		return ErrClosed
+	}
+	return h.f.withLoaded(ctx, func() error { return fn(h.f) })
 }
 
 // checkRange bounds a caller's offset and length before anything is
@@ -498,23 +503,32 @@ func (h *Handle) WriteAt(ctx context.Context, p []byte, off int64) (int, error) 
 	if len(p) == 0 {
 		return 0, nil
 	}
-	f, err := h.file(ctx)
-	if err != nil {
-		return 0, err
+	var written int
+	var flights []launched
+	err := h.withFile(ctx, func(f *openFile) (err error) {
+		written, flights, err = f.writeAt(ctx, p, off)
+		return err
+	})
+	for _, fl := range flights {
+		h.f.s.hashSem <- struct{}{}
+		go h.f.store(ctx, fl.i, fl.f)
 	}
+	return written, err
+}
+
+// writeAt is WriteAt with f.mu held; it returns the chunk stores to start
+// once the lock is released.
+func (f *openFile) writeAt(ctx context.Context, p []byte, off int64) (int, []launched, error) {
 	if err := f.takeErr(); err != nil {
-		f.mu.Unlock()
-		return 0, err
+		return 0, nil, err
 	}
 	end := off + int64(len(p))
 	if err := f.makeRoom(ctx, off/cs, (end-1)/cs); err != nil {
-		f.mu.Unlock()
-		return 0, err
+		return 0, nil, err
 	}
 	if end > f.size {
 		if err := f.resize(ctx, end); err != nil {
-			f.mu.Unlock()
-			return 0, err
+			return 0, nil, err
 		}
 	}
 	var full []int64
@@ -524,8 +538,7 @@ func (h *Handle) WriteAt(ctx context.Context, p []byte, off int64) (int, error) 
 		i := pos / cs
 		b, err := f.image(ctx, i)
 		if err != nil {
-			f.mu.Unlock()
-			return written, err
+			return written, nil, err
 		}
 		within := pos - i*cs
 		extendImage(b, min(within+int64(len(p)-written), cs))
@@ -542,12 +555,7 @@ func (h *Handle) WriteAt(ctx context.Context, p []byte, off int64) (int, error) 
 	for len(f.bufs) > maxDirtyChunks {
 		flights = append(flights, f.launch(f.lru[:1])...)
 	}
-	f.mu.Unlock()
-	for _, fl := range flights {
-		f.s.hashSem <- struct{}{}
-		go f.store(ctx, fl.i, fl.f)
-	}
-	return written, nil
+	return written, flights, nil
 }
 
 // makeRoom keeps the dirty images of a file whose stores fail within the
@@ -670,12 +678,12 @@ func (h *Handle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, ErrInvalid
 	}
-	f, err := h.file(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer f.mu.Unlock()
-	return f.readAt(ctx, p, off)
+	var n int
+	err := h.withFile(ctx, func(f *openFile) (err error) {
+		n, err = f.readAt(ctx, p, off)
+		return err
+	})
+	return n, err
 }
 
 // readAt is called with f.mu held.
@@ -709,19 +717,20 @@ func (h *Handle) Truncate(ctx context.Context, size int64) error {
 	if err := checkRange(0, size); err != nil {
 		return err
 	}
-	f, err := h.file(ctx)
-	if err != nil {
-		return err
-	}
-	if size != f.size {
+	err := h.withFile(ctx, func(f *openFile) error {
+		if size == f.size {
+			return nil
+		}
 		if err := f.resize(ctx, size); err != nil {
-			f.mu.Unlock()
 			return err
 		}
 		f.dirty = true
 		f.mtime = time.Now().UnixNano()
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	f.mu.Unlock()
 	return h.Flush(ctx)
 }
 
@@ -749,11 +758,16 @@ func (h *Handle) Seek(ctx context.Context, off int64, hole bool) (int64, error) 
 	if off < 0 {
 		return 0, ErrInvalid
 	}
-	f, err := h.file(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer f.mu.Unlock()
+	var pos int64
+	err := h.withFile(ctx, func(f *openFile) (err error) {
+		pos, err = f.seek(off, hole)
+		return err
+	})
+	return pos, err
+}
+
+// seek is Seek with f.mu held.
+func (f *openFile) seek(off int64, hole bool) (int64, error) {
 	if off >= f.size {
 		return 0, ErrPastEnd
 	}
@@ -1053,13 +1067,11 @@ func (s *Store) FlushAll(ctx context.Context) error {
 // ReadAt reads a file's bytes by inode, through the open state if any.
 func (s *Store) ReadAt(ctx context.Context, ino Ino, p []byte, off int64) (int, error) {
 	if f := s.openState(ino); f != nil {
-		f.mu.Lock()
-		if err := f.load(ctx); err != nil {
-			f.mu.Unlock()
-			return 0, err
-		}
-		n, err := f.readAt(ctx, p, off)
-		f.mu.Unlock()
+		var n int
+		err := f.withLoaded(ctx, func() (err error) {
+			n, err = f.readAt(ctx, p, off)
+			return err
+		})
 		return n, err
 	}
 	n, err := getNode(ctx, s.rq, ino)
