@@ -1,44 +1,26 @@
-// Package syncwire is the wire between the two stores of a wsync pair: the
-// framing over one WebSocket, the handshake, authentication, multiplexed
-// calls with flow-controlled streams, typed errors, the sync RPCs, and the
-// push and pull drivers that use them. docs/PROTOCOL.md specifies the bytes
-// for anyone writing a compatible peer.
+// Package syncwire is the sync protocol between the two stores of a wsync
+// pair, carried on an rpc session (syncwire/rpc): the sync messages and
+// their codecs, the server side over a Backend, the client side (Peer), and
+// the push and pull drivers that use them. docs/PROTOCOL.md specifies the
+// bytes for anyone writing a compatible peer.
 //
-// # Sessions
+// # Methods
 //
-// A Session is one connection. Each WebSocket binary message is one frame
-// (type, flags, call id, payload; at most MaxFrameSize). Either side may open
-// calls; the dialing side uses odd ids, the accepting side even ones. A call
-// carries a request body and optionally a request stream, and is answered by
-// a reply body and optionally a response stream, or by a typed error. Streams
-// run under credit-based flow control: each receiver starts every stream
-// with Window bytes of credit and grants more as its consumer reads, so a
-// slow consumer bounds its producer's memory to one window and never stalls
-// the session's other calls (an exec's output cannot block a fetch).
-//
-// Both sides count call slots the same way: the caller holds one from its
-// CALL until it reads the final frame or writes its CANCEL, the callee from
-// the CALL until just before it writes its final frame or reads the CANCEL.
-// A call beyond the callee's MaxCalls (or while 2*MaxCalls cancelled calls
-// still have handlers stopping) is answered ErrBusy (EBUSY), and the
-// session stays up.
-//
-// The first frame each way is a HELLO: protocol name, version range,
-// features, the process's RuntimeID, the store id, window and call limit.
-// This build speaks version 2 only (hole refs, entry parts, announced
-// PushObjects, EBUSY).
-// Without a common version both sides fail with ErrVersion naming both
-// ranges. Every call has a deadline (the caller's, or Config.CallTimeout)
-// that travels to the callee. Pings on an interval detect a silent peer: past
-// the grace window the session fails and in-flight calls return
-// ErrShutdown. A Client redials on the next call after its session died.
+// The sync methods take the numbers below 256 (FirstExtensionMethod):
+// Watermarks, Push, FetchChanges, HasObjects, FetchObjects and PushObjects.
+// The handshake's id is the store id: the server keys the watermarks it
+// keeps for a caller by it, so a client must announce its store's id
+// (rpc.Config.ID; the Driver checks it).
 //
 // # Errors
 //
-// Errors cross the wire as a code and a message. The one table in errors.go
-// maps codes to sentinels both ways, so errors.Is(err, vfs.ErrNotExist),
-// chunkstore.ErrUnknownHash, watermark.ErrInvariant, ErrExecBusy and the rest
-// hold on the caller's side exactly as on the callee's.
+// The store sentinels cross the wire under the codes this package
+// registers with rpc (errors.go): vfs's (ENOENT, EEXIST, ..., EFBIG),
+// chunkstore's (EUNKNOWN_HASH, EHASH_MISMATCH, and the malformed-input
+// ones as EINVAL) and watermark's (EINVARIANT, a bad cursor as EINVAL), so
+// errors.Is(err, vfs.ErrNotExist) holds on the caller's side. A SQLite
+// "disk full" without an errno travels as ENOSPC, vfs.ErrClosed as
+// ESHUTDOWN.
 //
 // # Bounds against a hostile peer
 //
@@ -54,13 +36,15 @@
 // (chunkstore.HoleHash) are never probed, fetched or pushed; naming one as
 // an object is EPROTOCOL.
 //
-// # Serving and extending
+// # Serving and calling
 //
-// Server serves a Backend (a *vfs.Store) on GET /sync after checking the
-// bearer token in constant time: Watermarks, Push, FetchChanges, HasObjects,
-// FetchObjects and PushObjects. Other packages add methods (exec with its
-// output stream, convergence) with Server.Handle and call them with
-// Session.Open; the framing does not change.
+// Server serves a Backend (a *vfs.Store) on an rpc.Server, at GET /sync:
+// the six sync methods, with the stages PushObjects fills kept per session
+// for the Push that follows and released when the session ends. Other
+// packages add their methods (exec with its output stream, convergence)
+// with Server.Handle and call them with rpc.Session.Open. Peer makes the
+// sync calls on a session, splitting long hash lists into requests of
+// MaxHashes and checking every object stream against what was asked.
 //
 // # Drivers
 //

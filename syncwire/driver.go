@@ -7,11 +7,13 @@ import (
 	"io"
 	"iter"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 
 	"github.com/wsync/wsync/chunkstore"
 	"github.com/wsync/wsync/internal/crashpoint"
+	"github.com/wsync/wsync/internal/fifo"
 	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/watermark"
@@ -41,8 +43,10 @@ type DriverOptions struct {
 }
 
 // Driver syncs a local store with one peer: PushOnce sends local changes,
-// PullOnce fetches the peer's, Tick does both (pull first). Calls are
-// serialised through a FIFO; a failed call does not poison it.
+// PullOnce fetches the peer's, Tick does both (pull first), and Do runs
+// any other exchange with the peer (convergence repair, snapshot
+// bootstrap) in the same order. Calls are serialised through one FIFO; a
+// failed call does not poison it.
 type Driver struct {
 	local  Backend
 	peer   string
@@ -50,7 +54,7 @@ type Driver struct {
 	opts   DriverOptions
 	log    *slog.Logger
 
-	q          fifo
+	q          fifo.Queue
 	reconciled uint64 // session epoch last reconciled (under q)
 	stageSeq   atomic.Uint64
 }
@@ -91,37 +95,101 @@ type Result struct {
 	Resets int
 }
 
+// add totals o into r.
+func (r *Result) add(o Result) {
+	r.Entries += o.Entries
+	r.Applied += o.Applied
+	r.Skipped += o.Skipped
+	r.Batches += o.Batches
+	r.Chunks += o.Chunks
+	r.ChunkBytes += o.ChunkBytes
+	r.DedupBytes += o.DedupBytes
+	r.WireBytes += o.WireBytes
+	r.Resets += o.Resets
+}
+
 // TickResult is a Tick's pull and push.
 type TickResult struct{ Pull, Push Result }
 
 // PushOnce sends every local change after the push cursor to the peer.
 func (d *Driver) PushOnce(ctx context.Context) (Result, error) {
 	var res Result
-	err := d.q.run(ctx, func() error { return d.withSession(ctx, &res, d.push) })
-	return res, d.observe("push", err)
+	err := d.do(ctx, "push", func(ctx context.Context, x *Exchange) (err error) {
+		res, err = x.Push(ctx)
+		return err
+	})
+	return res, err
 }
 
-// PullOnce fetches and applies every peer change after the fetch cursor.
+// PullOnce fetches and applies every peer change after the fetch cursor,
+// leaving out the paths of DriverOptions.Ignore.
 func (d *Driver) PullOnce(ctx context.Context) (Result, error) {
+	return d.PullIgnoring(ctx, d.opts.Ignore)
+}
+
+// PullIgnoring is PullOnce leaving out the paths of ignore (nil:
+// vfs.DefaultIgnore; empty: none) in place of DriverOptions.Ignore: a
+// workspace.Remote's Pull takes its list per call.
+func (d *Driver) PullIgnoring(ctx context.Context, ignore []string) (Result, error) {
 	var res Result
-	err := d.q.run(ctx, func() error { return d.withSession(ctx, &res, d.pull) })
-	return res, d.observe("pull", err)
+	err := d.do(ctx, "pull", func(ctx context.Context, x *Exchange) (err error) {
+		res, err = x.PullIgnoring(ctx, ignore)
+		return err
+	})
+	return res, err
 }
 
 // Tick pulls then pushes, in one FIFO turn: the pull absorbs the peer's
 // writes before the push can overwrite them with stale local state.
 func (d *Driver) Tick(ctx context.Context) (TickResult, error) {
 	var tr TickResult
-	err := d.q.run(ctx, func() error {
-		if err := d.withSession(ctx, &tr.Pull, d.pull); err != nil {
-			return fmt.Errorf("pull: %w", d.observe("pull", err))
+	err := d.do(ctx, "pull", func(ctx context.Context, x *Exchange) (err error) {
+		if tr.Pull, err = x.Pull(ctx); err != nil {
+			return fmt.Errorf("pull: %w", err)
 		}
-		if err := d.withSession(ctx, &tr.Push, d.push); err != nil {
-			return fmt.Errorf("push: %w", d.observe("push", err))
+		if tr.Push, err = x.Push(ctx); err != nil {
+			return fmt.Errorf("push: %w", err)
 		}
 		return nil
 	})
 	return tr, err
+}
+
+// Do runs fn in the driver's FIFO on a live session (redialled if the last
+// one died) whose watermarks are reconciled. Everything that moves entries
+// between the two stores goes through an Exchange, so every transfer keeps
+// the same rules and none overtakes another.
+func (d *Driver) Do(ctx context.Context, fn func(ctx context.Context, x *Exchange) error) error {
+	return d.do(ctx, "exchange", fn)
+}
+
+// do is Do counting a failure to get a session under op.
+func (d *Driver) do(ctx context.Context, op string, fn func(ctx context.Context, x *Exchange) error) error {
+	return d.q.Do(ctx, func() error {
+		x := &Exchange{d: d}
+		err := x.metered(ctx, &x.carry, func(ctx context.Context, res *Result) error {
+			sess, epoch, err := d.client.Session(ctx)
+			if err != nil {
+				return err
+			}
+			if id := sess.Local().ID; id != d.local.ID() {
+				// The peer keys the watermarks it keeps for us by this id.
+				return fmt.Errorf("%w: client announces store %q, the driver's store is %q", vfs.ErrInvalid, id, d.local.ID())
+			}
+			x.sess, x.s = sess, NewPeer(sess)
+			if epoch != d.reconciled && !d.opts.noReconcile {
+				if err := x.reconcile(ctx, res); err != nil {
+					return fmt.Errorf("reconcile: %w", err)
+				}
+			}
+			d.reconciled = epoch
+			return nil
+		})
+		if err != nil {
+			return d.observe(op, err)
+		}
+		return fn(ctx, x)
+	})
 }
 
 func (d *Driver) observe(op string, err error) error {
@@ -131,36 +199,120 @@ func (d *Driver) observe(op string, err error) error {
 	return err
 }
 
-// withSession gets a session (redialling if the last one died), reconciles
-// watermarks on a new one, runs op and totals its wire bytes.
-func (d *Driver) withSession(ctx context.Context, res *Result, op func(context.Context, Peer, *Result) error) error {
+// Exchange is one FIFO turn of a Driver: a live session to the peer with
+// reconciled watermarks. It owns the two shipping paths every transfer
+// takes, written once:
+//
+//   - send (local entries to the peer): cut batches of at most BatchEntries
+//     entries and BatchMissingBytes missing chunk bytes; probe the peer for
+//     the batch's chunks, send the missing ones, then the entries, which the
+//     peer applies atomically and records as our bounce run; check the
+//     applied-push cursor it echoes; advance our watermarks and skip the
+//     revs the peer's apply stamped in our fetch cursor.
+//   - receive (peer entries into the local store): probe the local store
+//     for each batch's chunks and fetch the missing ones (the next batch's
+//     fetch overlapping this one's apply); apply atomically with the
+//     watermarks and the peer's bounce run; then skip that run in our push
+//     cursor, telling the peer first.
+//
+// Push and Pull run them over the two feeds; Send and Receive over entries
+// a caller chose (convergence repair).
+type Exchange struct {
+	d    *Driver
+	sess *rpc.Session
+	s    Peer
+	// carry is what the turn's reconcile did, reported with its first
+	// operation.
+	carry Result
+}
+
+// Session is the exchange's session, for calls of other packages'
+// methods (convergence walks, snapshot pages).
+func (x *Exchange) Session() *rpc.Session { return x.sess }
+
+// Peer names the local watermarks the exchange keeps for the peer.
+func (x *Exchange) Peer() string { return x.d.peer }
+
+// Push sends every local change after the push cursor to the peer.
+func (x *Exchange) Push(ctx context.Context) (Result, error) {
+	var res Result
+	err := x.metered(ctx, &res, x.push)
+	return res, x.d.observe("push", err)
+}
+
+// Pull fetches and applies every peer change after the fetch cursor,
+// leaving out the paths of DriverOptions.Ignore.
+func (x *Exchange) Pull(ctx context.Context) (Result, error) {
+	return x.PullIgnoring(ctx, x.d.opts.Ignore)
+}
+
+// PullIgnoring is Pull leaving out the paths of ignore instead.
+func (x *Exchange) PullIgnoring(ctx context.Context, ignore []string) (Result, error) {
+	var res Result
+	err := x.metered(ctx, &res, func(ctx context.Context, res *Result) error {
+		err := x.pullFeed(ctx, ignore, res, false)
+		if errors.Is(err, errRetryPull) {
+			err = x.pullFeed(ctx, ignore, res, true)
+		}
+		return err
+	})
+	return res, x.d.observe("pull", err)
+}
+
+// Send ships entries (a repair's choice, not the feed) to the peer through
+// the send path. The push cursor stays where it is: these entries are not
+// the feed.
+func (x *Exchange) Send(ctx context.Context, entries []vfs.ChangeEntry) (Result, error) {
+	var res Result
+	err := x.metered(ctx, &res, func(ctx context.Context, res *Result) error {
+		ws, err := x.d.local.Watermarks(ctx, x.d.peer)
+		if err != nil {
+			return err
+		}
+		through := watermark.At(x.d.local.CurrentRev())
+		return x.send(ctx, sliceFeed(entries), through, false, &ws, res)
+	})
+	return res, x.d.observe("send", err)
+}
+
+// Receive applies the peer entries next returns (up to max per call,
+// io.EOF at the end) through the receive path. The fetch cursor stays
+// where it is: these entries are not the feed.
+func (x *Exchange) Receive(ctx context.Context, next func(ctx context.Context, max int) ([]vfs.ChangeEntry, error)) (Result, error) {
+	var res Result
+	err := x.metered(ctx, &res, func(ctx context.Context, res *Result) error {
+		ws, err := x.d.local.Watermarks(ctx, x.d.peer)
+		if err != nil {
+			return err
+		}
+		if err := x.receive(ctx, next, false, &ws, res); err != nil {
+			return err
+		}
+		return x.settleBounce(ctx, &ws)
+	})
+	return res, x.d.observe("receive", err)
+}
+
+// metered runs op with its frame bytes counted into res, and hands res
+// whatever the turn's reconcile did.
+func (x *Exchange) metered(ctx context.Context, res *Result, op func(context.Context, *Result) error) error {
 	var wc rpc.WireCounter
 	ctx = rpc.WithWireCounter(ctx, &wc)
 	defer func() { res.WireBytes += wc.In.Load() + wc.Out.Load() }()
-	sess, epoch, err := d.client.Session(ctx)
-	if err != nil {
-		return err
+	if res != &x.carry {
+		res.add(x.carry)
+		x.carry = Result{}
 	}
-	if id := sess.Local().ID; id != d.local.ID() {
-		// The peer keys the watermarks it keeps for us by this id.
-		return fmt.Errorf("%w: client announces store %q, the driver's store is %q", vfs.ErrInvalid, id, d.local.ID())
-	}
-	s := NewPeer(sess)
-	if epoch != d.reconciled && !d.opts.noReconcile {
-		if err := d.reconcile(ctx, s, res); err != nil {
-			return fmt.Errorf("reconcile: %w", err)
-		}
-	}
-	d.reconciled = epoch
-	return op(ctx, s, res)
+	return op(ctx, res)
 }
 
 // reconcile re-baselines watermarks against a peer met on a new session:
 // a peer whose current rev is below our fetch cursor lost its feed (fetch
 // it again from the start); a peer that has less of our feed than our push
 // cursor says lost state (push again from what it has).
-func (d *Driver) reconcile(ctx context.Context, s Peer, res *Result) error {
-	ps, err := s.Watermarks(ctx)
+func (x *Exchange) reconcile(ctx context.Context, res *Result) error {
+	d := x.d
+	ps, err := x.s.Watermarks(ctx)
 	if err != nil {
 		return err
 	}
@@ -191,36 +343,30 @@ func (d *Driver) reconcile(ctx context.Context, s Peer, res *Result) error {
 	return d.local.SetWatermarks(ctx, d.peer, ws)
 }
 
-// push runs the push loop: batches of at most BatchEntries entries and
-// BatchMissingBytes missing chunk bytes; for each, probe, send the missing
-// chunks, then the entries, which the peer applies atomically.
-func (d *Driver) push(ctx context.Context, s Peer, res *Result) error {
-	err := d.pushOnce(ctx, s, res)
+// push runs the feed's send path; when the peer's echo shows it applied
+// less than we sent, it starts again from what the peer has, once.
+func (x *Exchange) push(ctx context.Context, res *Result) error {
+	err := x.pushFeed(ctx, res)
 	var ie *watermark.InvariantError
 	if !errors.As(err, &ie) {
 		return err
 	}
-	// The peer applied less than we sent: start again from what it says
-	// it has, once.
-	d.log.Warn("push invariant violated; re-baselining", "err", err)
-	if err := d.resetPush(ctx, ie.PeerApplied, res); err != nil {
-		return err
-	}
-	return d.pushOnce(ctx, s, res)
-}
-
-func (d *Driver) resetPush(ctx context.Context, to watermark.Cursor, res *Result) error {
-	ws, err := d.local.Watermarks(ctx, d.peer)
+	x.d.log.Warn("push invariant violated; re-baselining", "err", err)
+	ws, err := x.d.local.Watermarks(ctx, x.d.peer)
 	if err != nil {
 		return err
 	}
-	ws.Push = to
+	ws.Push = ie.PeerApplied
 	res.Resets++
 	metricResets.WithLabelValues("invariant").Inc()
-	return d.local.SetWatermarks(ctx, d.peer, ws)
+	if err := x.d.local.SetWatermarks(ctx, x.d.peer, ws); err != nil {
+		return err
+	}
+	return x.pushFeed(ctx, res)
 }
 
-func (d *Driver) pushOnce(ctx context.Context, s Peer, res *Result) error {
+func (x *Exchange) pushFeed(ctx context.Context, res *Result) error {
+	d := x.d
 	ws, err := d.local.Watermarks(ctx, d.peer)
 	if err != nil {
 		return err
@@ -236,7 +382,16 @@ func (d *Driver) pushOnce(ctx context.Context, s Peer, res *Result) error {
 	if err != nil {
 		return err
 	}
-	next, stop := iter.Pull2(d.local.Changes(ctx, run.Skip(ws.Push), through, vfs.Ignore{}))
+	return x.send(ctx, d.local.Changes(ctx, run.Skip(ws.Push), through, vfs.Ignore{}), through, true, &ws, res)
+}
+
+// send is the send path. entries are the feed from ws.Push through
+// through when feed is set (the push cursor follows the batches, ending at
+// through), or entries of the caller's choosing otherwise (every batch
+// carries the push cursor unchanged).
+func (x *Exchange) send(ctx context.Context, entries iter.Seq2[vfs.ChangeEntry, error], through watermark.Cursor, feed bool, ws *watermark.Set, res *Result) error {
+	d := x.d
+	next, stop := iter.Pull2(entries)
 	defer stop()
 	var pending []vfs.ChangeEntry
 	exhausted := false
@@ -253,7 +408,10 @@ func (d *Driver) pushOnce(ctx context.Context, s Peer, res *Result) error {
 			}
 			pending = append(pending, en)
 		}
-		batch, missing, refBytes, err := d.cutPushBatch(ctx, s, pending)
+		if len(pending) == 0 {
+			return nil // nothing to send (a Send of no entries)
+		}
+		batch, missing, refBytes, err := x.cutBatch(ctx, pending)
 		if err != nil {
 			return err
 		}
@@ -271,20 +429,23 @@ func (d *Driver) pushOnce(ctx context.Context, s Peer, res *Result) error {
 			}
 		}
 		last := exhausted && len(pending) == 0
-		cursor := through
-		if !last {
-			e := batch[len(batch)-1]
-			cursor = watermark.Within(e.Rev, e.Path)
+		cursor := ws.Push
+		if feed {
+			cursor = through
+			if !last {
+				e := batch[len(batch)-1]
+				cursor = watermark.Within(e.Rev, e.Path)
+			}
 		}
 		var stageID uint64
 		var st ObjectStats
 		if len(missing) > 0 {
 			stageID = d.stageSeq.Add(1)
-			if st, err = s.PushObjects(ctx, stageID, missing, d.local.ReadChunk); err != nil {
+			if st, err = x.s.PushObjects(ctx, stageID, missing, d.local.ReadChunk); err != nil {
 				return err
 			}
 		}
-		resp, err := s.Push(ctx, PushRequest{SenderRev: through.Rev, SenderCursor: cursor, Stage: stageID}, batch)
+		resp, err := x.s.Push(ctx, PushRequest{SenderRev: max(through.Rev, 1), SenderCursor: cursor, Stage: stageID}, batch)
 		if err != nil {
 			return err
 		}
@@ -313,7 +474,7 @@ func (d *Driver) pushOnce(ctx context.Context, s Peer, res *Result) error {
 		// them, skip them in our fetch cursor. (The peer also keeps them as
 		// its bounce run, so a lost reply does not bring them back.)
 		ws.Fetch = vfs.BounceRun{From: resp.RevBefore, To: resp.RevAfter}.Skip(ws.Fetch)
-		if err := d.local.SetWatermarks(ctx, d.peer, ws); err != nil {
+		if err := d.local.SetWatermarks(ctx, d.peer, *ws); err != nil {
 			return err
 		}
 		if last {
@@ -322,84 +483,57 @@ func (d *Driver) pushOnce(ctx context.Context, s Peer, res *Result) error {
 	}
 }
 
-// cutPushBatch probes the peer for the chunks of pending's entries and
-// returns the longest prefix (at least one entry) whose missing chunks stay
-// within BatchMissingBytes, those missing hashes in first-use order, and
-// the chunk bytes the prefix references.
-func (d *Driver) cutPushBatch(ctx context.Context, s Peer, pending []vfs.ChangeEntry) ([]vfs.ChangeEntry, []chunkstore.Hash, int64, error) {
-	if len(pending) == 0 {
-		return nil, nil, 0, nil
+// cutBatch probes the peer for the chunks of pending's entries and returns
+// the longest prefix (at least one entry) whose missing chunks stay within
+// BatchMissingBytes, those missing hashes in first-use order, and the chunk
+// bytes the prefix references.
+func (x *Exchange) cutBatch(ctx context.Context, pending []vfs.ChangeEntry) ([]vfs.ChangeEntry, []chunkstore.Hash, int64, error) {
+	need := DataHashes(pending, nil)
+	missing, err := Missing(ctx, need, x.s.HasObjects)
+	if err != nil {
+		return nil, nil, 0, err
 	}
-	seen := map[chunkstore.Hash]bool{}
-	var probe []chunkstore.Hash
-	for _, e := range pending {
-		for _, r := range e.Chunks {
-			if r.IsHole() {
-				continue // zeros: never probed, sent or counted
-			}
-			if !seen[r.Hash] {
-				seen[r.Hash] = true
-				probe = append(probe, r.Hash)
-			}
-		}
+	lacks := make(map[chunkstore.Hash]bool, len(missing))
+	for _, h := range missing {
+		lacks[h] = true
 	}
-	have := map[chunkstore.Hash]bool{}
-	if len(probe) > 0 {
-		hs, err := s.HasObjects(ctx, probe)
-		if err != nil {
-			return nil, nil, 0, err
-		}
-		for _, h := range hs {
-			have[h] = true
-		}
-	}
-	var missing []chunkstore.Hash
+	var out []chunkstore.Hash
 	var missingBytes, refBytes int64
-	counted := map[chunkstore.Hash]bool{}
 	n := 0
 	for i, e := range pending {
 		var add int64
 		var adds []chunkstore.Hash
 		for _, r := range e.Chunks {
-			if !r.IsHole() && !have[r.Hash] && !counted[r.Hash] {
-				counted[r.Hash] = true
+			if !r.IsHole() && lacks[r.Hash] {
+				lacks[r.Hash] = false // counted once, by its first user
 				add += int64(r.Size)
 				adds = append(adds, r.Hash)
 			}
 		}
-		if i > 0 && missingBytes+add > d.opts.BatchMissingBytes {
-			for _, h := range adds {
-				delete(counted, h)
-			}
+		if i > 0 && missingBytes+add > x.d.opts.BatchMissingBytes {
 			break
 		}
 		missingBytes += add
-		missing = append(missing, adds...)
+		out = append(out, adds...)
 		refBytes += dataBytes(e.Chunks)
 		n++
 	}
-	return pending[:n], missing, refBytes, nil
+	return pending[:n], out, refBytes, nil
 }
 
-// pull runs the pull loop, with the invariant and reconcile checks on the
-// feed's head: on violation the affected watermark is reset and the pull
-// retried once.
-func (d *Driver) pull(ctx context.Context, s Peer, res *Result) error {
-	err := d.pullOnce(ctx, s, res, false)
-	if !errors.Is(err, errRetryPull) {
-		return err
-	}
-	return d.pullOnce(ctx, s, res, true)
-}
-
+// errRetryPull: pullFeed reset a watermark and the pull starts again, once.
 var errRetryPull = errors.New("retry pull")
 
-func (d *Driver) pullOnce(ctx context.Context, s Peer, res *Result, retried bool) error {
+// pullFeed runs the feed's receive path, with the invariant and reconcile
+// checks on the feed's head: on violation the affected watermark is reset
+// and errRetryPull returned.
+func (x *Exchange) pullFeed(ctx context.Context, ignore []string, res *Result, retried bool) error {
+	d := x.d
 	ws, err := d.local.Watermarks(ctx, d.peer)
 	if err != nil {
 		return err
 	}
-	cs, err := s.FetchChanges(ctx, FetchRequest{After: ws.Fetch, Ignore: d.opts.Ignore})
+	cs, err := x.s.FetchChanges(ctx, FetchRequest{After: ws.Fetch, Ignore: ignore})
 	if err != nil {
 		return err
 	}
@@ -430,7 +564,7 @@ func (d *Driver) pullOnce(ctx context.Context, s Peer, res *Result, retried bool
 		return errRetryPull
 	}
 
-	if err := d.pullBatches(ctx, s, cs, &ws, res); err != nil {
+	if err := x.receive(ctx, cs.Next, true, &ws, res); err != nil {
 		return err
 	}
 	// Clean drain: everything through the feed's current cursor is here,
@@ -441,35 +575,36 @@ func (d *Driver) pullOnce(ctx context.Context, s Peer, res *Result, retried bool
 			return err
 		}
 	}
-	// Bounce suppression: the revs our applies stamped (the bounce run each
-	// apply extended in its own transaction) hold the peer's own entries.
-	// When every earlier local rev was pushed, move our push cursor past
-	// them: first tell the peer, with an empty push, so its echoed
-	// applied-push cursor covers ours even if we die before persisting.
+	return x.settleBounce(ctx, &ws)
+}
+
+// settleBounce ends a receive: the revs our applies stamped (the bounce
+// run each apply extended in its own transaction) hold the peer's own
+// entries. When every earlier local rev was pushed, move our push cursor
+// past them: first tell the peer, with an empty push, so its echoed
+// applied-push cursor covers ours even if we die before persisting.
+func (x *Exchange) settleBounce(ctx context.Context, ws *watermark.Set) error {
+	d := x.d
 	run, err := d.local.Bounce(ctx, d.peer)
 	if err != nil {
 		return err
 	}
-	if to := run.Skip(ws.Push); to != ws.Push {
-		if err := d.syncApplied(ctx, s, to); err != nil {
-			return err
-		}
-		ws.Push = to
-		return d.local.SetWatermarks(ctx, d.peer, ws)
+	to := run.Skip(ws.Push)
+	if to == ws.Push {
+		return nil
 	}
-	return nil
-}
-
-// syncApplied records cursor as the peer's applied-push cursor.
-func (d *Driver) syncApplied(ctx context.Context, s Peer, cursor watermark.Cursor) error {
-	resp, err := s.Push(ctx, PushRequest{SenderRev: max(d.local.CurrentRev(), 1), SenderCursor: cursor}, nil)
+	resp, err := x.s.Push(ctx, PushRequest{SenderRev: max(d.local.CurrentRev(), 1), SenderCursor: to}, nil)
 	if err != nil {
 		return err
 	}
-	return watermark.CheckInvariant(d.peer, watermark.Set{Push: cursor}, resp.AppliedPush)
+	if err := watermark.CheckInvariant(d.peer, watermark.Set{Push: to}, resp.AppliedPush); err != nil {
+		return err
+	}
+	ws.Push = to
+	return d.local.SetWatermarks(ctx, d.peer, *ws)
 }
 
-// fetchedBatch is one pulled batch with the chunks it was missing,
+// fetchedBatch is one received batch with the chunks it was missing,
 // staged.
 type fetchedBatch struct {
 	batch    []vfs.ChangeEntry
@@ -487,12 +622,14 @@ func (f *fetchedBatch) release() {
 	}
 }
 
-// pullBatches reads the stream 256 entries at a time and applies each
-// batch. It runs as a two-step pipeline: while batch k applies locally,
-// batch k+1 is read and its missing chunks fetched from the peer, so the
-// peer's reads and our writes overlap. At most two batches (and the chunks
-// they reference) are held at once.
-func (d *Driver) pullBatches(ctx context.Context, s Peer, cs *ChangeStream, ws *watermark.Set, res *Result) error {
+// receive is the receive path: it reads batches of at most BatchEntries
+// from next and applies each. When feed is set the batches are the peer's
+// feed in order and the fetch cursor follows them, in each batch's
+// transaction. It runs as a two-step pipeline: while batch k applies
+// locally, batch k+1 is read and its missing chunks fetched from the peer,
+// so the peer's reads and our writes overlap. At most two batches (and the
+// chunks they reference) are held at once.
+func (x *Exchange) receive(ctx context.Context, next func(context.Context, int) ([]vfs.ChangeEntry, error), feed bool, ws *watermark.Set, res *Result) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ready := make(chan *fetchedBatch, 1)
@@ -501,13 +638,16 @@ func (d *Driver) pullBatches(ctx context.Context, s Peer, cs *ChangeStream, ws *
 		defer close(ready)
 		var prev map[chunkstore.Hash]bool
 		for {
-			batch, err := cs.Next(ctx, d.opts.BatchEntries)
+			batch, err := next(ctx, x.d.opts.BatchEntries)
 			if errors.Is(err, io.EOF) {
 				return
 			}
+			if err == nil && len(batch) == 0 {
+				continue
+			}
 			f := &fetchedBatch{batch: batch, err: err}
 			if err == nil {
-				d.fetchBatch(ctx, s, f, prev)
+				x.fetchBatch(ctx, f, prev)
 				prev = f.fetched
 			}
 			select {
@@ -532,7 +672,7 @@ func (d *Driver) pullBatches(ctx context.Context, s Peer, cs *ChangeStream, ws *
 		if f.err != nil {
 			return f.err
 		}
-		err := d.applyPulled(ctx, f, ws, res)
+		err := x.applyBatch(ctx, f, feed, ws, res)
 		f.release()
 		if err != nil {
 			return err
@@ -543,46 +683,22 @@ func (d *Driver) pullBatches(ctx context.Context, s Peer, cs *ChangeStream, ws *
 
 // fetchBatch probes the local store for the chunks of f.batch and fetches
 // the missing ones into a stage. Chunks the previous batch fetched are not
-// fetched again: that batch is applied (or the pull fails) first.
-func (d *Driver) fetchBatch(ctx context.Context, s Peer, f *fetchedBatch, prev map[chunkstore.Hash]bool) {
-	seen := map[chunkstore.Hash]bool{}
-	var need []chunkstore.Hash
+// fetched again: that batch is applied (or the receive fails) first.
+func (x *Exchange) fetchBatch(ctx context.Context, f *fetchedBatch, prev map[chunkstore.Hash]bool) {
 	for _, e := range f.batch {
 		f.refBytes += dataBytes(e.Chunks)
-		for _, r := range e.Chunks {
-			if !r.IsHole() && !seen[r.Hash] && !prev[r.Hash] {
-				seen[r.Hash] = true
-				need = append(need, r.Hash)
-			}
-		}
 	}
-	if len(need) == 0 {
-		return
-	}
-	have, err := d.local.Has(ctx, need)
-	if err != nil {
+	missing, err := Missing(ctx, DataHashes(f.batch, prev), x.d.local.Has)
+	if err != nil || len(missing) == 0 {
 		f.err = err
 		return
 	}
-	got := make(map[chunkstore.Hash]bool, len(have))
-	for _, h := range have {
-		got[h] = true
-	}
-	var missing []chunkstore.Hash
-	for _, h := range need {
-		if !got[h] {
-			missing = append(missing, h)
-		}
-	}
-	if len(missing) == 0 {
-		return
-	}
-	f.stage = d.local.Chunks().NewStage()
+	f.stage = x.d.local.Chunks().NewStage()
 	f.fetched = make(map[chunkstore.Hash]bool, len(missing))
 	// Stage.Put hashes the bytes before staging them: a chunk that does
-	// not match its hash fails the pull with ErrHashMismatch.
+	// not match its hash fails the receive with ErrHashMismatch.
 	g := newStager(ctx, f.stage)
-	err = s.FetchObjects(ctx, missing, func(o Object) error {
+	err = x.s.FetchObjects(ctx, missing, func(o Object) error {
 		f.bytes += int64(len(o.Data))
 		f.fetched[o.Hash] = true
 		return g.put(o)
@@ -594,15 +710,17 @@ func (d *Driver) fetchBatch(ctx context.Context, s Peer, f *fetchedBatch, prev m
 	f.chunks = len(missing)
 }
 
-// applyPulled applies one fetched batch with the fetch cursor and the
-// bounce run (the revs it stamps hold the peer's entries) in the same
-// transaction.
-func (d *Driver) applyPulled(ctx context.Context, f *fetchedBatch, ws *watermark.Set, res *Result) error {
-	last := f.batch[len(f.batch)-1]
-	ws.Fetch = watermark.Within(last.Rev, last.Path)
-	ar, err := d.local.Apply(ctx, f.batch, vfs.ApplyOptions{Source: vfs.Upstream, Stage: f.stage, Peer: d.peer, Watermarks: ws, Bounce: true})
+// applyBatch applies one fetched batch with the watermarks (the fetch
+// cursor past the batch, for the feed) and the bounce run (the revs it
+// stamps hold the peer's entries) in the same transaction.
+func (x *Exchange) applyBatch(ctx context.Context, f *fetchedBatch, feed bool, ws *watermark.Set, res *Result) error {
+	if feed {
+		last := f.batch[len(f.batch)-1]
+		ws.Fetch = watermark.Within(last.Rev, last.Path)
+	}
+	ar, err := x.d.local.Apply(ctx, f.batch, vfs.ApplyOptions{Source: vfs.Upstream, Stage: f.stage, Peer: x.d.peer, Watermarks: ws, Bounce: true})
 	if err != nil {
-		return fmt.Errorf("apply pulled batch: %w", err)
+		return fmt.Errorf("apply received batch: %w", err)
 	}
 	crashpoint.Hit("syncwire.pull.applied")
 	res.Batches++
@@ -619,6 +737,52 @@ func (d *Driver) applyPulled(ctx context.Context, f *fetchedBatch, ws *watermark
 	return nil
 }
 
+// DataHashes is the union of the entries' data chunk hashes in first-use
+// order, leaving out those in skip. Holes (the all-zero hash) are no
+// objects: never probed, fetched or sent.
+func DataHashes(entries []vfs.ChangeEntry, skip map[chunkstore.Hash]bool) []chunkstore.Hash {
+	return ManifestHashes(func(yield func(chunkstore.Manifest) bool) {
+		for i := range entries {
+			if !yield(entries[i].Chunks) {
+				return
+			}
+		}
+	}, skip)
+}
+
+// ManifestHashes is the union of the manifests' data chunk hashes in
+// first-use order, leaving out holes and those in skip.
+func ManifestHashes(ms iter.Seq[chunkstore.Manifest], skip map[chunkstore.Hash]bool) []chunkstore.Hash {
+	seen := map[chunkstore.Hash]bool{}
+	var out []chunkstore.Hash
+	for m := range ms {
+		for _, r := range m {
+			if !r.IsHole() && !seen[r.Hash] && !skip[r.Hash] {
+				seen[r.Hash] = true
+				out = append(out, r.Hash)
+			}
+		}
+	}
+	return out
+}
+
+// Missing is the have/missing rule: the hashes of need that has (a probe
+// of the side that would receive them) does not report, in need's order.
+func Missing(ctx context.Context, need []chunkstore.Hash, has func(context.Context, []chunkstore.Hash) ([]chunkstore.Hash, error)) ([]chunkstore.Hash, error) {
+	if len(need) == 0 {
+		return nil, nil
+	}
+	have, err := has(ctx, need)
+	if err != nil {
+		return nil, err
+	}
+	got := make(map[chunkstore.Hash]bool, len(have))
+	for _, h := range have {
+		got[h] = true
+	}
+	return slices.DeleteFunc(slices.Clone(need), func(h chunkstore.Hash) bool { return got[h] }), nil
+}
+
 // dataBytes is the bytes of m's data refs: what could cross the wire
 // (holes never do).
 func dataBytes(m chunkstore.Manifest) int64 {
@@ -631,31 +795,13 @@ func dataBytes(m chunkstore.Manifest) int64 {
 	return n
 }
 
-// fifo runs functions one at a time in arrival order. A waiter that gives
-// up keeps its place until its predecessor finishes, so order holds; an
-// error in one function does not affect the next.
-type fifo struct {
-	mu    sync.Mutex
-	tail  chan struct{}
-	depth atomic.Int64 // calls queued or running
-}
-
-func (q *fifo) run(ctx context.Context, fn func() error) error {
-	q.mu.Lock()
-	prev := q.tail
-	mine := make(chan struct{})
-	q.tail = mine
-	q.depth.Add(1)
-	q.mu.Unlock()
-	if prev != nil {
-		select {
-		case <-prev:
-		case <-ctx.Done():
-			go func() { <-prev; q.depth.Add(-1); close(mine) }()
-			return ctx.Err()
+// sliceFeed is entries as a feed.
+func sliceFeed(entries []vfs.ChangeEntry) iter.Seq2[vfs.ChangeEntry, error] {
+	return func(yield func(vfs.ChangeEntry, error) bool) {
+		for _, e := range entries {
+			if !yield(e, nil) {
+				return
+			}
 		}
 	}
-	defer close(mine)
-	defer q.depth.Add(-1)
-	return fn()
 }

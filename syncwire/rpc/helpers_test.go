@@ -22,14 +22,6 @@ const (
 	methodRange  Method = 306 // streams body[0] one-byte messages
 )
 
-// errTestMissing stands for a domain sentinel (vfs.ErrNotExist): it
-// crosses the wire under a code registered for it.
-var errTestMissing = errors.New("test: missing")
-
-const codeTestMissing Code = 1001
-
-func init() { RegisterCode(codeTestMissing, "ETEST_MISSING", errTestMissing) }
-
 // testConfig has short timers so failure paths finish fast.
 func testConfig() Config {
 	return Config{PingInterval: 200 * time.Millisecond, PingTimeout: 2 * time.Second, CallTimeout: 20 * time.Second}

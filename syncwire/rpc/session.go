@@ -588,20 +588,15 @@ func (o *Outgoing) handle(f Frame) error {
 			return err
 		}
 		o.finish(&RemoteError{Code: code, Msg: msg})
-	case FrameData:
+	case FrameData, FrameEnd:
 		o.mu.Lock()
 		ok := o.replyStream || o.state.abandoned()
 		o.mu.Unlock()
 		if !ok {
-			return protoErr("call %d: DATA without a response stream", o.id)
+			return protoErr("call %d: %s without a response stream", o.id, f.Type)
 		}
-		return o.resp.push(f.Payload)
-	case FrameEnd:
-		o.mu.Lock()
-		ok := o.replyStream || o.state.abandoned()
-		o.mu.Unlock()
-		if !ok {
-			return protoErr("call %d: END without a response stream", o.id)
+		if f.Type == FrameData {
+			return o.resp.push(f.Payload)
 		}
 		o.finish(nil)
 	case FrameCredit:
