@@ -13,7 +13,9 @@ const (
 )
 
 // init registers execrun's sentinels as wire codes, so errors.Is(err,
-// execrun.ErrBusy) holds on the caller's side of a refused exec.
+// execrun.ErrBusy) holds on the caller's side of a refused exec. The other
+// exec errors travel under vfs's codes (wireErr), which syncwire registers:
+// both ends link it (computerd serves exec beside sync).
 func init() {
 	rpc.RegisterCode(CodeExecBusy, "EEXEC_BUSY", execrun.ErrBusy)
 	rpc.RegisterCode(CodeExecLost, "EEXEC_LOST", execrun.ErrExecLost)
