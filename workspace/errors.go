@@ -58,11 +58,11 @@ var (
 	ErrPeer = errors.New("computerd failed")
 	// ErrPeerAuth: computerd refused the server's token for the workspace
 	// (the computerd_token it was created with), not the caller's.
-	ErrPeerAuth = fmt.Errorf("computerd refused the server's token for the workspace: %w", ErrPeer)
+	ErrPeerAuth = fmt.Errorf("%w: it refused the server's token for the workspace", ErrPeer)
 	// ErrPeerUnavailable: there is no sync session with computerd: it ended
 	// while the call was in flight, or could not be opened. The next call
 	// dials again.
-	ErrPeerUnavailable = fmt.Errorf("computerd unavailable: %w", ErrPeer)
+	ErrPeerUnavailable = fmt.Errorf("%w: no session with it", ErrPeer)
 )
 
 // PeerError is a failure a Remote saw on computerd's side: the peer's
@@ -75,14 +75,21 @@ type PeerError struct {
 	Err  error
 }
 
-func (e *PeerError) Error() string { return "computerd: " + e.Err.Error() }
+// Error names computerd and, for a failure of its own, what failed.
+func (e *PeerError) Error() string {
+	if s := e.sentinel(); errors.Is(s, ErrPeer) {
+		return s.Error() + ": " + e.Err.Error()
+	}
+	return "computerd: " + e.Err.Error()
+}
 
 // Unwrap gives the cause and the sentinel of the API code: ErrPeerAuth for
 // EAUTH, ErrPeerUnavailable for ESHUTDOWN, vfs.ErrNotExist for ENOENT, and
 // ErrPeer for a code the API has no sentinel for.
-func (e *PeerError) Unwrap() []error {
-	c := apiCodeOfWire(e.Code)
-	return []error{c.sentinel(http.StatusBadGateway), e.Err}
+func (e *PeerError) Unwrap() []error { return []error{e.sentinel(), e.Err} }
+
+func (e *PeerError) sentinel() error {
+	return apiCodeOfWire(e.Code).sentinel(http.StatusBadGateway)
 }
 
 // apiCode is one row of the error registry of the HTTP API: the code

@@ -14,10 +14,12 @@ import (
 // each other, so an implementation must be safe for concurrent use.
 //
 // The implementation that talks the sync wire lives with the wire driver;
-// this package declares only what it consumes. Errors may implement
-// Errnoer to surface a wire code ("EAUTH", "EEXEC_BUSY") through the API.
-// An implementation that holds connections may implement io.Closer; the
-// Manager closes it when it closes.
+// this package declares only what it consumes. A failure on computerd's
+// side is a *PeerError carrying its wire code ("EAUTH", "EEXEC_BUSY"), so
+// the API reports it as computerd's and not the caller's. An
+// implementation that holds connections may implement io.Closer; the
+// Manager closes it when it closes. Every implementation runs the suite of
+// package workspace/remotetest.
 type Remote interface {
 	// Push sends every server-side change the container has not applied
 	// (seed Lifecycle step 1) and returns once the container has committed

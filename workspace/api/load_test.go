@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,7 +18,6 @@ import (
 	"github.com/wsync/wsync/internal/computertest"
 	"github.com/wsync/wsync/workspace"
 	"github.com/wsync/wsync/workspace/api"
-	"github.com/wsync/wsync/workspace/remote"
 )
 
 // loadEnv is the API over a Manager whose default workspace syncs with a
@@ -33,23 +31,8 @@ func newLoadEnv(t *testing.T) *loadEnv {
 	t.Helper()
 	const cdToken = "load-computerd-token"
 	d := computertest.Start(t, computer.Config{Token: cdToken})
-	m, err := workspace.Open(context.Background(), workspace.Options{
-		DataDir: t.TempDir(), NoSync: true, Remote: remote.Factory(nil),
-		DefaultEndpoint: d.SyncURL(), DefaultToken: cdToken,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := api.New(api.Options{Manager: m, Token: token})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(s)
-	t.Cleanup(func() {
-		srv.Close()
-		m.Close()
-	})
-	return &loadEnv{env: &env{srv: srv, m: m}, d: d}
+	e := realEnv(t, workspace.Options{DefaultEndpoint: d.SyncURL(), DefaultToken: cdToken})
+	return &loadEnv{env: e, d: d}
 }
 
 // outcome of one call under load.

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"syscall"
@@ -30,7 +31,7 @@ const Peer = "computerd"
 // Remote drives one workspace's computerd.
 type Remote struct {
 	store  *vfs.Store
-	ignore []string // the pull's ignore list; verify compares under it too
+	ignore []string // the workspace's ignore list: verify and repair compare under it
 	client *rpc.Client
 	drv    *syncwire.Driver
 	log    *slog.Logger
@@ -68,7 +69,7 @@ func New(store *vfs.Store, url, token string, ignore []string, log *slog.Logger)
 		store:  store,
 		ignore: ignore,
 		client: c,
-		drv:    syncwire.NewDriver(store, Peer, c, syncwire.DriverOptions{Ignore: ignore, Logger: log}),
+		drv:    syncwire.NewDriver(store, Peer, c, syncwire.DriverOptions{Logger: log}),
 		log:    log,
 	}
 }
@@ -76,7 +77,8 @@ func New(store *vfs.Store, url, token string, ignore []string, log *slog.Logger)
 // Close ends the session.
 func (r *Remote) Close() error { return r.client.Close() }
 
-// note records the last error for Status and gives it its wire code.
+// note records the last error for Status and tells computerd's failures
+// from the server's own (peerError).
 func (r *Remote) note(err error) error {
 	r.mu.Lock()
 	if err != nil {
@@ -85,23 +87,32 @@ func (r *Remote) note(err error) error {
 		r.lastErr = ""
 	}
 	r.mu.Unlock()
-	if err == nil {
-		return nil
-	}
-	return &wireError{err}
+	return peerError(err)
 }
 
-// wireError names a sync error by its wire code ("EAUTH", "EEXEC_BUSY")
-// for the API (workspace.Errnoer); errors.Is still sees the cause.
-type wireError struct{ err error }
-
-func (e *wireError) Error() string { return e.err.Error() }
-func (e *wireError) Unwrap() error { return e.err }
-func (e *wireError) Errno() string {
-	if c := rpc.CodeOf(e.err); c != rpc.CodeUnknown {
-		return c.String()
+// peerError makes a workspace.PeerError, with its wire code, of what failed
+// on computerd's side: its answer (*rpc.RemoteError), the session with it
+// (it refused our token, dropped, spoke another protocol), a dial that
+// found no one, an exec it lost. The API then reports computerd's refusal
+// of the server's token as computerd's, not as the caller's EAUTH, and a
+// lost session as computerd unavailable, not as the manager's ErrClosed.
+// The server's own failures (its store, the caller's context) pass as they
+// are.
+func peerError(err error) error {
+	var re *rpc.RemoteError
+	var ne net.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &re):
+		return &workspace.PeerError{Code: re.Code.String(), Err: err}
+	case errors.Is(err, rpc.ErrAuth), errors.Is(err, rpc.ErrShutdown), errors.Is(err, rpc.ErrProtocol),
+		errors.Is(err, rpc.ErrVersion), errors.Is(err, execrun.ErrExecLost):
+		return &workspace.PeerError{Code: rpc.CodeOf(err).String(), Err: err}
+	case errors.As(err, &ne):
+		return &workspace.PeerError{Code: rpc.CodeShutdown.String(), Err: err}
 	}
-	return ""
+	return err
 }
 
 func (r *Remote) runtimeID(ctx context.Context) string {
@@ -121,41 +132,43 @@ func report(res syncwire.Result, start time.Time, runtime string) workspace.Sync
 
 // Push sends the server's changes. A container whose store is empty (a
 // fresh one, or one restarted with :memory: state) gets the whole tree as a
-// verified snapshot first; the push then sends whatever came after it.
+// verified snapshot first, in the same turn of the driver's FIFO; the push
+// then sends whatever came after it.
 func (r *Remote) Push(ctx context.Context) (workspace.SyncReport, error) {
 	start := time.Now()
-	boot, booted, err := r.bootstrap(ctx)
-	if err != nil {
-		return workspace.SyncReport{Duration: time.Since(start)}, r.note(err)
-	}
-	res, err := r.drv.PushOnce(ctx)
-	rep := report(res, start, r.runtimeID(ctx))
-	if booted {
-		rep.Entries += boot.Total
-		rep.Objects += boot.Chunks
-		rep.Bytes += boot.ChunkBytes
-		rep.Batches += boot.Pages
-		rep.Rebaselined = true
-	}
+	rep := workspace.SyncReport{}
+	err := r.drv.Do(ctx, func(ctx context.Context, x *syncwire.Exchange) error {
+		boot, booted, err := r.bootstrap(ctx, x)
+		if err != nil {
+			return err
+		}
+		res, err := x.Push(ctx)
+		rep = report(res, start, x.Session().Peer().RuntimeID.String())
+		if booted {
+			rep.Entries += boot.Total
+			rep.Objects += boot.Chunks
+			rep.Bytes += boot.ChunkBytes
+			rep.Batches += boot.Pages
+			rep.Rebaselined = true
+		}
+		return err
+	})
+	rep.Duration = time.Since(start)
 	return rep, r.note(err)
 }
 
 // bootstrap sends a snapshot when the container's store is empty and ours
 // is not. It reports whether it did; when the container turns out not to be
 // empty, the ordinary push carries on.
-func (r *Remote) bootstrap(ctx context.Context) (converge.BootstrapReport, bool, error) {
+func (r *Remote) bootstrap(ctx context.Context, x *syncwire.Exchange) (converge.BootstrapReport, bool, error) {
 	if r.store.CurrentRev() == 0 {
 		return converge.BootstrapReport{}, false, nil
 	}
-	sess, _, err := r.client.Session(ctx)
-	if err != nil {
-		return converge.BootstrapReport{}, false, nil // the push reports the session error
-	}
-	ps, err := syncwire.NewPeer(sess).Watermarks(ctx)
+	ps, err := syncwire.NewPeer(x.Session()).Watermarks(ctx)
 	if err != nil || ps.CurrentRev != 0 {
-		return converge.BootstrapReport{}, false, nil
+		return converge.BootstrapReport{}, false, nil // the push reports a session error
 	}
-	rep, err := converge.Bootstrap(ctx, r.store, sess, converge.BootstrapOptions{Peer: Peer})
+	rep, err := converge.Bootstrap(ctx, r.store, x.Session(), converge.BootstrapOptions{Peer: x.Peer()})
 	if errors.Is(err, converge.ErrNotEmpty) {
 		return rep, false, nil
 	}
@@ -167,11 +180,10 @@ func (r *Remote) bootstrap(ctx context.Context) (converge.BootstrapReport, bool,
 	return rep, true, nil
 }
 
-// Pull fetches the container's changes. The ignore list is the workspace's,
-// fixed when the Remote was built.
+// Pull fetches the container's changes, leaving out the paths of ignore.
 func (r *Remote) Pull(ctx context.Context, ignore []string) (workspace.SyncReport, error) {
 	start := time.Now()
-	res, err := r.drv.PullOnce(ctx)
+	res, err := r.drv.PullIgnoring(ctx, ignore)
 	return report(res, start, r.runtimeID(ctx)), r.note(err)
 }
 
@@ -292,19 +304,17 @@ func (r *Remote) Status(ctx context.Context) (workspace.RemoteStatus, error) {
 // Verify compares the server's Merkle root with the container's (one round
 // trip when they agree) and, when they differ, walks both trees to name the
 // first differing paths. Both trees leave out the workspace's ignore list.
+// It runs in the driver's FIFO, so no transfer changes a tree mid-walk.
 func (r *Remote) Verify(ctx context.Context) (workspace.VerifyReport, error) {
-	sess, _, err := r.client.Session(ctx)
+	var rep converge.Report
+	err := r.drv.Do(ctx, func(ctx context.Context, x *syncwire.Exchange) (err error) {
+		rep, err = converge.Verify(ctx, r.store, x.Session(), r.ignore)
+		return err
+	})
 	if err != nil {
 		return workspace.VerifyReport{}, r.note(fmt.Errorf("verify: %w", err))
 	}
-	rep, err := converge.Verify(ctx, r.store, sess, r.ignore)
-	if err != nil {
-		return workspace.VerifyReport{}, r.note(err)
-	}
-	return workspace.VerifyReport{
-		Converged: rep.Converged, ServerRoot: rep.LocalRoot.String(), ContainerRoot: rep.PeerRoot.String(),
-		Differences: rep.Paths(), CheckedAt: time.Now(),
-	}, r.note(nil)
+	return verdict(rep), r.note(nil)
 }
 
 // Repair is verify --repair: it walks both trees as Verify does, re-sends
@@ -312,18 +322,23 @@ func (r *Remote) Verify(ctx context.Context) (workspace.VerifyReport, error) {
 // unless only the container changed the path since the last sync; see
 // converge.Repair), and reports the verdict after the repair.
 func (r *Remote) Repair(ctx context.Context) (workspace.VerifyReport, error) {
-	sess, _, err := r.client.Session(ctx)
+	var rr converge.RepairReport
+	err := r.drv.Do(ctx, func(ctx context.Context, x *syncwire.Exchange) (err error) {
+		rr, err = converge.Repair(ctx, r.store, x, converge.RepairOptions{Ignore: r.ignore})
+		return err
+	})
 	if err != nil {
 		return workspace.VerifyReport{}, r.note(fmt.Errorf("repair: %w", err))
 	}
-	rr, err := converge.Repair(ctx, r.store, sess, converge.RepairOptions{Peer: Peer, Ignore: r.ignore})
-	if err != nil {
-		return workspace.VerifyReport{}, r.note(err)
-	}
 	r.log.Info("repaired drift", "paths", len(rr.Before.Differences), "server_wins", rr.LocalWins,
 		"container_wins", rr.PeerWins, "pushed", rr.Pushed, "pulled", rr.Pulled, "converged", rr.After.Converged)
+	return verdict(rr.After), r.note(nil)
+}
+
+// verdict is a convergence report as the workspace API shows it.
+func verdict(rep converge.Report) workspace.VerifyReport {
 	return workspace.VerifyReport{
-		Converged: rr.After.Converged, ServerRoot: rr.After.LocalRoot.String(), ContainerRoot: rr.After.PeerRoot.String(),
-		Differences: rr.After.Paths(), CheckedAt: time.Now(),
-	}, r.note(nil)
+		Converged: rep.Converged, ServerRoot: rep.LocalRoot.String(), ContainerRoot: rep.PeerRoot.String(),
+		Differences: rep.Paths(), CheckedAt: time.Now(),
+	}
 }

@@ -30,6 +30,9 @@ type RunFunc func(ctx context.Context, container *vfs.Store, spec workspace.Exec
 type Fake struct {
 	Server    *vfs.Store
 	Container *vfs.Store
+	// Ignore is the workspace's ignore list (nil: the default): Verify
+	// compares under it, as the real remote does.
+	Ignore []string
 
 	mu        sync.Mutex
 	run       RunFunc
@@ -41,6 +44,7 @@ type Fake struct {
 	failPull  []error
 	calls     []string
 	verifyErr error
+	closed    bool
 }
 
 var _ workspace.Remote = (*Fake)(nil)
@@ -89,6 +93,28 @@ func (f *Fake) Calls() []string {
 	return slices.Clone(f.calls)
 }
 
+// Close ends the fake's session, as the Manager closes a real remote:
+// later calls fail as the real remote's do (computerd unavailable), and
+// Status reports it disconnected.
+func (f *Fake) Close() error {
+	f.mu.Lock()
+	f.closed = true
+	f.mu.Unlock()
+	return nil
+}
+
+// errClosed is what a call on a closed Fake returns.
+var errClosed = &workspace.PeerError{Code: "ESHUTDOWN", Err: errors.New("fake session closed")}
+
+// fail is the error a call fails with before it starts: the closed session,
+// else the next injected failure of q. f.mu is held.
+func (f *Fake) fail(q *[]error) error {
+	if f.closed {
+		return errClosed
+	}
+	return pop(q)
+}
+
 func pop(q *[]error) error {
 	if len(*q) == 0 {
 		return nil
@@ -103,7 +129,7 @@ func (f *Fake) Push(ctx context.Context) (workspace.SyncReport, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, "push")
-	if err := pop(&f.failPush); err != nil {
+	if err := f.fail(&f.failPush); err != nil {
 		return workspace.SyncReport{}, err
 	}
 	start := time.Now()
@@ -117,7 +143,7 @@ func (f *Fake) Pull(ctx context.Context, ignore []string) (workspace.SyncReport,
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, "pull")
-	if err := pop(&f.failPull); err != nil {
+	if err := f.fail(&f.failPull); err != nil {
 		return workspace.SyncReport{}, err
 	}
 	start := time.Now()
@@ -131,6 +157,15 @@ func (f *Fake) Pull(ctx context.Context, ignore []string) (workspace.SyncReport,
 // dst had nothing unsent when the batch landed, back moves past the revs the
 // apply stamped, so the entries do not bounce straight back (the seed's
 // post-apply pushRev advancement).
+//
+// This is not the real rule, vfs.BounceRun.Skip: the real driver records
+// the stamped revs as the receiver's bounce run in the apply's transaction
+// (ApplyOptions.Bounce) and skips them when it sends that store's feed, so
+// suppression survives a crash or a lost reply; the fake keeps in-memory
+// cursors and compares revs only (a partial back cursor counts as whole).
+// The two agree on what the remotetest suite asserts (a quiet pull then
+// push, or push then pull, sends nothing back); the fake's sync is to be
+// replaced by the real driver over an in-process pipe.
 func copyFeed(ctx context.Context, src, dst *vfs.Store, from, back *watermark.Cursor, ig vfs.Ignore) (workspace.SyncReport, error) {
 	var rep workspace.SyncReport
 	through := watermark.At(src.CurrentRev())
@@ -199,6 +234,10 @@ func copyFeed(ctx context.Context, src, dst *vfs.Store, from, back *watermark.Cu
 func (f *Fake) Exec(ctx context.Context, spec workspace.ExecSpec, out func(workspace.ExecEvent)) (workspace.ExecResult, error) {
 	f.mu.Lock()
 	f.calls = append(f.calls, "exec")
+	if f.closed {
+		f.mu.Unlock()
+		return workspace.ExecResult{}, errClosed
+	}
 	f.execSeq++
 	id := fmt.Sprintf("%s:%d", f.runtime, f.execSeq)
 	runtime, run := f.runtime, f.run
@@ -216,7 +255,7 @@ func (f *Fake) Exec(ctx context.Context, spec workspace.ExecSpec, out func(works
 func (f *Fake) Status(ctx context.Context) (workspace.RemoteStatus, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return workspace.RemoteStatus{
+	st := workspace.RemoteStatus{
 		Connected: true,
 		State:     "connected",
 		RuntimeID: f.runtime,
@@ -224,19 +263,26 @@ func (f *Fake) Status(ctx context.Context) (workspace.RemoteStatus, error) {
 			Push: workspace.CursorOf(f.push), Fetch: workspace.CursorOf(f.fetch)},
 		Container: workspace.SideStatus{StoreID: f.Container.ID(), RuntimeID: f.runtime, CurrentRev: f.Container.CurrentRev(),
 			AppliedPush: workspace.CursorOf(f.push)},
-	}, nil
+	}
+	if f.closed {
+		st.Connected, st.State, st.LastError = false, "disconnected", errClosed.Error()
+	}
+	return st, nil
 }
 
 // Verify compares the two trees node by node (type, mode, content, target)
-// with the default ignore list; the real remote compares Merkle roots.
+// under the workspace's ignore list; the real remote compares Merkle roots.
 func (f *Fake) Verify(ctx context.Context) (workspace.VerifyReport, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, "verify")
+	if f.closed {
+		return workspace.VerifyReport{}, errClosed
+	}
 	if f.verifyErr != nil {
 		return workspace.VerifyReport{}, f.verifyErr
 	}
-	ig := vfs.NewIgnore(nil)
+	ig := vfs.NewIgnore(f.Ignore)
 	a, err := tree(ctx, f.Server, ig)
 	if err != nil {
 		return workspace.VerifyReport{}, err
@@ -436,6 +482,7 @@ func (r *Remotes) Factory(ws *workspace.Workspace) (workspace.Remote, error) {
 		return nil, err
 	}
 	f := NewFake(server, c, r.Run)
+	f.Ignore = ws.IgnoreList()
 	r.mu.Lock()
 	if r.fakes == nil {
 		r.fakes = make(map[string]*Fake)

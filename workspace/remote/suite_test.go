@@ -1,0 +1,35 @@
+package remote_test
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"testing"
+
+	"github.com/wsync/wsync/computer"
+	"github.com/wsync/wsync/internal/computertest"
+	"github.com/wsync/wsync/vfs"
+	"github.com/wsync/wsync/workspace/remote"
+	"github.com/wsync/wsync/workspace/remotetest"
+)
+
+// The real remote keeps the contract of workspace.Remote (the one the
+// fake of package workspacetest keeps too), against a real computerd: its
+// store behind a FUSE mount, served over the sync wire on a loopback
+// WebSocket.
+func TestRemoteKeepsTheContract(t *testing.T) {
+	remotetest.Suite(t, func(t *testing.T) remotetest.Harness {
+		const token = "suite-token"
+		d := computertest.Start(t, computer.Config{Token: token})
+		server, err := vfs.Open(context.Background(), filepath.Join(t.TempDir(), "server.db"), vfs.Options{NoSync: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := remote.New(server, d.SyncURL(), token, nil, slog.New(slog.DiscardHandler))
+		t.Cleanup(func() {
+			r.Close()
+			server.Close()
+		})
+		return remotetest.Harness{Remote: r, Server: server, Container: d.Store()}
+	})
+}

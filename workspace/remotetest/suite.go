@@ -1,0 +1,335 @@
+// Package remotetest is the contract of workspace.Remote as a test suite
+// that every implementation runs (restic's backend/test, litestream's
+// RunWithReplicaClient): the real remote over the sync wire to a computerd
+// (package remote) and the fake of package workspacetest. Two
+// implementations that pass it cannot drift apart on what the workspace
+// relies on.
+//
+// # What the suite asserts
+//
+// A push carries the server's changes to the container; a pull brings the
+// container's back and leaves out the paths of the ignore list it is given
+// (nil: the default, node_modules; empty: nothing); entries applied from
+// one side are not sent back to it; repeating a push or a pull moves
+// nothing; a closed remote reports errors; Exec returns the command's
+// output and exit code; Verify tells a converged pair from a drifted one
+// (skipped when the remote answers workspace.ErrNotSupported); Status
+// reports both stores' positions.
+//
+// It is a test helper: only tests import it.
+package remotetest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"path"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/wsync/wsync/vfs"
+	"github.com/wsync/wsync/watermark"
+	"github.com/wsync/wsync/workspace"
+)
+
+// Harness is one Remote joined to the two stores it syncs.
+type Harness struct {
+	// Remote syncs Server with Container. It was built for a workspace
+	// with the default ignore list. If it is an io.Closer, the suite's
+	// closed-remote case closes it.
+	Remote workspace.Remote
+	// Server is the store the Remote pushes from and pulls into.
+	Server *vfs.Store
+	// Container is the store of the container side: the suite writes the
+	// container's changes into it and reads what a push brought.
+	Container *vfs.Store
+}
+
+// Suite runs the contract, each case on a harness of its own from
+// newHarness (whose cleanup t owns).
+func Suite(t *testing.T, newHarness func(t *testing.T) Harness) {
+	for _, c := range []struct {
+		name string
+		run  func(t *testing.T, h Harness)
+	}{
+		{"PushCarriesServerChanges", testPush},
+		{"PullBringsContainerChanges", testPull},
+		{"PullHonoursIgnore", testPullIgnore},
+		{"NoBounce", testNoBounce},
+		{"Idempotent", testIdempotent},
+		{"ClosedRemoteReportsErrors", testClosed},
+		{"Exec", testExec},
+		{"Verify", testVerify},
+		{"Status", testStatus},
+	} {
+		t.Run(c.name, func(t *testing.T) { c.run(t, newHarness(t)) })
+	}
+}
+
+func ctxOf(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// write makes file in s with data, parents first.
+func write(t *testing.T, s *vfs.Store, file, data string) {
+	t.Helper()
+	if dir := path.Dir(file); dir != "." {
+		if err := s.MkdirPath(context.Background(), dir, 0o755, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.WriteFile(context.Background(), file, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func remove(t *testing.T, s *vfs.Store, path string) {
+	t.Helper()
+	if err := s.RemovePath(context.Background(), path, true); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// has checks that side holds path with want.
+func has(t *testing.T, side string, s *vfs.Store, path, want string) {
+	t.Helper()
+	got, err := s.ReadFile(context.Background(), path)
+	if err != nil {
+		t.Errorf("%s %s: %v, want %q", side, path, err, want)
+		return
+	}
+	if string(got) != want {
+		t.Errorf("%s %s = %q, want %q", side, path, got, want)
+	}
+}
+
+// lacks checks that side does not hold path.
+func lacks(t *testing.T, side string, s *vfs.Store, path string) {
+	t.Helper()
+	if _, err := s.ReadFile(context.Background(), path); !errors.Is(err, vfs.ErrNotExist) {
+		t.Errorf("%s %s: %v, want ErrNotExist", side, path, err)
+	}
+}
+
+func push(t *testing.T, h Harness) workspace.SyncReport {
+	t.Helper()
+	rep, err := h.Remote.Push(ctxOf(t))
+	if err != nil {
+		t.Fatalf("push: %v", err)
+	}
+	return rep
+}
+
+func pull(t *testing.T, h Harness, ignore []string) workspace.SyncReport {
+	t.Helper()
+	rep, err := h.Remote.Pull(ctxOf(t), ignore)
+	if err != nil {
+		t.Fatalf("pull %q: %v", ignore, err)
+	}
+	return rep
+}
+
+// quiet checks that a sync moved nothing and left the receiver as it was.
+func quiet(t *testing.T, what string, rep workspace.SyncReport, receiver *vfs.Store, revBefore int64) {
+	t.Helper()
+	if rep.Entries != 0 || rep.Skipped != 0 || rep.Objects != 0 {
+		t.Errorf("%s sent entries=%d skipped=%d objects=%d, want nothing", what, rep.Entries, rep.Skipped, rep.Objects)
+	}
+	if got := receiver.CurrentRev(); got != revBefore {
+		t.Errorf("%s moved the receiver from rev %d to %d", what, revBefore, got)
+	}
+}
+
+func testPush(t *testing.T, h Harness) {
+	write(t, h.Server, "src/main.go", "package main\n")
+	write(t, h.Server, "README", "hello")
+	if err := h.Server.SymlinkPath(context.Background(), "README", "link"); err != nil {
+		t.Fatal(err)
+	}
+	rep := push(t, h)
+	if rep.Entries < 4 {
+		t.Errorf("push applied %d entries, want at least 4 (src, main.go, README, link)", rep.Entries)
+	}
+	if rep.RuntimeID == "" {
+		t.Error("push report names no runtime")
+	}
+	has(t, "container", h.Container, "src/main.go", "package main\n")
+	if got, err := h.Container.ReadLinkPath(context.Background(), "link"); err != nil || got != "README" {
+		t.Errorf("container link -> %q, %v; want README", got, err)
+	}
+
+	write(t, h.Server, "README", "bye")
+	remove(t, h.Server, "src")
+	push(t, h)
+	has(t, "container", h.Container, "README", "bye")
+	lacks(t, "container", h.Container, "src/main.go")
+	lacks(t, "container", h.Container, "src")
+}
+
+func testPull(t *testing.T, h Harness) {
+	write(t, h.Container, "out/build.log", "ok\n")
+	rep := pull(t, h, nil)
+	if rep.Entries < 2 {
+		t.Errorf("pull applied %d entries, want at least 2 (out, build.log)", rep.Entries)
+	}
+	has(t, "server", h.Server, "out/build.log", "ok\n")
+
+	remove(t, h.Container, "out/build.log")
+	pull(t, h, nil)
+	lacks(t, "server", h.Server, "out/build.log")
+}
+
+// Each pull leaves out what its own ignore list names, whatever the list
+// the remote was built with.
+func testPullIgnore(t *testing.T, h Harness) {
+	write(t, h.Container, "node_modules/a/index.js", "a")
+	write(t, h.Container, "keep1", "1")
+	pull(t, h, nil)
+	has(t, "server", h.Server, "keep1", "1")
+	lacks(t, "server", h.Server, "node_modules/a/index.js")
+
+	write(t, h.Container, "build/b.o", "b")
+	write(t, h.Container, "node_modules/c/index.js", "c")
+	write(t, h.Container, "keep2", "2")
+	pull(t, h, []string{"build"})
+	has(t, "server", h.Server, "keep2", "2")
+	has(t, "server", h.Server, "node_modules/c/index.js", "c")
+	lacks(t, "server", h.Server, "build/b.o")
+
+	write(t, h.Container, "node_modules/d/index.js", "d")
+	write(t, h.Container, "build/e.o", "e")
+	pull(t, h, []string{})
+	has(t, "server", h.Server, "node_modules/d/index.js", "d")
+	has(t, "server", h.Server, "build/e.o", "e")
+}
+
+func testNoBounce(t *testing.T, h Harness) {
+	write(t, h.Container, "from/container", "c")
+	pull(t, h, nil)
+	rev := h.Container.CurrentRev()
+	quiet(t, "push after a pull", push(t, h), h.Container, rev)
+
+	write(t, h.Server, "from/server", "s")
+	push(t, h)
+	rev = h.Server.CurrentRev()
+	quiet(t, "pull after a push", pull(t, h, nil), h.Server, rev)
+}
+
+func testIdempotent(t *testing.T, h Harness) {
+	write(t, h.Server, "a", "1")
+	write(t, h.Container, "b", "2")
+	push(t, h)
+	rev := h.Container.CurrentRev()
+	quiet(t, "second push", push(t, h), h.Container, rev)
+	pull(t, h, nil)
+	rev = h.Server.CurrentRev()
+	quiet(t, "second pull", pull(t, h, nil), h.Server, rev)
+	has(t, "server", h.Server, "a", "1")
+	has(t, "server", h.Server, "b", "2")
+	has(t, "container", h.Container, "a", "1")
+	has(t, "container", h.Container, "b", "2")
+}
+
+func testClosed(t *testing.T, h Harness) {
+	c, ok := h.Remote.(io.Closer)
+	if !ok {
+		t.Skip("the remote holds nothing to close")
+	}
+	push(t, h)
+	if err := c.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	write(t, h.Server, "after-close", "x")
+	write(t, h.Container, "after-close-c", "y")
+	if _, err := h.Remote.Push(ctxOf(t)); err == nil {
+		t.Error("push on a closed remote: no error")
+	}
+	if _, err := h.Remote.Pull(ctxOf(t), nil); err == nil {
+		t.Error("pull on a closed remote: no error")
+	}
+	lacks(t, "container", h.Container, "after-close")
+	lacks(t, "server", h.Server, "after-close-c")
+	// Status answers from what it knows rather than fail.
+	st, err := h.Remote.Status(ctxOf(t))
+	if err != nil || st.Connected {
+		t.Errorf("status of a closed remote: %+v, %v; want disconnected, no error", st, err)
+	}
+}
+
+func testExec(t *testing.T, h Harness) {
+	var stdout bytes.Buffer
+	res, err := h.Remote.Exec(ctxOf(t), workspace.ExecSpec{Shell: "echo hi ; exit 3"}, func(ev workspace.ExecEvent) {
+		if ev.Stream == workspace.Stdout {
+			stdout.Write(ev.Data)
+		}
+	})
+	if errors.Is(err, workspace.ErrNotSupported) {
+		t.Skip("the remote runs no commands")
+	}
+	if err != nil {
+		t.Fatalf("exec: %v", err)
+	}
+	if res.ExitCode != 3 || res.ExecID == "" {
+		t.Errorf("exec result %+v, want exit code 3 and an exec id", res)
+	}
+	if got := stdout.String(); got != "hi\n" {
+		t.Errorf("stdout %q, want %q", got, "hi\n")
+	}
+}
+
+func testVerify(t *testing.T, h Harness) {
+	write(t, h.Server, "src/a", "a")
+	push(t, h)
+	rep, err := h.Remote.Verify(ctxOf(t))
+	if errors.Is(err, workspace.ErrNotSupported) {
+		t.Skip("the remote does not verify")
+	}
+	if err != nil {
+		t.Fatalf("verify: %v", err)
+	}
+	if !rep.Converged {
+		t.Errorf("verify after a push: %+v, want converged", rep)
+	}
+	write(t, h.Container, "node_modules/x", "ignored on both sides")
+	if rep, err = h.Remote.Verify(ctxOf(t)); err != nil || !rep.Converged {
+		t.Errorf("verify with only an ignored path apart: %+v, %v; want converged", rep, err)
+	}
+	write(t, h.Container, "src/drift", "d")
+	rep, err = h.Remote.Verify(ctxOf(t))
+	if err != nil {
+		t.Fatalf("verify: %v", err)
+	}
+	if rep.Converged || !slices.Contains(rep.Differences, "/src/drift") {
+		t.Errorf("verify with a container-only file: %+v, want /src/drift among the differences", rep)
+	}
+}
+
+func testStatus(t *testing.T, h Harness) {
+	write(t, h.Server, "s", "s")
+	write(t, h.Container, "c", "c")
+	pull(t, h, nil)
+	push(t, h)
+	st, err := h.Remote.Status(ctxOf(t))
+	if err != nil {
+		t.Fatalf("status: %v", err)
+	}
+	if !st.Connected || st.RuntimeID == "" {
+		t.Errorf("status %+v: want connected with a runtime id", st)
+	}
+	if st.Server.StoreID != h.Server.ID() || st.Container.StoreID != h.Container.ID() {
+		t.Errorf("status store ids %q %q, want %q %q", st.Server.StoreID, st.Container.StoreID, h.Server.ID(), h.Container.ID())
+	}
+	if st.Server.CurrentRev != h.Server.CurrentRev() || st.Container.CurrentRev != h.Container.CurrentRev() {
+		t.Errorf("status revs %d %d, want %d %d", st.Server.CurrentRev, st.Container.CurrentRev, h.Server.CurrentRev(), h.Container.CurrentRev())
+	}
+	if !st.Server.Push.Watermark().Covers(watermark.At(h.Server.CurrentRev())) {
+		t.Errorf("status push cursor %+v short of the server's rev %d after a push", st.Server.Push, h.Server.CurrentRev())
+	}
+	if !st.Server.Fetch.Watermark().Covers(watermark.At(h.Container.CurrentRev())) {
+		t.Errorf("status fetch cursor %+v short of the container's rev %d after a pull and a push", st.Server.Fetch, h.Container.CurrentRev())
+	}
+}
