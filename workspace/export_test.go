@@ -1,5 +1,0 @@
-package workspace
-
-import "runtime"
-
-func yieldOnce() { runtime.Gosched() }
