@@ -78,4 +78,16 @@
 // replaces it, an empty list ignores nothing) is given to every pull and
 // applied by the files API: ignored paths are invisible (readdir omits
 // them, stat and read give ENOENT) and cannot be written.
+//
+// # Errors
+//
+// The HTTP API's error codes are one table, apiCodes in errors.go: each
+// row is a code, the status of the answer and the sentinel. The API
+// answers with it (APIError) and the Go client decodes with it
+// (APISentinel), so errors.Is holds on both sides for the same sentinels.
+// A Remote returns what failed on computerd's side as a *PeerError with the
+// wire code: the table renames the codes that would be taken for the
+// caller's own (EAUTH is EPEER_AUTH, 502: computerd refused the server's
+// token; ESHUTDOWN is EPEER_UNAVAILABLE, 503) and answers 502 with the
+// wire's code for the rest that has no row of its own.
 package workspace
