@@ -51,6 +51,7 @@ type rig struct {
 	server, cont *vfs.Store
 	resp         *Responder
 	client       *rpc.Client
+	url          string
 }
 
 func newRig(t testing.TB, server, cont *vfs.Store) *rig {
@@ -75,7 +76,23 @@ func serveRig(t testing.TB, server, cont *vfs.Store, srv *syncwire.Server, resp 
 		srv.Close()
 		hs.Close()
 	})
-	return &rig{server: server, cont: cont, resp: resp, client: c}
+	return &rig{server: server, cont: cont, resp: resp, client: c, url: "ws" + strings.TrimPrefix(hs.URL, "http") + "/sync"}
+}
+
+// repair runs Repair of local against the rig's container in a driver's
+// exchange, as workspace/remote does.
+func (r *rig) repair(ctx context.Context, t testing.TB, local *vfs.Store, opts RepairOptions) (RepairReport, error) {
+	t.Helper()
+	cfg := testConfig()
+	cfg.ID = local.ID()
+	c := rpc.NewClient(rpc.ClientOptions{Config: cfg, URL: r.url})
+	t.Cleanup(func() { c.Close() })
+	var rr RepairReport
+	err := syncwire.NewDriver(local, peerName, c, syncwire.DriverOptions{}).Do(ctx, func(ctx context.Context, x *syncwire.Exchange) (err error) {
+		rr, err = Repair(ctx, local, x, opts)
+		return err
+	})
+	return rr, err
 }
 
 func (r *rig) session(t testing.TB) *rpc.Session {

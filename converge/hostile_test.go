@@ -164,7 +164,7 @@ func TestHostileRepairPathsBounded(t *testing.T) {
 		return c.Reply(appendRevs(nil, revs))
 	})
 	r := serveRig(t, nil, cont, srv, nil)
-	_, err := Repair(ctx, local, r.session(t), RepairOptions{Peer: peerName})
+	_, err := r.repair(ctx, t, local, RepairOptions{})
 	p.measure()
 	p.check(t)
 	if !errors.Is(err, ErrMalformed) {

@@ -75,7 +75,7 @@ func TestPerformanceFigures(t *testing.T) {
 		t.Logf("verify %s differing: cold %v (local scan %v), warm %v; %d requests, %d node pages, %d wire bytes, %d differences",
 			c.name, cold.Duration, cold.Scan, warm.Duration, warm.Requests, warm.Nodes, warm.WireBytes, len(warm.Differences))
 		if c.n > 0 {
-			rr, err := Repair(ctx, server, sess, RepairOptions{Peer: peerName})
+			rr, err := r.repair(ctx, t, server, RepairOptions{})
 			must(t, err)
 			t.Logf("repair %s differing: %v, pushed %d, %d wire bytes, converged after: %v", c.name, rr.Duration, rr.Pushed, rr.WireBytes, rr.After.Converged)
 		}

@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
+	"io"
 	"time"
 
-	"github.com/wsync/wsync/chunkstore"
 	"github.com/wsync/wsync/syncwire"
 	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
-	"github.com/wsync/wsync/watermark"
 )
 
 // RepairOptions configures Repair.
@@ -19,9 +17,6 @@ type RepairOptions struct {
 	// Ignore is the ignore list both trees are compared under (nil:
 	// vfs.DefaultIgnore, empty: nothing ignored).
 	Ignore []string
-	// Peer names the local watermarks kept for the peer (the driver's
-	// peer name, "computerd" on the server).
-	Peer string
 	// MaxPaths bounds the differing paths one Repair takes on (default
 	// 1<<20); so does MaxDiffBytes, the memory they may hold (about
 	// 100,000 differences of short paths). A larger drift converges over
@@ -47,10 +42,11 @@ type RepairReport struct {
 }
 
 // Repair walks both trees as Verify does, then re-sends the winning side's
-// entries for every differing path under the usual apply rules: pushed to
-// the peer as a sync peer's batch (upstream, atomically, missing chunks
-// first), or fetched from the peer and applied locally as upstream. Then it
-// verifies again.
+// entries for every differing path through the exchange's two shipping
+// paths, the ones push and pull take (syncwire.Exchange Send and Receive:
+// missing chunks first, atomic batches, bounce suppression). Then it
+// verifies again. It runs in the exchange's turn of the driver's FIFO, so
+// no push or pull interleaves with it.
 //
 // The winner of a path: the local side (the server, authoritative) unless
 // the peer changed the path after our fetch cursor (a change we have not
@@ -58,12 +54,13 @@ type RepairReport struct {
 // sides changed since the last sync goes to the local side, as a push after
 // a pull would decide it. Each side's "changed" is read from its changes
 // table (live entries and tombstones), so a delete wins as a write does.
-func Repair(ctx context.Context, local *vfs.Store, sess *rpc.Session, opts RepairOptions) (RepairReport, error) {
+func Repair(ctx context.Context, local *vfs.Store, x *syncwire.Exchange, opts RepairOptions) (RepairReport, error) {
 	start := time.Now()
 	var rr RepairReport
 	if opts.MaxPaths <= 0 {
 		opts.MaxPaths = 1 << 20
 	}
+	sess := x.Session()
 	before, tree, err := verify(ctx, local, sess, opts.Ignore, opts.MaxPaths, true)
 	observeVerify(before, err)
 	rr.Before = before
@@ -71,18 +68,16 @@ func Repair(ctx context.Context, local *vfs.Store, sess *rpc.Session, opts Repai
 		rr.Duration = time.Since(start)
 		return rr, err
 	}
-	rp := &repairer{ctx: ctx, local: local, sess: sess, opts: opts, tree: tree, rr: &rr}
-	ctx = rpc.WithWireCounter(ctx, &rp.wc)
-	rp.ctx = ctx
+	rp := &repairer{ctx: ctx, local: local, x: x, sess: sess, opts: opts, tree: tree, rr: &rr}
 	if err := rp.run(before.Differences); err != nil {
-		rr.WireBytes = rp.wc.In.Load() + rp.wc.Out.Load() + rp.st.WireBytes
+		rr.WireBytes = rp.wire + rp.st.WireBytes
 		rr.Duration = time.Since(start)
 		return rr, fmt.Errorf("repair: %w", err)
 	}
 	metricRepaired.WithLabelValues("local").Add(float64(rr.LocalWins))
 	metricRepaired.WithLabelValues("peer").Add(float64(rr.PeerWins))
 	rr.After, err = Verify(ctx, local, sess, opts.Ignore)
-	rr.WireBytes = rp.wc.In.Load() + rp.wc.Out.Load() + rp.st.WireBytes + rr.Before.WireBytes + rr.After.WireBytes
+	rr.WireBytes = rp.wire + rp.st.WireBytes + rr.Before.WireBytes + rr.After.WireBytes
 	rr.Duration = time.Since(start)
 	return rr, err
 }
@@ -90,21 +85,16 @@ func Repair(ctx context.Context, local *vfs.Store, sess *rpc.Session, opts Repai
 type repairer struct {
 	ctx   context.Context
 	local *vfs.Store
+	x     *syncwire.Exchange
 	sess  *rpc.Session
 	opts  RepairOptions
 	tree  *Tree
 	rr    *RepairReport
 	st    callStats
-	wc    rpc.WireCounter
+	wire  int64 // frame bytes of the exchange's transfers
 	// pathBytes charges the peer paths taken on (peerPaths).
 	pathBytes int64
 }
-
-// stageSeq numbers the peer-side stages repair opens, far above the
-// driver's so the two never collide on one session.
-var stageSeq atomic.Uint64
-
-func init() { stageSeq.Store(1 << 48) }
 
 func (rp *repairer) run(diffs []Difference) error {
 	paths := make([]string, len(diffs))
@@ -119,7 +109,7 @@ func (rp *repairer) run(diffs []Difference) error {
 	if err != nil {
 		return err
 	}
-	ws, err := rp.local.Watermarks(rp.ctx, rp.opts.Peer)
+	ws, err := rp.local.Watermarks(rp.ctx, rp.x.Peer())
 	if err != nil {
 		return err
 	}
@@ -140,19 +130,30 @@ func (rp *repairer) run(diffs []Difference) error {
 			return err
 		}
 	}
-	pushBefore := ws.Push
-	if err := rp.pull(pull, &ws); err != nil {
+	// The peer's entries first, as a Tick pulls before it pushes.
+	res, err := rp.x.Receive(rp.ctx, func(ctx context.Context, max int) ([]vfs.ChangeEntry, error) {
+		if len(pull) == 0 {
+			return nil, io.EOF
+		}
+		part := pull[:min(max, len(pull))]
+		pull = pull[len(part):]
+		return peerEntries(ctx, rp.sess, &rp.st, part)
+	})
+	rp.count(res, &rp.rr.Pulled)
+	if err != nil {
 		return err
 	}
-	if len(push) == 0 && ws.Push != pushBefore {
-		// Bounce suppression moved our push cursor over revs the peer never
-		// got from us; tell it, so its applied-push cursor keeps covering
-		// ours (as the pull driver does).
-		req := syncwire.PushRequest{SenderRev: max(rp.local.CurrentRev(), 1), SenderCursor: ws.Push}
-		_, err := syncwire.NewPeer(rp.sess).Push(rp.ctx, req, nil)
-		return err
-	}
-	return rp.push(push, &ws)
+	res, err = rp.x.Send(rp.ctx, push)
+	rp.count(res, &rp.rr.Pushed)
+	return err
+}
+
+// count adds a transfer's figures to the report, its entries to *entries.
+func (rp *repairer) count(res syncwire.Result, entries *int) {
+	*entries += res.Entries
+	rp.rr.Chunks += res.Chunks
+	rp.rr.ChunkBytes += res.ChunkBytes
+	rp.wire += res.WireBytes
 }
 
 // localEntries appends the local side's entries for d: a delete where the
@@ -239,139 +240,6 @@ func (rp *repairer) peerPaths(out []string, d Difference) ([]string, error) {
 
 // pathCost is what one path of a repair is charged beyond its bytes.
 const pathCost = 32
-
-// repairBatch bounds the entries of one push or local apply.
-const repairBatch = syncwire.BatchEntries
-
-// pull fetches the peer's entries for paths and applies them locally as
-// upstream, with the chunks we lack.
-func (rp *repairer) pull(paths []string, ws *watermark.Set) error {
-	for start := 0; start < len(paths); start += repairBatch {
-		part := paths[start:min(start+repairBatch, len(paths))]
-		es, err := peerEntries(rp.ctx, rp.sess, &rp.st, part)
-		if err != nil {
-			return err
-		}
-		ar, err := rp.applyPulled(es)
-		if err != nil {
-			return err
-		}
-		rp.rr.Pulled += len(es)
-		// The revs this apply stamped hold the peer's own state: when every
-		// earlier local rev was pushed, skip them in the push cursor, as the
-		// pull driver does.
-		if ar.LastRev > 0 && ws.Push.Covers(watermark.At(ar.RevBefore)) {
-			ws.Push = watermark.At(ar.LastRev)
-			if err := rp.local.SetWatermarks(rp.ctx, rp.opts.Peer, *ws); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// applyPulled applies one batch of the peer's entries locally, fetching
-// the chunks we lack into a stage first.
-func (rp *repairer) applyPulled(es []vfs.ChangeEntry) (vfs.ApplyResult, error) {
-	var stage *chunkstore.Stage
-	if need := chunkHashes(es); len(need) > 0 {
-		have, err := rp.local.Has(rp.ctx, need)
-		if err != nil {
-			return vfs.ApplyResult{}, err
-		}
-		if missing := subtract(need, have); len(missing) > 0 {
-			stage = rp.local.Chunks().NewStage()
-			defer stage.Release()
-			err := syncwire.NewPeer(rp.sess).FetchObjects(rp.ctx, missing, func(o syncwire.Object) error {
-				rp.rr.Chunks++
-				rp.rr.ChunkBytes += int64(len(o.Data))
-				return stage.Put(rp.ctx, o.Hash, o.Data)
-			})
-			if err != nil {
-				return vfs.ApplyResult{}, err
-			}
-		}
-	}
-	return rp.local.Apply(rp.ctx, es, vfs.ApplyOptions{Source: vfs.Upstream, Stage: stage})
-}
-
-// push sends entries to the peer in batches: probe, missing chunks, then
-// the batch, which the peer applies atomically as a sync peer's. The
-// batch carries our current push cursor, so the peer's applied-push
-// cursor (the cross-side invariant) stays where the driver left it.
-func (rp *repairer) push(es []vfs.ChangeEntry, ws *watermark.Set) error {
-	for start := 0; start < len(es); start += repairBatch {
-		batch := es[start:min(start+repairBatch, len(es))]
-		need := chunkHashes(batch)
-		var stageID uint64
-		if len(need) > 0 {
-			have, err := syncwire.NewPeer(rp.sess).HasObjects(rp.ctx, need)
-			if err != nil {
-				return err
-			}
-			if missing := subtract(need, have); len(missing) > 0 {
-				stageID = stageSeq.Add(1)
-				os, err := syncwire.NewPeer(rp.sess).PushObjects(rp.ctx, stageID, missing, rp.local.ReadChunk)
-				if err != nil {
-					return err
-				}
-				rp.rr.Chunks += os.Chunks
-				rp.rr.ChunkBytes += os.RawBytes
-			}
-		}
-		req := syncwire.PushRequest{SenderRev: max(rp.local.CurrentRev(), 1), SenderCursor: ws.Push, Stage: stageID}
-		resp, err := syncwire.NewPeer(rp.sess).Push(rp.ctx, req, batch)
-		if err != nil {
-			return err
-		}
-		rp.rr.Pushed += len(batch)
-		if resp.RevAfter > resp.RevBefore && ws.Fetch.Covers(watermark.At(resp.RevBefore)) {
-			ws.Fetch = watermark.At(resp.RevAfter)
-			if err := rp.local.SetWatermarks(rp.ctx, rp.opts.Peer, *ws); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// chunkHashes is the union of the entries' data chunk hashes, in
-// first-use order.
-func chunkHashes(es []vfs.ChangeEntry) []chunkstore.Hash {
-	return dataHashes(es, func(e *vfs.ChangeEntry) chunkstore.Manifest { return e.Chunks })
-}
-
-// dataHashes is the union of the data chunk hashes of refs(x) for each x,
-// in first-use order. Holes (the all-zero hash) are no objects: never
-// probed, fetched or sent.
-func dataHashes[T any](xs []T, refs func(*T) chunkstore.Manifest) []chunkstore.Hash {
-	seen := map[chunkstore.Hash]bool{}
-	var out []chunkstore.Hash
-	for i := range xs {
-		for _, r := range refs(&xs[i]) {
-			if !r.IsHole() && !seen[r.Hash] {
-				seen[r.Hash] = true
-				out = append(out, r.Hash)
-			}
-		}
-	}
-	return out
-}
-
-// subtract returns the hashes of all that are not in have.
-func subtract(all, have []chunkstore.Hash) []chunkstore.Hash {
-	got := make(map[chunkstore.Hash]bool, len(have))
-	for _, h := range have {
-		got[h] = true
-	}
-	var out []chunkstore.Hash
-	for _, h := range all {
-		if !got[h] {
-			out = append(out, h)
-		}
-	}
-	return out
-}
 
 func parentOf(p string) string {
 	for i := len(p) - 1; i >= 0; i-- {

@@ -242,9 +242,15 @@ func DecodeRecords(p []byte, n int) ([]snapRecord, error) {
 }
 
 // recordHashes is the union of the records' data chunk hashes, in
-// first-use order (holes left out).
+// first-use order.
 func recordHashes(recs []snapRecord) []chunkstore.Hash {
-	return dataHashes(recs, (*snapRecord).refs)
+	return syncwire.ManifestHashes(func(yield func(chunkstore.Manifest) bool) {
+		for i := range recs {
+			if !yield(recs[i].refs()) {
+				return
+			}
+		}
+	}, nil)
 }
 
 // errAsMalformed keeps an error's text but makes it ErrMalformed.
@@ -480,10 +486,8 @@ func Bootstrap(ctx context.Context, local *vfs.Store, sess *rpc.Session, opts Bo
 		return rep, err
 	}
 	ws.Push = watermark.At(t.Rev)
-	if after > before && ws.Fetch.Covers(watermark.At(before)) {
-		// The revs the install stamped hold our own entries.
-		ws.Fetch = watermark.At(after)
-	}
+	// The revs the install stamped hold our own entries.
+	ws.Fetch = vfs.BounceRun{From: before, To: after}.Skip(ws.Fetch)
 	if err := local.SetWatermarks(ctx, opts.Peer, ws); err != nil {
 		return rep, err
 	}
@@ -493,26 +497,17 @@ func Bootstrap(ctx context.Context, local *vfs.Store, sess *rpc.Session, opts Bo
 // sendChunks probes the peer for the page's chunks and sends the missing
 // ones into its staging.
 func sendChunks(ctx context.Context, sess *rpc.Session, st *callStats, local *vfs.Store, need []chunkstore.Hash, rep *BootstrapReport) error {
-	for len(need) > 0 {
-		part := need[:min(len(need), syncwire.MaxHashes)]
-		need = need[len(part):]
-		b, err := call(ctx, sess, st, MethodSnapHave, syncwire.AppendHashes(nil, part))
-		if err != nil {
-			return fmt.Errorf("snapshot have: %w", err)
-		}
-		have, err := syncwire.DecodeBitmap(b, len(part))
-		if err != nil {
-			return fmt.Errorf("snapshot have: %w", err)
-		}
-		var missing []chunkstore.Hash
-		for i, ok := range have {
-			if !ok {
-				missing = append(missing, part[i])
-			}
-		}
-		if len(missing) == 0 {
-			continue
-		}
+	missing, err := syncwire.Missing(ctx, need, func(ctx context.Context, hs []chunkstore.Hash) ([]chunkstore.Hash, error) {
+		return syncwire.Probe(ctx, hs, func(ctx context.Context, body []byte) ([]byte, error) {
+			return call(ctx, sess, st, MethodSnapHave, body)
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("snapshot have: %w", err)
+	}
+	for len(missing) > 0 {
+		part := missing[:min(len(missing), syncwire.MaxHashes)]
+		missing = missing[len(part):]
 		o, err := sess.Open(ctx, MethodSnapObjects, nil, true)
 		if err != nil {
 			return fmt.Errorf("snapshot objects: %w", err)
@@ -533,7 +528,7 @@ func sendChunks(ctx context.Context, sess *rpc.Session, st *callStats, local *vf
 				objs, size = objs[:0], 0
 				return o.Send(ctx, p)
 			}
-			for _, h := range missing {
+			for _, h := range part {
 				data, err := local.ReadChunk(ctx, h)
 				if err != nil {
 					return err

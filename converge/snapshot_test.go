@@ -159,7 +159,7 @@ func TestSnapshotCorruptPageRefused(t *testing.T) {
 		return nil
 	})
 	var rep BootstrapReport
-	must(t, sendChunks(ctx, sess, &st, server, chunkHashes(es), &rep))
+	must(t, sendChunks(ctx, sess, &st, server, syncwire.DataHashes(es, nil), &rep))
 	send := func(body []byte) error {
 		_, err := call(ctx, sess, &st, MethodSnapPage, body)
 		return err

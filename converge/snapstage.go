@@ -945,12 +945,11 @@ func (s *snapReceiver) applyStaged(ctx context.Context, db *sql.DB, batch []vfs.
 	store := s.r.store
 	stage := store.Chunks().NewStage()
 	defer stage.Release()
-	need := chunkHashes(batch)
-	have, err := store.Has(ctx, need)
+	missing, err := syncwire.Missing(ctx, syncwire.DataHashes(batch, nil), store.Has)
 	if err != nil {
 		return err
 	}
-	for _, h := range subtract(need, have) {
+	for _, h := range missing {
 		var data []byte
 		if err := db.QueryRowContext(ctx, `SELECT data FROM chunks WHERE hash = ?`, h[:]).Scan(&data); err != nil {
 			return fmt.Errorf("staged chunk %s: %w", h, chunkstore.ErrUnknownHash)

@@ -65,7 +65,7 @@ func TestSparseTerabyteFile(t *testing.T) {
 	markSynced(t, server, cont)
 	sparseFile(t, server, "z/server-only", []byte("server tail"))
 	sparseFile(t, cont, "z/container-only", []byte("container tail"))
-	rr, err := Repair(ctx, server, sess, RepairOptions{Peer: peerName})
+	rr, err := r.repair(ctx, t, server, RepairOptions{})
 	must(t, err)
 	if rr.LocalWins != 1 || rr.PeerWins != 1 || !rr.After.Converged {
 		t.Fatalf("repair: local wins %d, peer wins %d, after %+v", rr.LocalWins, rr.PeerWins, rr.After.Differences)
@@ -118,7 +118,7 @@ func TestRepairMovesManifestsLongerThanAFrame(t *testing.T) {
 	if n := len(chunkstore.AppendManifest(nil, se.Chunks)); n <= rpc.MaxFrameSize {
 		t.Fatalf("manifest of %d bytes fits one frame", n)
 	}
-	rr, err := Repair(ctx, server, sess, RepairOptions{Peer: peerName})
+	rr, err := r.repair(ctx, t, server, RepairOptions{})
 	must(t, err)
 	if rr.LocalWins != 1 || rr.PeerWins != 1 || !rr.After.Converged {
 		t.Fatalf("repair: local wins %d, peer wins %d, after %+v", rr.LocalWins, rr.PeerWins, rr.After.Differences)

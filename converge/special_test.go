@@ -34,7 +34,7 @@ func TestSpecialFilesLeftOutOfConvergence(t *testing.T) {
 	if !rep.Converged {
 		t.Fatalf("special files made a difference: %q", diffPaths(rep.Differences))
 	}
-	rr, err := Repair(ctx, server, sess, RepairOptions{Peer: peerName})
+	rr, err := r.repair(ctx, t, server, RepairOptions{})
 	must(t, err)
 	if rr.Pushed+rr.Pulled != 0 {
 		t.Errorf("repair moved %d entries", rr.Pushed+rr.Pulled)

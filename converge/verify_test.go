@@ -146,7 +146,7 @@ func TestDriftNamedAndRepaired(t *testing.T) {
 			if got := diffPaths(rep.Differences); !slices.Equal(got, tt.want) {
 				t.Fatalf("differences = %q, want %q", got, tt.want)
 			}
-			rr, err := Repair(ctx, server, sess, RepairOptions{Peer: peerName})
+			rr, err := r.repair(ctx, t, server, RepairOptions{})
 			must(t, err)
 			if !rr.After.Converged {
 				t.Fatalf("after repair: not converged, differences %q", diffPaths(rr.After.Differences))
@@ -166,7 +166,7 @@ func TestDriftNamedAndRepaired(t *testing.T) {
 				t.Errorf("tick after repair: %+v", tr)
 			}
 			// A second repair finds nothing.
-			again, err := Repair(ctx, server, sess, RepairOptions{Peer: peerName})
+			again, err := r.repair(ctx, t, server, RepairOptions{})
 			must(t, err)
 			if !again.Before.Converged || again.Before.Requests != 1 {
 				t.Errorf("second repair: converged %v in %d requests", again.Before.Converged, again.Before.Requests)
@@ -200,7 +200,7 @@ func TestHundredThousandFilesOneDrift(t *testing.T) {
 		t.Errorf("local names = %d", rep.LocalNames)
 	}
 	t.Logf("verify: scan %v, total %v, %d wire bytes", rep.Scan, rep.Duration, rep.WireBytes)
-	rr, err := Repair(ctx, server, sess, RepairOptions{Peer: peerName})
+	rr, err := r.repair(ctx, t, server, RepairOptions{})
 	must(t, err)
 	if !rr.After.Converged || rr.Pushed != 1 {
 		t.Fatalf("repair: converged %v after pushing %d entries", rr.After.Converged, rr.Pushed)
@@ -394,7 +394,7 @@ func TestHostileEntriesRefused(t *testing.T) {
 			srv.Handle(MethodRevs, or(tt.revs, resp.revs))
 			srv.Handle(MethodEntries, or(tt.entries, resp.entries))
 			r := serveRig(t, server, cont, srv, resp)
-			_, err = Repair(ctx, server, r.session(t), RepairOptions{Peer: peerName})
+			_, err = r.repair(ctx, t, server, RepairOptions{})
 			if !errors.Is(err, rpc.ErrProtocol) {
 				t.Fatalf("err = %v, want EPROTOCOL", err)
 			}

@@ -47,23 +47,36 @@ func (p Peer) Watermarks(ctx context.Context) (PeerState, error) {
 // HasObjects returns the subset of hs the peer holds, in input order.
 // Longer lists are split into requests of MaxHashes.
 func (p Peer) HasObjects(ctx context.Context, hs []chunkstore.Hash) ([]chunkstore.Hash, error) {
-	var have []chunkstore.Hash
-	for len(hs) > 0 {
-		n := min(len(hs), MaxHashes)
-		part := hs[:n]
-		hs = hs[n:]
-		o, done, err := p.open(ctx, MethodHasObjects, AppendHashes(nil, part), false)
+	have, err := Probe(ctx, hs, func(ctx context.Context, body []byte) ([]byte, error) {
+		o, done, err := p.open(ctx, MethodHasObjects, body, false)
 		if err != nil {
 			return nil, err
 		}
-		b, err := o.Reply(ctx)
-		done()
+		defer done()
+		return o.Reply(ctx)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("has objects: %w", err)
+	}
+	return have, nil
+}
+
+// Probe asks a side which of hs it holds, MaxHashes at a time, through
+// call: a method that takes a hash list (AppendHashes) and answers a
+// bitmap (AppendBitmap), as HasObjects does. It returns the hashes held,
+// in input order.
+func Probe(ctx context.Context, hs []chunkstore.Hash, call func(ctx context.Context, body []byte) ([]byte, error)) ([]chunkstore.Hash, error) {
+	var have []chunkstore.Hash
+	for len(hs) > 0 {
+		part := hs[:min(len(hs), MaxHashes)]
+		hs = hs[len(part):]
+		b, err := call(ctx, AppendHashes(nil, part))
 		if err != nil {
-			return nil, fmt.Errorf("has objects: %w", err)
+			return nil, err
 		}
 		bits, err := DecodeBitmap(b, len(part))
 		if err != nil {
-			return nil, fmt.Errorf("has objects: %w", err)
+			return nil, err
 		}
 		for i, ok := range bits {
 			if ok {
