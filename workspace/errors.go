@@ -110,9 +110,9 @@ type apiCode struct {
 // Order matters where an error matches more than one row: a refused push
 // names the pull it waits for, whatever that pull failed with.
 var apiCodes = []apiCode{
+	{code: "EPENDING", status: http.StatusConflict, err: ErrPendingPull},
 	{code: "EFBIG", status: http.StatusRequestEntityTooLarge, err: ErrTooLarge, alias: []error{vfs.ErrFileTooBig}, match: tooLarge},
 	{code: "ECANCELED", status: http.StatusInternalServerError, alias: []error{context.Canceled, context.DeadlineExceeded}},
-	{code: "EPENDING", status: http.StatusConflict, err: ErrPendingPull},
 	{code: "EEXEC_BUSY", status: http.StatusTooManyRequests, err: ErrExecBusy},
 	{code: "EBUSY", status: http.StatusTooManyRequests, err: ErrBusy},
 	{code: "EPEER_AUTH", status: http.StatusBadGateway, err: ErrPeerAuth, wire: "EAUTH"},

@@ -43,6 +43,8 @@ func TestAPIErrorRegistry(t *testing.T) {
 		{"file too large", vfs.ErrFileTooBig, "EFBIG", 413, nil},
 		{"unauthorized", workspace.ErrUnauthorized, "EAUTH", 401, []error{workspace.ErrUnauthorized}},
 		{"pending", fmt.Errorf("%w: %w", workspace.ErrPendingPull, peer("ESHUTDOWN")), "EPENDING", 409, []error{workspace.ErrPendingPull}},
+		{"pending on a full container", fmt.Errorf("%w: %w", workspace.ErrPendingPull, peer("EFBIG")), "EPENDING", 409, []error{workspace.ErrPendingPull}},
+		{"pending, caller gone", fmt.Errorf("%w: %w", workspace.ErrPendingPull, context.Canceled), "EPENDING", 409, []error{workspace.ErrPendingPull}},
 		{"busy", workspace.ErrBusy, "EBUSY", 429, []error{workspace.ErrBusy}},
 		{"no remote", workspace.ErrNoRemote, "ENOTCONN", 503, []error{workspace.ErrNoRemote}},
 		{"not supported", workspace.ErrNotSupported, "EOPNOTSUPP", 501, []error{workspace.ErrNotSupported}},
