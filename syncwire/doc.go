@@ -46,26 +46,38 @@
 // sync calls on a session, splitting long hash lists into requests of
 // MaxHashes and checking every object stream against what was asked.
 //
-// # Drivers
+// # Drivers and the two shipping paths
 //
-// Driver implements the sync rules of SPEC section 4 for one local store and
-// one peer: PushOnce, PullOnce and Tick (pull, then push) through a FIFO.
-// Batches are bounded (BatchEntries entries, BatchMissingBytes of missing
-// chunk bytes); chunk hashes are probed first and only the missing bytes
-// move, zstd-compressed when that shrinks them; every received chunk is
-// hashed before it is staged; a pushed batch applies atomically on the
-// receiver with its watermarks; the pull checkpoints its fetch cursor in the
-// transaction of each batch, so a cut connection costs at most one batch.
-// The receiver's echoed applied-push cursor is checked on every push and
-// fetch (watermark.CheckInvariant): a violation resets the affected watermark
-// and retries once. On every new session the driver reconciles against the
-// peer's watermarks, re-baselining a peer that lost state. Bounce suppression
-// keeps entries applied from the peer from travelling back to it: every
-// apply of a peer's batch (a pulled batch here, a pushed batch on the
-// server) extends the peer's vfs.BounceRun in its own transaction, and the
-// feed sent to that peer starts past the run when the peer's cursor covers
-// its start (the server's FetchChanges; the driver's push, and its push
-// cursor at the end of a pull). A crash between an apply and the next
-// watermark write, or a lost Push reply, therefore costs at most the batch
-// in flight.
+// Driver implements the sync rules for one local store and one peer. Every
+// transfer between the two stores runs in one FIFO (internal/fifo) as an
+// Exchange: a turn on a live session whose watermarks were reconciled
+// against the peer's when the session was new (re-baselining a peer that
+// lost state). PushOnce, PullOnce and Tick (pull, then push) are exchanges;
+// Do runs any other one (convergence repair, snapshot bootstrap, verify),
+// so nothing overtakes or interleaves with a push or a pull.
+//
+// An Exchange has two shipping paths, written once. The send path (Push
+// over the local feed, Send over entries a repair chose) cuts batches of at
+// most BatchEntries entries and BatchMissingBytes of missing chunk bytes,
+// probes the peer for their chunks (Missing: the have/missing rule), sends
+// only the missing ones, zstd-compressed when that shrinks them, then the
+// entries, which the peer applies atomically with its watermarks. The
+// receive path (Pull over the peer's feed, Receive over entries a repair
+// fetched) probes the local store, fetches the missing chunks (the next
+// batch's fetch overlapping this one's apply), hashes every chunk before
+// it is staged, and applies each batch atomically; the pull checkpoints its
+// fetch cursor in each batch's transaction, so a cut connection costs at
+// most one batch. The peer's echoed applied-push cursor is checked on every
+// push and fetch (watermark.CheckInvariant): a violation resets the
+// affected watermark and retries once.
+//
+// Bounce suppression keeps entries applied from the peer from travelling
+// back to it: every apply of a peer's batch (a received batch here, a
+// pushed batch on the server) extends the peer's vfs.BounceRun in its own
+// transaction, and the feed sent to that peer starts past the run when the
+// peer's cursor covers its start (vfs.BounceRun.Skip, the one place the rule
+// is written: the server's FetchChanges, the send path's push cursor and
+// fetch cursor, and the receive path's push cursor when it ends). A crash
+// between an apply and the next watermark write, or a lost Push reply,
+// therefore costs at most the batch in flight.
 package syncwire

@@ -19,7 +19,7 @@ import (
 	"github.com/wsync/wsync/watermark"
 )
 
-// Driver batch bounds (SPEC section 4).
+// Driver batch bounds (docs/PROTOCOL.md section 9).
 const (
 	// BatchEntries bounds a push batch and a pull batch.
 	BatchEntries = 256

@@ -33,7 +33,7 @@ func openStore(t testing.TB, name string) *vfs.Store {
 	return s
 }
 
-// pair is the sync pair of the SPEC: a server-side store driving, and a
+// pair is a sync pair: a server-side store driving, and a
 // container-side store served over a real loopback WebSocket. The served
 // store can be swapped (a container restart).
 type pair struct {
