@@ -206,6 +206,14 @@ func (d *Decoder) Fixed(n int) []byte {
 	return v
 }
 
+// Fixed32 reads a 32-byte field (a SHA-256 hash) into an array: the
+// field's type can convert it, so no caller copies.
+func (d *Decoder) Fixed32() [32]byte {
+	var v [32]byte
+	copy(v[:], d.Fixed(len(v)))
+	return v
+}
+
 // Bytes reads a length-prefixed byte string of at most max bytes. The
 // result aliases the message.
 func (d *Decoder) Bytes(what string, max int) []byte {

@@ -17,6 +17,7 @@ func TestCodecRoundTrips(t *testing.T) {
 	e.PutString("héllo")
 	e.PutBytes([]byte{1, 2})
 	e.PutFixed(hash)
+	e.PutFixed(hash)
 	mark := e.Len()
 	e.PutString("dropped")
 	e.Truncate(mark)
@@ -45,6 +46,9 @@ func TestCodecRoundTrips(t *testing.T) {
 	}
 	if got := d.Fixed(32); !bytes.Equal(got, hash) {
 		t.Errorf("fixed = %v", got)
+	}
+	if got := d.Fixed32(); !bytes.Equal(got[:], hash) {
+		t.Errorf("fixed32 = %v", got)
 	}
 	if err := d.Done(); err != nil {
 		t.Errorf("done: %v", err)
@@ -75,6 +79,7 @@ func TestDecoderRefusesBadInput(t *testing.T) {
 		"count past bytes":  func(d *Decoder) { d.Count("things", 1<<20, 2) },
 		"count past max":    func(d *Decoder) { d.Count("things", 10, 0) },
 		"fixed past end":    func(d *Decoder) { d.Fixed(64) },
+		"fixed32 past end":  func(d *Decoder) { d.Fixed32() },
 		"not utf-8":         func(d *Decoder) { d.UTF8("text", 10) },
 		"trailing bytes":    func(d *Decoder) { d.Byte() },
 		"external decoder": func(d *Decoder) {
@@ -89,6 +94,7 @@ func TestDecoderRefusesBadInput(t *testing.T) {
 				"count past bytes":  count.Bytes(),
 				"count past max":    count.Bytes(),
 				"fixed past end":    {1, 2},
+				"fixed32 past end":  make([]byte, 31),
 				"not utf-8":         {2, 0xff, 0xfe},
 				"trailing bytes":    {1, 2},
 				"external decoder":  {1},
