@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,9 +15,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/converge"
+	"github.com/wsync/wsync/syncwire"
+	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
-	"github.com/wsync/wsync/watermark"
 	"github.com/wsync/wsync/workspace"
 )
 
@@ -34,12 +36,18 @@ type Fake struct {
 	// compares under it, as the real remote does.
 	Ignore []string
 
+	// The sync is the real one: a syncwire driver on Server and a syncwire
+	// server (with the convergence methods) on Container, joined by an
+	// in-process pipe.
+	srv    *syncwire.Server
+	resp   *converge.Responder
+	client *rpc.Client
+	drv    *syncwire.Driver
+
 	mu        sync.Mutex
 	run       RunFunc
 	runtime   string
 	execSeq   int
-	push      watermark.Cursor // server cursor the container has applied
-	fetch     watermark.Cursor // container cursor the server has applied
 	failPush  []error
 	failPull  []error
 	calls     []string
@@ -49,12 +57,29 @@ type Fake struct {
 
 var _ workspace.Remote = (*Fake)(nil)
 
-// NewFake joins server and container. run nil is Commands.
+// fakePeer is the name the server store keeps the container's watermarks
+// under, as workspace/remote's.
+const fakePeer = "computerd"
+
+// NewFake joins server and container. run nil is Commands. Close releases
+// the session between them.
 func NewFake(server, container *vfs.Store, run RunFunc) *Fake {
 	if run == nil {
 		run = Commands
 	}
-	return &Fake{Server: server, Container: container, run: run, runtime: "fake-runtime-1"}
+	f := &Fake{Server: server, Container: container, run: run, runtime: "fake-runtime-1"}
+	f.srv = syncwire.NewServer(container, rpc.ServerOptions{})
+	f.resp = converge.Register(f.srv, container, slog.New(slog.DiscardHandler))
+	f.client = rpc.NewClient(rpc.ClientOptions{
+		Config: rpc.Config{ID: server.ID()},
+		Dial: func(context.Context) (rpc.Conn, error) {
+			a, b := rpc.Pipe()
+			go f.srv.ServeConn(context.Background(), b)
+			return a, nil
+		},
+	})
+	f.drv = syncwire.NewDriver(server, fakePeer, f.client, syncwire.DriverOptions{})
+	return f
 }
 
 // FailPush makes the next push calls fail with errs, one per call, in
@@ -98,9 +123,13 @@ func (f *Fake) Calls() []string {
 // Status reports it disconnected.
 func (f *Fake) Close() error {
 	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return nil
+	}
 	f.closed = true
 	f.mu.Unlock()
-	return nil
+	return errors.Join(f.client.Close(), f.resp.Close(), f.srv.Close())
 }
 
 // errClosed is what a call on a closed Fake returns.
@@ -124,7 +153,7 @@ func pop(q *[]error) error {
 	return err
 }
 
-// Push copies the server's feed after the push cursor into the container.
+// Push runs the real push (syncwire.Driver) into the container store.
 func (f *Fake) Push(ctx context.Context) (workspace.SyncReport, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -133,12 +162,11 @@ func (f *Fake) Push(ctx context.Context) (workspace.SyncReport, error) {
 		return workspace.SyncReport{}, err
 	}
 	start := time.Now()
-	rep, err := copyFeed(ctx, f.Server, f.Container, &f.push, &f.fetch, vfs.Ignore{})
-	rep.RuntimeID, rep.Duration = f.runtime, time.Since(start)
-	return rep, err
+	res, err := f.drv.PushOnce(ctx)
+	return f.report(res, start), err
 }
 
-// Pull copies the container's feed after the fetch cursor into the server.
+// Pull runs the real pull from the container store, leaving out ignore.
 func (f *Fake) Pull(ctx context.Context, ignore []string) (workspace.SyncReport, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -147,87 +175,15 @@ func (f *Fake) Pull(ctx context.Context, ignore []string) (workspace.SyncReport,
 		return workspace.SyncReport{}, err
 	}
 	start := time.Now()
-	rep, err := copyFeed(ctx, f.Container, f.Server, &f.fetch, &f.push, vfs.NewIgnore(ignore))
-	rep.RuntimeID, rep.Duration = f.runtime, time.Since(start)
-	return rep, err
+	res, err := f.drv.PullIgnoring(ctx, ignore)
+	return f.report(res, start), err
 }
 
-// copyFeed applies src's feed after *from to dst, 256 entries a batch,
-// copying the chunks dst lacks. back is dst's own cursor as seen by src: if
-// dst had nothing unsent when the batch landed, back moves past the revs the
-// apply stamped, so the entries do not bounce straight back (the seed's
-// post-apply pushRev advancement).
-//
-// This is not the real rule, vfs.BounceRun.Skip: the real driver records
-// the stamped revs as the receiver's bounce run in the apply's transaction
-// (ApplyOptions.Bounce) and skips them when it sends that store's feed, so
-// suppression survives a crash or a lost reply; the fake keeps in-memory
-// cursors and compares revs only (a partial back cursor counts as whole).
-// The two agree on what the remotetest suite asserts (a quiet pull then
-// push, or push then pull, sends nothing back); the fake's sync is to be
-// replaced by the real driver over an in-process pipe.
-func copyFeed(ctx context.Context, src, dst *vfs.Store, from, back *watermark.Cursor, ig vfs.Ignore) (workspace.SyncReport, error) {
-	var rep workspace.SyncReport
-	through := watermark.At(src.CurrentRev())
-	var batch []vfs.ChangeEntry
-	flush := func() error {
-		if len(batch) == 0 {
-			return nil
-		}
-		stage := dst.Chunks().NewStage()
-		defer stage.Release()
-		for _, e := range batch {
-			for _, ref := range e.Chunks {
-				have, err := dst.Has(ctx, []chunkstore.Hash{ref.Hash})
-				if err != nil {
-					return err
-				}
-				if len(have) == 1 {
-					continue
-				}
-				b, err := src.ReadChunk(ctx, ref.Hash)
-				if err != nil {
-					return err
-				}
-				if err := stage.Put(ctx, ref.Hash, b); err != nil {
-					return err
-				}
-				rep.Objects++
-				rep.Bytes += int64(len(b))
-			}
-		}
-		quiet := dst.CurrentRev() <= back.Rev
-		res, err := dst.Apply(ctx, batch, vfs.ApplyOptions{Source: vfs.Upstream, Stage: stage})
-		if err != nil {
-			return err
-		}
-		rep.Entries += res.Applied
-		rep.Skipped += res.Skipped
-		rep.Batches++
-		if quiet {
-			*back = watermark.At(dst.CurrentRev())
-		}
-		last := batch[len(batch)-1]
-		*from = watermark.Within(last.Rev, last.Path)
-		batch = batch[:0]
-		return nil
+func (f *Fake) report(res syncwire.Result, start time.Time) workspace.SyncReport {
+	return workspace.SyncReport{
+		Entries: res.Applied, Skipped: res.Skipped, Objects: res.Chunks, Bytes: res.ChunkBytes,
+		Batches: res.Batches, Rebaselined: res.Resets > 0, RuntimeID: f.runtime, Duration: time.Since(start),
 	}
-	for e, err := range src.Changes(ctx, *from, through, ig) {
-		if err != nil {
-			return rep, err
-		}
-		batch = append(batch, e)
-		if len(batch) == 256 {
-			if err := flush(); err != nil {
-				return rep, err
-			}
-		}
-	}
-	if err := flush(); err != nil {
-		return rep, err
-	}
-	*from = through
-	return rep, nil
 }
 
 // Exec runs the RunFunc against the container store.
@@ -251,18 +207,26 @@ func (f *Fake) Exec(ctx context.Context, spec workspace.ExecSpec, out func(works
 	return res, err
 }
 
-// Status reports the fake's cursors.
+// Status reports both stores' watermarks for each other.
 func (f *Fake) Status(ctx context.Context) (workspace.RemoteStatus, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	sw, err := f.Server.Watermarks(ctx, fakePeer)
+	if err != nil {
+		return workspace.RemoteStatus{}, err
+	}
+	cw, err := f.Container.Watermarks(ctx, f.Server.ID())
+	if err != nil {
+		return workspace.RemoteStatus{}, err
+	}
 	st := workspace.RemoteStatus{
 		Connected: true,
 		State:     "connected",
 		RuntimeID: f.runtime,
 		Server: workspace.SideStatus{StoreID: f.Server.ID(), CurrentRev: f.Server.CurrentRev(),
-			Push: workspace.CursorOf(f.push), Fetch: workspace.CursorOf(f.fetch)},
+			Push: workspace.CursorOf(sw.Push), Fetch: workspace.CursorOf(sw.Fetch)},
 		Container: workspace.SideStatus{StoreID: f.Container.ID(), RuntimeID: f.runtime, CurrentRev: f.Container.CurrentRev(),
-			AppliedPush: workspace.CursorOf(f.push)},
+			Fetch: workspace.CursorOf(cw.Fetch), AppliedPush: workspace.CursorOf(cw.AppliedPush)},
 	}
 	if f.closed {
 		st.Connected, st.State, st.LastError = false, "disconnected", errClosed.Error()
@@ -270,8 +234,8 @@ func (f *Fake) Status(ctx context.Context) (workspace.RemoteStatus, error) {
 	return st, nil
 }
 
-// Verify compares the two trees node by node (type, mode, content, target)
-// under the workspace's ignore list; the real remote compares Merkle roots.
+// Verify is the real verify (converge.Verify, Merkle roots) under the
+// workspace's ignore list, in the driver's FIFO.
 func (f *Fake) Verify(ctx context.Context) (workspace.VerifyReport, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -282,76 +246,18 @@ func (f *Fake) Verify(ctx context.Context) (workspace.VerifyReport, error) {
 	if f.verifyErr != nil {
 		return workspace.VerifyReport{}, f.verifyErr
 	}
-	ig := vfs.NewIgnore(f.Ignore)
-	a, err := tree(ctx, f.Server, ig)
+	var rep converge.Report
+	err := f.drv.Do(ctx, func(ctx context.Context, x *syncwire.Exchange) (err error) {
+		rep, err = converge.Verify(ctx, f.Server, x.Session(), f.Ignore)
+		return err
+	})
 	if err != nil {
 		return workspace.VerifyReport{}, err
 	}
-	b, err := tree(ctx, f.Container, ig)
-	if err != nil {
-		return workspace.VerifyReport{}, err
-	}
-	var diff []string
-	for p, v := range a {
-		if b[p] != v {
-			diff = append(diff, "/"+p)
-		}
-	}
-	for p := range b {
-		if _, ok := a[p]; !ok {
-			diff = append(diff, "/"+p)
-		}
-	}
-	slices.Sort(diff)
-	if len(diff) > 10 {
-		diff = diff[:10]
-	}
-	return workspace.VerifyReport{Converged: len(diff) == 0, Differences: diff, CheckedAt: time.Now().UTC()}, nil
-}
-
-// tree maps every path to a description of its node.
-func tree(ctx context.Context, s *vfs.Store, ig vfs.Ignore) (map[string]string, error) {
-	out := make(map[string]string)
-	var walk func(dir string) error
-	walk = func(dir string) error {
-		ents, err := s.List(ctx, dir)
-		if err != nil {
-			return err
-		}
-		for _, e := range ents {
-			if ig.MatchName(e.Name) {
-				continue
-			}
-			p := e.Name
-			if dir != "" {
-				p = dir + "/" + e.Name
-			}
-			desc := fmt.Sprintf("%s %o", e.Kind, e.Mode&0o7777)
-			switch e.Kind {
-			case vfs.KindFile:
-				m, err := s.Manifest(ctx, p)
-				if err != nil {
-					return err
-				}
-				for _, r := range m {
-					desc += " " + r.Hash.String()
-				}
-			case vfs.KindSymlink:
-				t, err := s.ReadLinkPath(ctx, p)
-				if err != nil {
-					return err
-				}
-				desc += " " + t
-			case vfs.KindDir:
-				if err := walk(p); err != nil {
-					return err
-				}
-			}
-			out[p] = desc
-		}
-		return nil
-	}
-	return out, walk("")
+	return workspace.VerifyReport{
+		Converged: rep.Converged, ServerRoot: rep.LocalRoot.String(), ContainerRoot: rep.PeerRoot.String(),
+		Differences: rep.Paths(), CheckedAt: time.Now().UTC(),
+	}, nil
 }
 
 // Commands is the default RunFunc: a tiny command language over the
