@@ -384,6 +384,20 @@ func TestDecodersRejectBadInput(t *testing.T) {
 			return err
 		},
 		"bitmap bits past n": func() error { _, err := DecodeBitmap([]byte{0xff}, 3); return err },
+		"ignore segment with a slash": func() error {
+			_, err := DecodeFetchRequest(mustAppend(FetchRequest{Ignore: []string{"a/b"}}.appendTo(nil)))
+			return err
+		},
+		"ignore count past the message": func() error {
+			d := rpc.NewDecoder([]byte{1, 5, 1, 'a'})
+			DecodeIgnore(&d)
+			return d.Done()
+		},
+		"bad ignore flag": func() error {
+			d := rpc.NewDecoder([]byte{2})
+			DecodeIgnore(&d)
+			return d.Done()
+		},
 		"hello wrong protocol": func() error {
 			_, err := rpc.DecodeHello(rpc.AppendHello(nil, rpc.Hello{Protocol: "http", MinVersion: 1, MaxVersion: 1, Window: 4 << 20, MaxCalls: 1}))
 			return err

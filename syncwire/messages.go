@@ -42,8 +42,9 @@ const (
 	// It is above any entry count, so it cannot start an ordinary message.
 	entryPartMarker = 1 << 24
 	// partRefs is how many refs one entry part carries (about 256 KiB).
-	partRefs  = entryFrameTarget / maxRefSize
-	maxIgnore = 1024
+	partRefs = entryFrameTarget / maxRefSize
+	// MaxIgnore bounds the segments of an ignore list (AppendIgnore).
+	MaxIgnore = 1024
 	// maxStoreID bounds a store id (as rpc bounds the handshake's id).
 	maxStoreID = 256
 	// minEntrySize is the smallest encoded entry (kind, rev, prefix,
@@ -170,15 +171,7 @@ func (r FetchRequest) appendTo(b []byte) ([]byte, error) {
 		e.PutByte(1)
 		e.cursor(r.Through)
 	}
-	if r.Ignore == nil {
-		e.PutByte(0)
-	} else {
-		e.PutByte(1)
-		e.PutUvarint(uint64(len(r.Ignore)))
-		for _, s := range r.Ignore {
-			e.PutString(s)
-		}
-	}
+	AppendIgnore(&e.Encoder, r.Ignore)
 	return e.Bytes(), e.Err()
 }
 
@@ -194,24 +187,49 @@ func DecodeFetchRequest(p []byte) (FetchRequest, error) {
 	default:
 		d.Fail("bad through flag")
 	}
+	r.Ignore = DecodeIgnore(&d.Decoder)
+	return r, d.Done()
+}
+
+// AppendIgnore appends an ignore list as FetchRequest and converge's Root
+// and Node requests carry it: 0 for nil (the default list), otherwise 1,
+// the count and the segments (an empty list disables ignoring).
+func AppendIgnore(e *rpc.Encoder, list []string) {
+	if list == nil {
+		e.PutByte(0)
+		return
+	}
+	e.PutByte(1)
+	e.PutUvarint(uint64(len(list)))
+	for _, s := range list {
+		e.PutString(s)
+	}
+}
+
+// DecodeIgnore reads what AppendIgnore wrote: at most MaxIgnore segments,
+// each "" or a valid name. A bad list is d's failure, so each protocol
+// reports it with its own malformed-message error.
+func DecodeIgnore(d *rpc.Decoder) []string {
 	switch d.Byte() {
 	case 0:
+		return nil
 	case 1:
-		n := d.Count("ignore entries", maxIgnore, 1)
-		r.Ignore = make([]string, 0, n)
-		for range n {
-			s := d.String("ignore segment", vfs.MaxNameLen)
-			if d.Err() == nil && s != "" {
-				if err := vfs.ValidateName(s); err != nil {
-					return FetchRequest{}, fmt.Errorf("ignore segment: %w", err)
-				}
-			}
-			r.Ignore = append(r.Ignore, s)
-		}
 	default:
 		d.Fail("bad ignore flag")
+		return nil
 	}
-	return r, d.Done()
+	n := d.Count("ignore entries", MaxIgnore, 1)
+	list := make([]string, 0, n)
+	for range n {
+		s := d.String("ignore segment", vfs.MaxNameLen)
+		if d.Err() == nil && s != "" {
+			if err := vfs.ValidateName(s); err != nil {
+				d.Fail("ignore segment: %v", err)
+			}
+		}
+		list = append(list, s)
+	}
+	return list
 }
 
 // FetchResponse heads a FetchChanges response stream.
