@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -161,22 +162,63 @@ func (cf *clientFlags) open() (*client.Workspace, error) {
 	return c.Workspace(cf.workspace), nil
 }
 
-// checkPath validates a workspace path argument before it goes anywhere.
-// onePath parses a verb's flags and its one workspace PATH argument.
-func (c *command) onePath(args []string) (string, int, bool) {
-	pos, code, ok := c.parse(args, true)
+// clientVerb is the shape of a verb that makes one call on the workspace:
+// its arguments (checkArgs), then the call (onWorkspace).
+func (c *command) clientVerb(ctx context.Context, args []string, cf *clientFlags, check func(pos []string) error,
+	call func(ctx context.Context, ws *client.Workspace, pos []string) error) int {
+	pos, code, ok := c.checkArgs(args, check)
 	if !ok {
-		return "", code, false
+		return code
 	}
-	if len(pos) != 1 {
-		return "", c.usageError("want one PATH"), false
-	}
-	if err := checkPath(pos[0]); err != nil {
-		return "", c.usageError("%v", err), false
-	}
-	return pos[0], 0, true
+	return c.onWorkspace(ctx, cf, func(ctx context.Context, ws *client.Workspace) error {
+		return call(ctx, ws, pos)
+	})
 }
 
+// checkArgs parses a verb's flags and arguments and checks the arguments:
+// what check refuses is bad usage (exit 2). It returns the positional
+// arguments, or an exit code when parsing or the check ended the command.
+func (c *command) checkArgs(args []string, check func(pos []string) error) ([]string, int, bool) {
+	pos, code, ok := c.parse(args, true)
+	if !ok {
+		return nil, code, false
+	}
+	if err := check(pos); err != nil {
+		return nil, c.usageError("%v", err), false
+	}
+	return pos, 0, true
+}
+
+// onWorkspace opens the workspace the client flags name and makes call on
+// it; a failure of either is exit 1.
+func (c *command) onWorkspace(ctx context.Context, cf *clientFlags, call func(context.Context, *client.Workspace) error) int {
+	ws, err := cf.open()
+	if err != nil {
+		return c.fail(err)
+	}
+	if err := call(ctx, ws); err != nil {
+		return c.fail(err)
+	}
+	return exitOK
+}
+
+// noArgs is the check of a verb that takes no arguments.
+func noArgs(pos []string) error {
+	if len(pos) != 0 {
+		return errors.New("takes no arguments")
+	}
+	return nil
+}
+
+// onePath is the check of a verb that takes one workspace PATH.
+func onePath(pos []string) error {
+	if len(pos) != 1 {
+		return errors.New("want one PATH")
+	}
+	return checkPath(pos[0])
+}
+
+// checkPath validates a workspace path argument before it goes anywhere.
 func checkPath(p string) error {
 	_, err := vfs.CleanAPIPath(p)
 	return err

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/workspace"
+	"github.com/wsync/wsync/workspace/client"
 )
 
 func runLs(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -20,45 +22,39 @@ func runLs(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	asJSON := c.fs.Bool("json", false, `print a JSON array of {"path","type","mode","size","mtime","target","sha256"}`)
 	recursive := c.fs.Bool("R", false, "list the whole subtree")
 	long := c.fs.Bool("l", false, "long format: mode, size, mtime, path")
-	pos, code, ok := c.parse(args, true)
-	if !ok {
-		return code
-	}
-	if len(pos) > 1 {
-		return c.usageError("want at most one PATH")
-	}
 	p := "/"
-	if len(pos) == 1 {
-		p = pos[0]
-	}
-	if err := checkPath(p); err != nil {
-		return c.usageError("%v", err)
-	}
-	ws, err := cf.open()
-	if err != nil {
-		return c.fail(err)
-	}
-	// sha256 costs a read of every file: only the JSON form carries it.
-	ls, err := ws.List(ctx, p, *recursive, *asJSON)
-	if err != nil {
-		return c.fail(err)
-	}
-	if *asJSON {
-		return c.printJSON(ls)
-	}
-	sp, _ := vfs.CleanAPIPath(p)
-	for _, fi := range ls {
-		name := path.Base(fi.Path)
-		if *recursive || fi.Path == "/"+sp { // the subtree, or PATH itself (a file)
-			name = fi.Path
+	check := func(pos []string) error {
+		if len(pos) > 1 {
+			return errors.New("want at most one PATH")
 		}
-		if *long {
-			fmt.Fprintf(stdout, "%s %10d %s %s\n", modeString(fi), fi.Size, fi.Mtime.Local().Format(time.DateTime), decorate(name, fi))
-		} else {
-			fmt.Fprintln(stdout, decorate(name, fi))
+		if len(pos) == 1 {
+			p = pos[0]
 		}
+		return checkPath(p)
 	}
-	return exitOK
+	return c.clientVerb(ctx, args, cf, check, func(ctx context.Context, ws *client.Workspace, _ []string) error {
+		// sha256 costs a read of every file: only the JSON form carries it.
+		ls, err := ws.List(ctx, p, *recursive, *asJSON)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return c.writeJSON(ls)
+		}
+		sp, _ := vfs.CleanAPIPath(p)
+		for _, fi := range ls {
+			name := path.Base(fi.Path)
+			if *recursive || fi.Path == "/"+sp { // the subtree, or PATH itself (a file)
+				name = fi.Path
+			}
+			if *long {
+				fmt.Fprintf(stdout, "%s %10d %s %s\n", modeString(fi), fi.Size, fi.Mtime.Local().Format(time.DateTime), decorate(name, fi))
+			} else {
+				fmt.Fprintln(stdout, decorate(name, fi))
+			}
+		}
+		return nil
+	})
 }
 
 // decorate marks directories with "/" and shows symlink targets.
@@ -93,12 +89,17 @@ func modeString(fi workspace.FileInfo) string {
 	return m.String()
 }
 
+// printJSON prints v as the verbs' indented JSON; a failure is exit 1.
 func (c *command) printJSON(v any) int {
-	enc := json.NewEncoder(c.stdout)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
+	if err := c.writeJSON(v); err != nil {
 		return c.fail(err)
 	}
 	return exitOK
+}
+
+func (c *command) writeJSON(v any) error {
+	enc := json.NewEncoder(c.stdout)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

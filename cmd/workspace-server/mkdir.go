@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 
 	"github.com/wsync/wsync/workspace/api"
+	"github.com/wsync/wsync/workspace/client"
 )
 
 func runMkdir(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -12,20 +14,20 @@ func runMkdir(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	cf := c.clientFlags()
 	parents := c.fs.Bool("p", false, "make missing parents; an existing directory is not an error")
 	modeStr := c.fs.String("mode", "0755", "permission bits in octal")
-	path, code, ok := c.onePath(args)
-	if !ok {
-		return code
+	var mode uint32
+	check := func(pos []string) error {
+		if err := onePath(pos); err != nil {
+			return err
+		}
+		m, err := api.ParseMode(*modeStr)
+		if err != nil {
+			return fmt.Errorf("--mode: %v", err)
+		}
+		mode = m
+		return nil
 	}
-	mode, err := api.ParseMode(*modeStr)
-	if err != nil {
-		return c.usageError("--mode: %v", err)
-	}
-	ws, err := cf.open()
-	if err != nil {
-		return c.fail(err)
-	}
-	if _, err := ws.Mkdir(ctx, path, mode, *parents); err != nil {
-		return c.fail(err)
-	}
-	return exitOK
+	return c.clientVerb(ctx, args, cf, check, func(ctx context.Context, ws *client.Workspace, pos []string) error {
+		_, err := ws.Mkdir(ctx, pos[0], mode, *parents)
+		return err
+	})
 }

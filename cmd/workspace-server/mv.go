@@ -2,30 +2,26 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
+
+	"github.com/wsync/wsync/workspace/client"
 )
 
 func runMv(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	c := newCommand("mv", "mv SRC DST", "  workspace-server mv /src/old.go /src/new.go\n", stdout, stderr)
 	cf := c.clientFlags()
-	pos, code, ok := c.parse(args, true)
-	if !ok {
-		return code
-	}
-	if len(pos) != 2 {
-		return c.usageError("want SRC DST")
-	}
-	for _, p := range pos {
-		if err := checkPath(p); err != nil {
-			return c.usageError("%v", err)
+	check := func(pos []string) error {
+		if len(pos) != 2 {
+			return errors.New("want SRC DST")
 		}
+		if err := checkPath(pos[0]); err != nil {
+			return err
+		}
+		return checkPath(pos[1])
 	}
-	ws, err := cf.open()
-	if err != nil {
-		return c.fail(err)
-	}
-	if _, err := ws.Rename(ctx, pos[0], pos[1]); err != nil {
-		return c.fail(err)
-	}
-	return exitOK
+	return c.clientVerb(ctx, args, cf, check, func(ctx context.Context, ws *client.Workspace, pos []string) error {
+		_, err := ws.Rename(ctx, pos[0], pos[1])
+		return err
+	})
 }

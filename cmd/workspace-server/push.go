@@ -32,31 +32,22 @@ func runSync(ctx context.Context, name, what string, args []string, stdout, stde
 	c := newCommand(name, name+" [--json]", "  workspace-server "+name+"    # "+what+"\n", stdout, stderr)
 	cf := c.clientFlags()
 	asJSON := c.fs.Bool("json", false, "print the report as JSON")
-	pos, code, ok := c.parse(args, true)
-	if !ok {
-		return code
-	}
-	if len(pos) != 0 {
-		return c.usageError("takes no arguments")
-	}
-	ws, err := cf.open()
-	if err != nil {
-		return c.fail(err)
-	}
-	stop := func() {}
-	if !*asJSON {
-		stop = progress(stderr, name+"ing")
-	}
-	rep, summary, err := call(ctx, ws)
-	stop()
-	if err != nil {
-		return c.fail(err)
-	}
-	if *asJSON {
-		return c.printJSON(rep)
-	}
-	fmt.Fprintln(stdout, summary)
-	return exitOK
+	return c.clientVerb(ctx, args, cf, noArgs, func(ctx context.Context, ws *client.Workspace, _ []string) error {
+		stop := func() {}
+		if !*asJSON {
+			stop = progress(stderr, name+"ing")
+		}
+		rep, summary, err := call(ctx, ws)
+		stop()
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return c.writeJSON(rep)
+		}
+		fmt.Fprintln(stdout, summary)
+		return nil
+	})
 }
 
 // describe summarises a sync report in one line.

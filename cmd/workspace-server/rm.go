@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/wsync/wsync/vfs"
+	"github.com/wsync/wsync/workspace/client"
 )
 
 func runRm(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -13,16 +14,11 @@ func runRm(ctx context.Context, args []string, stdin io.Reader, stdout, stderr i
 	cf := c.clientFlags()
 	recursive := c.fs.Bool("r", false, "remove a directory and everything in it")
 	force := c.fs.Bool("f", false, "a missing PATH is not an error")
-	path, code, ok := c.onePath(args)
-	if !ok {
-		return code
-	}
-	ws, err := cf.open()
-	if err != nil {
-		return c.fail(err)
-	}
-	if err := ws.Remove(ctx, path, *recursive); err != nil && !(*force && errors.Is(err, vfs.ErrNotExist)) {
-		return c.fail(err)
-	}
-	return exitOK
+	return c.clientVerb(ctx, args, cf, onePath, func(ctx context.Context, ws *client.Workspace, pos []string) error {
+		err := ws.Remove(ctx, pos[0], *recursive)
+		if *force && errors.Is(err, vfs.ErrNotExist) {
+			return nil
+		}
+		return err
+	})
 }

@@ -8,32 +8,24 @@ import (
 	"time"
 
 	"github.com/wsync/wsync/workspace"
+	"github.com/wsync/wsync/workspace/client"
 )
 
 func runStatus(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	c := newCommand("status", "status [--json]", "  workspace-server status\n  workspace-server status --json | jq .remote.container.current_rev\n", stdout, stderr)
 	cf := c.clientFlags()
 	asJSON := c.fs.Bool("json", false, "print the status as JSON")
-	pos, code, ok := c.parse(args, true)
-	if !ok {
-		return code
-	}
-	if len(pos) != 0 {
-		return c.usageError("takes no arguments")
-	}
-	ws, err := cf.open()
-	if err != nil {
-		return c.fail(err)
-	}
-	st, err := ws.Status(ctx)
-	if err != nil {
-		return c.fail(err)
-	}
-	if *asJSON {
-		return c.printJSON(st)
-	}
-	printStatus(stdout, st)
-	return exitOK
+	return c.clientVerb(ctx, args, cf, noArgs, func(ctx context.Context, ws *client.Workspace, _ []string) error {
+		st, err := ws.Status(ctx)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			return c.writeJSON(st)
+		}
+		printStatus(stdout, st)
+		return nil
+	})
 }
 
 func printStatus(w io.Writer, st workspace.Status) {

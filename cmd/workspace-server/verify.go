@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+
+	"github.com/wsync/wsync/workspace/client"
 )
 
 func runVerify(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -14,40 +16,34 @@ func runVerify(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	cf := c.clientFlags()
 	asJSON := c.fs.Bool("json", false, "print the verdict as JSON (the exit code still tells)")
 	repair := c.fs.Bool("repair", false, "repair the drift (the server wins unless only the container changed a path since the last sync), then report")
-	pos, code, ok := c.parse(args, true)
-	if !ok {
-		return code
-	}
-	if len(pos) != 0 {
-		return c.usageError("takes no arguments")
-	}
-	ws, err := cf.open()
-	if err != nil {
-		return c.fail(err)
-	}
-	verify := ws.Verify
-	if *repair {
-		verify = ws.Repair
-	}
-	rep, err := verify(ctx)
-	if err != nil {
-		return c.fail(err)
-	}
-	switch {
-	case *asJSON:
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		enc.Encode(rep)
-	case rep.Converged:
-		fmt.Fprintf(stdout, "converged (root %s)\n", rep.ServerRoot)
-	default:
-		fmt.Fprintf(stdout, "diverged: server root %s, container root %s; first differing paths:\n", rep.ServerRoot, rep.ContainerRoot)
-		for _, p := range rep.Differences {
-			fmt.Fprintf(stdout, "  %s\n", p)
+	converged := false
+	code := c.clientVerb(ctx, args, cf, noArgs, func(ctx context.Context, ws *client.Workspace, _ []string) error {
+		verify := ws.Verify
+		if *repair {
+			verify = ws.Repair
 		}
-	}
-	if !rep.Converged {
+		rep, err := verify(ctx)
+		if err != nil {
+			return err
+		}
+		converged = rep.Converged
+		switch {
+		case *asJSON:
+			enc := json.NewEncoder(stdout)
+			enc.SetIndent("", "  ")
+			enc.Encode(rep)
+		case rep.Converged:
+			fmt.Fprintf(stdout, "converged (root %s)\n", rep.ServerRoot)
+		default:
+			fmt.Fprintf(stdout, "diverged: server root %s, container root %s; first differing paths:\n", rep.ServerRoot, rep.ContainerRoot)
+			for _, p := range rep.Differences {
+				fmt.Fprintf(stdout, "  %s\n", p)
+			}
+		}
+		return nil
+	})
+	if code == exitOK && !converged {
 		return exitDiverged
 	}
-	return exitOK
+	return code
 }

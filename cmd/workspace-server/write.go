@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"os"
 
 	"github.com/wsync/wsync/workspace/api"
+	"github.com/wsync/wsync/workspace/client"
 )
 
 func runWrite(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -13,24 +16,27 @@ func runWrite(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		"  workspace-server write /src/main.go main.go\n  echo hello | workspace-server write --mode 0600 /notes.txt\n", stdout, stderr)
 	cf := c.clientFlags()
 	modeStr := c.fs.String("mode", "", "permission bits in octal (default: keep an existing file's, 0644 for a new one)")
-	pos, code, ok := c.parse(args, true)
+	var mode *uint32
+	pos, code, ok := c.checkArgs(args, func(pos []string) error {
+		if len(pos) < 1 || len(pos) > 2 {
+			return errors.New("want PATH [FILE|-]")
+		}
+		if err := checkPath(pos[0]); err != nil {
+			return err
+		}
+		if *modeStr != "" {
+			m, err := api.ParseMode(*modeStr)
+			if err != nil {
+				return fmt.Errorf("--mode: %v", err)
+			}
+			mode = &m
+		}
+		return nil
+	})
 	if !ok {
 		return code
 	}
-	if len(pos) < 1 || len(pos) > 2 {
-		return c.usageError("want PATH [FILE|-]")
-	}
-	if err := checkPath(pos[0]); err != nil {
-		return c.usageError("%v", err)
-	}
-	var mode *uint32
-	if *modeStr != "" {
-		m, err := api.ParseMode(*modeStr)
-		if err != nil {
-			return c.usageError("--mode: %v", err)
-		}
-		mode = &m
-	}
+	// FILE is opened before the workspace: its failure is the one reported.
 	src := stdin
 	if len(pos) == 2 && pos[1] != "-" {
 		f, err := os.Open(pos[1])
@@ -40,12 +46,8 @@ func runWrite(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		defer f.Close()
 		src = f
 	}
-	ws, err := cf.open()
-	if err != nil {
-		return c.fail(err)
-	}
-	if _, err := ws.WriteFile(ctx, pos[0], src, mode); err != nil {
-		return c.fail(err)
-	}
-	return exitOK
+	return c.onWorkspace(ctx, cf, func(ctx context.Context, ws *client.Workspace) error {
+		_, err := ws.WriteFile(ctx, pos[0], src, mode)
+		return err
+	})
 }
