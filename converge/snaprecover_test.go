@@ -62,10 +62,7 @@ func assertNoStaging(t *testing.T, p string) {
 // staging and removes it.
 func TestCutShortInstallFinishesAtRegister(t *testing.T) {
 	ctx := context.Background()
-	server := newStore(t, "server")
-	applyAll(t, server, genEntries(3_000))
-	cont := newStore(t, "container")
-	r := newRig(t, server, cont)
+	server, cont, r := snapRig(t, genEntries(3_000))
 	failInstallAfter(t, 3, errKilled)
 	_, err := Bootstrap(ctx, server, r.session(t), BootstrapOptions{Peer: peerName})
 	if !injected(err) {
@@ -83,9 +80,7 @@ func TestCutShortInstallFinishesAtRegister(t *testing.T) {
 	must(t, r.resp.Close())
 	newRig(t, server, cont) // the restarted computerd registers: Register finishes the install
 	assertNoStaging(t, p)
-	if a, b := root(t, server, []string{}), root(t, cont, []string{}); a != b {
-		t.Fatalf("roots after the install finished at register: %s / %s", a, b)
-	}
+	assertSameRoot(t, server, cont, "roots after the install finished at register")
 	ws, err := cont.Watermarks(ctx, server.ID())
 	must(t, err)
 	if want := watermark.At(server.CurrentRev()); ws.AppliedPush != want || ws.Fetch != want {
@@ -113,10 +108,7 @@ func TestCutShortInstallThatCannotFinishIsRemoved(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			server := newStore(t, "server")
-			applyAll(t, server, genEntries(1_500))
-			cont := newStore(t, "container")
-			r := newRig(t, server, cont)
+			server, cont, r := snapRig(t, genEntries(1_500))
 			failInstallAfter(t, 2, errKilled)
 			if _, err := Bootstrap(ctx, server, r.session(t), BootstrapOptions{Peer: peerName}); !injected(err) {
 				t.Fatalf("bootstrap with the install cut short: err = %v", err)
@@ -140,21 +132,8 @@ func TestCutShortInstallThatCannotFinishIsRemoved(t *testing.T) {
 // empty (written while the snapshot was staging), can never install:
 // Register removes it. Beside an empty store it stays for the resume.
 func TestUnusableStagingRemovedAtRegister(t *testing.T) {
-	ctx := context.Background()
-	server := newStore(t, "server")
-	applyAll(t, server, genEntries(3_000))
-	cont := newStore(t, "container")
-	r := newRig(t, server, cont)
-	cctx, cancel := context.WithCancel(ctx)
-	pages := 0
-	_, err := Bootstrap(cctx, server, r.session(t), BootstrapOptions{Peer: peerName, pageBytes: 16 << 10, Progress: func(staged, total int) {
-		if pages++; pages == 3 {
-			cancel()
-		}
-	}})
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("interrupted bootstrap: err = %v", err)
-	}
+	server, cont, r := snapRig(t, genEntries(3_000))
+	interruptBootstrap(t, server, r.session(t))
 	p := StagingPath(cont)
 	must(t, r.resp.Close())
 	r = newRig(t, server, cont)
@@ -197,10 +176,7 @@ func TestStagingHoldsOneSnapshot(t *testing.T) {
 // re-baselines.
 func TestFailedInstallRemovesUnusableStaging(t *testing.T) {
 	ctx := context.Background()
-	server := newStore(t, "server")
-	applyAll(t, server, genEntries(1_500))
-	cont := newStore(t, "container")
-	r := newRig(t, server, cont)
+	server, cont, r := snapRig(t, genEntries(1_500))
 	failInstallAfter(t, 2, errInjected)
 	if _, err := Bootstrap(ctx, server, r.session(t), BootstrapOptions{Peer: peerName}); !injected(err) {
 		t.Fatalf("bootstrap with a failing install: err = %v", err)
@@ -218,26 +194,14 @@ func TestFailedInstallRemovesUnusableStaging(t *testing.T) {
 // install's own: no begin will come for it again.
 func TestUnusableStagingRemovedWhenAPushApplies(t *testing.T) {
 	ctx := context.Background()
-	server := newStore(t, "server")
-	applyAll(t, server, genEntries(3_000))
-	cont := newStore(t, "container")
-	r := newRig(t, server, cont)
-	cctx, cancel := context.WithCancel(ctx)
-	pages := 0
-	_, err := Bootstrap(cctx, server, r.session(t), BootstrapOptions{Peer: peerName, pageBytes: 16 << 10, Progress: func(staged, total int) {
-		if pages++; pages == 3 {
-			cancel()
-		}
-	}})
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("interrupted bootstrap: err = %v", err)
-	}
+	server, cont, r := snapRig(t, genEntries(3_000))
+	interruptBootstrap(t, server, r.session(t))
 	p := StagingPath(cont)
 	if _, err := os.Stat(p); err != nil {
 		t.Fatalf("staging after an interrupted bootstrap: %v", err)
 	}
 	// What a push applies: upstream entries (here a directory).
-	_, err = cont.Apply(ctx, []vfs.ChangeEntry{{Kind: vfs.EntryDir, Path: "pushed", Mode: 0o755, Rev: 1}}, vfs.ApplyOptions{Source: vfs.Upstream})
+	_, err := cont.Apply(ctx, []vfs.ChangeEntry{{Kind: vfs.EntryDir, Path: "pushed", Mode: 0o755, Rev: 1}}, vfs.ApplyOptions{Source: vfs.Upstream})
 	must(t, err)
 	testutil.WaitFor(t, "the staging removed after a push applied", 30*time.Second, func() bool {
 		_, err := os.Stat(p)

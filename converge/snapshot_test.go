@@ -24,6 +24,42 @@ func assertEmpty(t *testing.T, s *vfs.Store) {
 	}
 }
 
+// snapRig is a server holding es, an empty container, and a rig joining
+// them.
+func snapRig(t *testing.T, es []vfs.ChangeEntry) (server, cont *vfs.Store, r *rig) {
+	t.Helper()
+	server = newStore(t, "server")
+	applyAll(t, server, es)
+	cont = newStore(t, "container")
+	return server, cont, newRig(t, server, cont)
+}
+
+// interruptBootstrap runs a bootstrap of 16 KiB pages over sess that is
+// cancelled once its third page is staged.
+func interruptBootstrap(t *testing.T, server *vfs.Store, sess *rpc.Session) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pages := 0
+	_, err := Bootstrap(ctx, server, sess, BootstrapOptions{Peer: peerName, pageBytes: 16 << 10, Progress: func(staged, total int) {
+		if pages++; pages == 3 {
+			cancel()
+		}
+	}})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("interrupted bootstrap: err = %v", err)
+	}
+}
+
+// assertSameRoot fails the test unless server and cont hold the same
+// tree; what names the check.
+func assertSameRoot(t *testing.T, server, cont *vfs.Store, what string) {
+	t.Helper()
+	if a, b := root(t, server, []string{}), root(t, cont, []string{}); a != b {
+		t.Fatalf("%s: %s / %s", what, a, b)
+	}
+}
+
 func TestSnapshotBootstrap(t *testing.T) {
 	if testing.Short() {
 		t.Skip("50,000-file tree")
@@ -81,21 +117,9 @@ func TestSnapshotBootstrap(t *testing.T) {
 }
 
 func TestSnapshotResumesFromItsCursor(t *testing.T) {
-	server := newStore(t, "server")
-	applyAll(t, server, genEntries(5_000))
-	cont := newStore(t, "container")
-	r := newRig(t, server, cont)
+	server, cont, r := snapRig(t, genEntries(5_000))
 	sess := r.session(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	pages := 0
-	_, err := Bootstrap(ctx, server, sess, BootstrapOptions{Peer: peerName, pageBytes: 16 << 10, Progress: func(staged, total int) {
-		if pages++; pages == 3 {
-			cancel()
-		}
-	}})
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("interrupted bootstrap: err = %v", err)
-	}
+	interruptBootstrap(t, server, sess)
 	assertEmpty(t, cont)
 	// computerd restarts: a new responder finds the staging on disk.
 	r = newRig(t, server, cont)
@@ -105,17 +129,12 @@ func TestSnapshotResumesFromItsCursor(t *testing.T) {
 	if rep.ResumedAt == 0 || rep.ResumedAt+rep.Sent != rep.Total {
 		t.Fatalf("resumed at %d, sent %d of %d", rep.ResumedAt, rep.Sent, rep.Total)
 	}
-	if a, b := root(t, server, []string{}), root(t, cont, []string{}); a != b {
-		t.Fatalf("roots after resumed bootstrap: %s / %s", a, b)
-	}
+	assertSameRoot(t, server, cont, "roots after resumed bootstrap")
 }
 
 func TestSnapshotWrongRootRefused(t *testing.T) {
 	ctx := context.Background()
-	server := newStore(t, "server")
-	applyAll(t, server, smallTree())
-	cont := newStore(t, "container")
-	r := newRig(t, server, cont)
+	server, cont, r := snapRig(t, smallTree())
 	sess := r.session(t)
 	wrong := Hash{0xba, 0xd}
 	_, err := Bootstrap(ctx, server, sess, BootstrapOptions{Peer: peerName, claim: &wrong})
@@ -126,17 +145,12 @@ func TestSnapshotWrongRootRefused(t *testing.T) {
 	// The refused staging is gone; the right root installs.
 	_, err = Bootstrap(ctx, server, sess, BootstrapOptions{Peer: peerName})
 	must(t, err)
-	if a, b := root(t, server, []string{}), root(t, cont, []string{}); a != b {
-		t.Fatalf("roots: %s / %s", a, b)
-	}
+	assertSameRoot(t, server, cont, "roots")
 }
 
 func TestSnapshotCorruptPageRefused(t *testing.T) {
 	ctx := context.Background()
-	server := newStore(t, "server")
-	applyAll(t, server, smallTree())
-	cont := newStore(t, "container")
-	r := newRig(t, server, cont)
+	server, cont, r := snapRig(t, smallTree())
 	sess := r.session(t)
 	tree, err := BuildTree(ctx, server, vfs.NewIgnore([]string{}))
 	must(t, err)
@@ -239,19 +253,14 @@ func TestSnapshotIntoMemoryStore(t *testing.T) {
 	if _, err := Bootstrap(context.Background(), server, r.session(t), BootstrapOptions{Peer: peerName}); err != nil {
 		t.Fatal(err)
 	}
-	if a, b := root(t, server, []string{}), root(t, cont, []string{}); a != b {
-		t.Fatalf("roots: %s / %s", a, b)
-	}
+	assertSameRoot(t, server, cont, "roots")
 }
 
 func TestSnapshotInstallsAsReplace(t *testing.T) {
 	// A commit that finds live state (an install cut short, or a write that
 	// raced the snapshot) replaces it: paths the snapshot lacks go.
 	ctx := context.Background()
-	server := newStore(t, "server")
-	applyAll(t, server, smallTree())
-	cont := newStore(t, "container")
-	r := newRig(t, server, cont)
+	server, cont, r := snapRig(t, smallTree())
 	sess := r.session(t)
 	rep, err := Bootstrap(ctx, server, sess, BootstrapOptions{Peer: peerName, noCommit: true})
 	must(t, err)
@@ -264,9 +273,7 @@ func TestSnapshotInstallsAsReplace(t *testing.T) {
 	if _, _, err := snapCommit(ctx, sess, &st, rep.Root); err != nil {
 		t.Fatal(err)
 	}
-	if a, b := root(t, server, []string{}), root(t, cont, []string{}); a != b {
-		t.Fatalf("roots after replace: %s / %s", a, b)
-	}
+	assertSameRoot(t, server, cont, "roots after replace")
 	if _, err := cont.Stat(ctx, "stray"); !errors.Is(err, vfs.ErrNotExist) {
 		t.Errorf("stray directory survived the install: %v", err)
 	}

@@ -57,9 +57,7 @@ func TestSnapshotStreamsLargeManifest(t *testing.T) {
 	if want := len(smallTree()) + 2 + recordCount(len(e.Chunks), partRefs); rep.Total != want {
 		t.Errorf("records = %d, want %d", rep.Total, want)
 	}
-	if a, b := root(t, server, []string{}), root(t, cont, []string{}); a != b {
-		t.Fatalf("roots after bootstrap: %s / %s", a, b)
-	}
+	assertSameRoot(t, server, cont, "roots after bootstrap")
 	es, err := cont.EntriesAt(ctx, []string{"d000/big"})
 	must(t, err)
 	if es[0].Size != e.Size || len(es[0].Chunks) != len(e.Chunks) {
@@ -99,9 +97,7 @@ func TestSnapshotResumesInsideASplitFile(t *testing.T) {
 	if rep.ResumedAt != cutAt || rep.ResumedAt+rep.Sent != rep.Total {
 		t.Fatalf("resumed at %d (cut at %d), sent %d of %d", rep.ResumedAt, cutAt, rep.Sent, rep.Total)
 	}
-	if a, b := root(t, server, []string{}), root(t, cont, []string{}); a != b {
-		t.Fatalf("roots after resumed bootstrap: %s / %s", a, b)
-	}
+	assertSameRoot(t, server, cont, "roots after resumed bootstrap")
 }
 
 // TestSnapshotSplitFileOutOfRunRefused: parts of a split file that do not

@@ -166,6 +166,17 @@ func (s *snapReceiver) staging(ctx context.Context) (*sql.DB, stagedMeta, error)
 	return db, m, err
 }
 
+// begun is staging for the calls that only follow a begin (objects, page,
+// commit): without a valid staging, the call is refused. Called with
+// s.mu held.
+func (s *snapReceiver) begun(ctx context.Context, call string) (*sql.DB, stagedMeta, error) {
+	db, m, err := s.staging(ctx)
+	if err == nil && !m.valid {
+		err = badRequest("snapshot %s before begin", call)
+	}
+	return db, m, err
+}
+
 func readMeta(ctx context.Context, db *sql.DB) (stagedMeta, error) {
 	var m stagedMeta
 	rows, err := db.QueryContext(ctx, `SELECT key, value FROM meta`)
@@ -318,12 +329,9 @@ func (s *snapReceiver) have(ctx context.Context, c *rpc.Incoming) error {
 func (s *snapReceiver) objects(ctx context.Context, c *rpc.Incoming) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	db, m, err := s.staging(ctx)
+	db, _, err := s.begun(ctx, "objects")
 	if err != nil {
 		return err
-	}
-	if !m.valid {
-		return badRequest("snapshot objects before begin")
 	}
 	n := 0
 	for {
@@ -367,13 +375,11 @@ func (s *snapReceiver) page(ctx context.Context, c *rpc.Incoming) error {
 	n := len(recs)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	db, m, err := s.staging(ctx)
+	db, m, err := s.begun(ctx, "page")
 	if err != nil {
 		return err
 	}
 	switch {
-	case !m.valid:
-		return badRequest("snapshot page before begin")
 	case m.verified:
 		return badRequest("snapshot page after commit")
 	case first != m.staged:
@@ -457,13 +463,11 @@ func (s *snapReceiver) commit(ctx context.Context, c *rpc.Incoming) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	db, m, err := s.staging(ctx)
+	db, m, err := s.begun(ctx, "commit")
 	if err != nil {
 		return err
 	}
 	switch {
-	case !m.valid:
-		return badRequest("snapshot commit before begin")
 	case m.root != root:
 		return badRequest("commit names root %s, staging holds %s", root, m.root)
 	case m.staged != m.total:

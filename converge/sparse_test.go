@@ -73,9 +73,7 @@ func TestSparseTerabyteFile(t *testing.T) {
 	if rr.Chunks != 2 || rr.ChunkBytes != int64(len("server tail")+len("container tail")) {
 		t.Errorf("repair moved %d chunks of %d bytes, want the 2 data chunks", rr.Chunks, rr.ChunkBytes)
 	}
-	if a, b := root(t, server, []string{}), root(t, cont, []string{}); a != b {
-		t.Fatalf("roots after repair: %s / %s", a, b)
-	}
+	assertSameRoot(t, server, cont, "roots after repair")
 }
 
 // longFile writes a file whose manifest takes more than one wire frame:
@@ -105,10 +103,7 @@ func longFile(t testing.TB, s *vfs.Store, path string, fill byte, n int) vfs.Cha
 // frame) as entry parts.
 func TestRepairMovesManifestsLongerThanAFrame(t *testing.T) {
 	ctx := context.Background()
-	server := newStore(t, "server")
-	applyAll(t, server, smallTree())
-	cont := newStore(t, "container")
-	r := newRig(t, server, cont)
+	server, cont, r := snapRig(t, smallTree())
 	sess := r.session(t)
 	_, err := Bootstrap(ctx, server, sess, BootstrapOptions{Peer: peerName})
 	must(t, err)
