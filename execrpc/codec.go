@@ -1,15 +1,12 @@
 package execrpc
 
 import (
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"syscall"
 	"time"
-)
 
-// ErrBadMessage reports an exec message that does not decode.
-var ErrBadMessage = errors.New("malformed exec message")
+	"github.com/wsync/wsync/syncwire/rpc"
+)
 
 // Limits on decoded requests.
 const (
@@ -58,122 +55,71 @@ type Event struct {
 	Exit   *Exit
 }
 
-type enc struct{ b []byte }
+// newDecoder reads p; its failures are ErrBadMessage.
+func newDecoder(p []byte) rpc.Decoder {
+	return rpc.NewDecoderFunc(p, func(msg string) error { return fmt.Errorf("%w: %s", ErrBadMessage, msg) })
+}
 
-func (e *enc) uv(v uint64)    { e.b = binary.AppendUvarint(e.b, v) }
-func (e *enc) str(s string)   { e.uv(uint64(len(s))); e.b = append(e.b, s...) }
-func (e *enc) bytes(p []byte) { e.uv(uint64(len(p))); e.b = append(e.b, p...) }
-func (e *enc) strs(ss []string) {
-	e.uv(uint64(len(ss)))
+// putStrings appends a count and the strings (argv, env).
+func putStrings(e *rpc.Encoder, ss []string) {
+	e.PutUvarint(uint64(len(ss)))
 	for _, s := range ss {
-		e.str(s)
+		e.PutString(s)
 	}
 }
 
-type dec struct {
-	b   []byte
-	err error
-}
-
-func (d *dec) fail(what string) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: %s", ErrBadMessage, what)
-	}
-}
-
-func (d *dec) uv(what string) uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.fail(what)
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *dec) raw(what string, max int) []byte {
-	n := d.uv(what)
-	if d.err != nil {
-		return nil
-	}
-	if n > uint64(max) || n > uint64(len(d.b)) {
-		d.fail(what + " length")
-		return nil
-	}
-	p := d.b[:n]
-	d.b = d.b[n:]
-	return p
-}
-
-func (d *dec) str(what string) string { return string(d.raw(what, MaxStrLen)) }
-
-func (d *dec) strs(what string) []string {
-	n := d.uv(what)
-	if n > MaxArgs {
-		d.fail(what + " count")
-		return nil
-	}
+// readStrings reads what putStrings wrote: at most MaxArgs strings of at
+// most MaxStrLen bytes; none is nil.
+func readStrings(d *rpc.Decoder, what string) []string {
+	n := d.Count(what+" count", MaxArgs, 1)
 	var out []string
-	for i := uint64(0); i < n && d.err == nil; i++ {
-		out = append(out, d.str(what))
+	for range n {
+		out = append(out, d.String(what, MaxStrLen))
 	}
 	return out
 }
 
-func (d *dec) done() error {
-	if d.err == nil && len(d.b) != 0 {
-		d.fail("trailing bytes")
-	}
-	return d.err
-}
-
 // AppendRequest encodes r.
 func AppendRequest(b []byte, r Request) []byte {
-	e := enc{b}
-	e.strs(r.Argv)
-	e.str(r.Shell)
-	e.str(r.Cwd)
-	e.strs(r.Env)
-	e.bytes(r.Stdin)
-	e.uv(uint64(max(r.Timeout, 0)))
+	e := rpc.NewEncoder(b)
+	putStrings(&e, r.Argv)
+	e.PutString(r.Shell)
+	e.PutString(r.Cwd)
+	putStrings(&e, r.Env)
+	e.PutBytes(r.Stdin)
+	e.PutUvarint(uint64(max(r.Timeout, 0)))
 	if r.HasUser {
-		e.uv(1)
-		e.uv(uint64(r.Uid))
-		e.uv(uint64(r.Gid))
+		e.PutUvarint(1)
+		e.PutUvarint(uint64(r.Uid))
+		e.PutUvarint(uint64(r.Gid))
 	} else {
-		e.uv(0)
+		e.PutUvarint(0)
 	}
-	return e.b
+	return e.Bytes()
 }
 
 // DecodeRequest decodes and bounds a request.
 func DecodeRequest(p []byte) (Request, error) {
-	d := dec{b: p}
+	d := newDecoder(p)
 	var r Request
-	r.Argv = d.strs("argv")
-	r.Shell = d.str("shell")
-	r.Cwd = d.str("cwd")
-	r.Env = d.strs("env")
-	if in := d.raw("stdin", MaxStdin); len(in) > 0 {
+	r.Argv = readStrings(&d, "argv")
+	r.Shell = d.String("shell", MaxStrLen)
+	r.Cwd = d.String("cwd", MaxStrLen)
+	r.Env = readStrings(&d, "env")
+	if in := d.Bytes("stdin", MaxStdin); len(in) > 0 {
 		r.Stdin = append([]byte(nil), in...)
 	}
-	r.Timeout = time.Duration(d.uv("timeout"))
-	switch d.uv("user flag") {
+	r.Timeout = time.Duration(d.Uvarint())
+	switch d.Uvarint() {
 	case 0:
 	case 1:
 		r.HasUser = true
-		uid, gid := d.uv("uid"), d.uv("gid")
-		if uid > 1<<32-1 || gid > 1<<32-1 {
-			d.fail("uid/gid range")
-		}
-		r.Uid, r.Gid = uint32(uid), uint32(gid)
+		r.Uid = uint32(d.Bounded("uid", 1<<32-1))
+		r.Gid = uint32(d.Bounded("gid", 1<<32-1))
 	default:
-		d.fail("user flag")
+		d.Fail("user flag")
 	}
-	if err := d.done(); err != nil {
+	if err := d.Done(); err != nil {
 		return Request{}, err
 	}
 	if (len(r.Argv) == 0) == (r.Shell == "") {
@@ -187,14 +133,14 @@ func DecodeRequest(p []byte) (Request, error) {
 
 // AppendEvent encodes one event.
 func AppendEvent(b []byte, ev Event) []byte {
-	e := enc{b}
+	e := rpc.NewEncoder(b)
 	if ev.Exit != nil {
-		e.uv(uint64(exitTag))
-		e.uv(uint64(ev.Offset))
+		e.PutUvarint(uint64(exitTag))
+		e.PutUvarint(uint64(ev.Offset))
 		x := ev.Exit
-		e.uv(uint64(x.Code) & 0xffffffff)
-		e.uv(uint64(x.Signal))
-		e.uv(uint64(max(x.Duration, 0)))
+		e.PutUvarint(uint64(x.Code) & 0xffffffff)
+		e.PutUvarint(uint64(x.Signal))
+		e.PutUvarint(uint64(max(x.Duration, 0)))
 		var flags uint64
 		if x.TimedOut {
 			flags |= 1
@@ -202,41 +148,38 @@ func AppendEvent(b []byte, ev Event) []byte {
 		if x.Killed {
 			flags |= 2
 		}
-		e.uv(flags)
-		return e.b
+		e.PutUvarint(flags)
+		return e.Bytes()
 	}
-	e.uv(uint64(ev.Stream))
-	e.uv(uint64(ev.Offset))
-	e.bytes(ev.Data)
-	return e.b
+	e.PutUvarint(uint64(ev.Stream))
+	e.PutUvarint(uint64(ev.Offset))
+	e.PutBytes(ev.Data)
+	return e.Bytes()
 }
 
 // DecodeEvent decodes one event. Data aliases p.
 func DecodeEvent(p []byte) (Event, error) {
-	d := dec{b: p}
+	d := newDecoder(p)
 	var ev Event
-	tag := d.uv("tag")
-	ev.Offset = int64(d.uv("offset"))
+	tag := d.Uvarint()
+	ev.Offset = int64(d.Uvarint())
 	if ev.Offset < 0 {
-		d.fail("offset")
+		d.Fail("offset %d", ev.Offset)
 	}
 	switch tag {
 	case uint64(Stdout), uint64(Stderr):
 		ev.Stream = StreamTag(tag)
-		ev.Data = d.raw("data", maxEventLen)
+		ev.Data = d.Bytes("data", maxEventLen)
 	case uint64(exitTag):
-		code := d.uv("code")
-		sig := d.uv("signal")
-		dur := d.uv("duration")
-		flags := d.uv("flags")
-		if code > 0xffffffff || sig > 128 || flags > 3 {
-			d.fail("exit fields")
-		}
+		code := d.Bounded("code", 0xffffffff)
+		sig := d.Bounded("signal", 128)
+		dur := d.Uvarint()
+		flags := d.Bounded("flags", 3)
 		ev.Exit = &Exit{Code: int(int32(uint32(code))), Signal: syscall.Signal(sig), Duration: time.Duration(dur), TimedOut: flags&1 != 0, Killed: flags&2 != 0}
 	default:
-		d.fail("tag")
+		d.Fail("tag %d", tag)
 	}
-	if err := d.done(); err != nil {
+	if err := d.Done(); err != nil {
 		return Event{}, err
 	}
 	return ev, nil
@@ -249,16 +192,16 @@ type started struct {
 }
 
 func appendStarted(b []byte, s started) []byte {
-	e := enc{b}
-	e.str(s.ID)
-	e.str(s.RuntimeID)
-	return e.b
+	e := rpc.NewEncoder(b)
+	e.PutString(s.ID)
+	e.PutString(s.RuntimeID)
+	return e.Bytes()
 }
 
 func decodeStarted(p []byte) (started, error) {
-	d := dec{b: p}
-	s := started{ID: d.str("id"), RuntimeID: d.str("runtime id")}
-	return s, d.done()
+	d := newDecoder(p)
+	s := started{ID: d.String("id", MaxStrLen), RuntimeID: d.String("runtime id", MaxStrLen)}
+	return s, d.Done()
 }
 
 // attachReq resumes an exec's stream from an offset.
@@ -268,19 +211,19 @@ type attachReq struct {
 }
 
 func appendAttach(b []byte, a attachReq) []byte {
-	e := enc{b}
-	e.str(a.ID)
-	e.uv(uint64(max(a.From, 0)))
-	return e.b
+	e := rpc.NewEncoder(b)
+	e.PutString(a.ID)
+	e.PutUvarint(uint64(max(a.From, 0)))
+	return e.Bytes()
 }
 
 func decodeAttach(p []byte) (attachReq, error) {
-	d := dec{b: p}
-	a := attachReq{ID: d.str("id"), From: int64(d.uv("from"))}
+	d := newDecoder(p)
+	a := attachReq{ID: d.String("id", MaxStrLen), From: int64(d.Uvarint())}
 	if a.From < 0 {
-		d.fail("from")
+		d.Fail("from %d", a.From)
 	}
-	return a, d.done()
+	return a, d.Done()
 }
 
 type killReq struct {
@@ -289,19 +232,19 @@ type killReq struct {
 }
 
 func appendKill(b []byte, k killReq) []byte {
-	e := enc{b}
-	e.str(k.ID)
-	e.uv(uint64(k.Signal))
-	return e.b
+	e := rpc.NewEncoder(b)
+	e.PutString(k.ID)
+	e.PutUvarint(uint64(k.Signal))
+	return e.Bytes()
 }
 
 func decodeKill(p []byte) (killReq, error) {
-	d := dec{b: p}
-	k := killReq{ID: d.str("id")}
-	sig := d.uv("signal")
+	d := newDecoder(p)
+	k := killReq{ID: d.String("id", MaxStrLen)}
+	sig := d.Uvarint()
 	if sig == 0 || sig > 64 {
-		d.fail("signal")
+		d.Fail("signal %d", sig)
 	}
 	k.Signal = syscall.Signal(sig)
-	return k, d.done()
+	return k, d.Done()
 }

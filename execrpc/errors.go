@@ -1,9 +1,15 @@
 package execrpc
 
 import (
+	"errors"
+
 	"github.com/wsync/wsync/execrun"
 	"github.com/wsync/wsync/syncwire/rpc"
 )
+
+// ErrBadMessage reports an exec message that does not decode. It travels
+// as vfs.ErrInvalid's code (server.go's wireErr).
+var ErrBadMessage = errors.New("malformed exec message")
 
 // The wire codes of the exec sentinels (docs/PROTOCOL.md).
 const (
