@@ -18,7 +18,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/wsync/wsync/chunkstore"
 	"github.com/wsync/wsync/fusefs"
 	"github.com/wsync/wsync/internal/fusetest"
 	"github.com/wsync/wsync/vfs"
@@ -207,19 +206,9 @@ func TestUnixSocketInMount(t *testing.T) {
 	}
 	// An apply into the same directory invalidates the kernel's entries
 	// there; the next lookup must find the same inode, or connect fails.
-	ctx := context.Background()
-	stage := m.Store.Chunks().NewStage()
-	defer stage.Release()
-	ref, err := stage.PutHashed(ctx, []byte("pid 1\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = m.Store.Apply(ctx, []vfs.ChangeEntry{{Kind: vfs.EntryFile, Rev: 1, Path: "run/pidfile", Mode: 0o644, Mtime: 1, Size: int64(ref.Size), Chunks: chunkstore.Manifest{ref}}},
-		vfs.ApplyOptions{Source: vfs.Upstream, Stage: stage})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Server.WaitInvalidated(ctx); err != nil {
+	applyUpstream(t, m.Store, []vfs.ChangeEntry{{Kind: vfs.EntryFile, Rev: 1, Path: "run/pidfile", Mode: 0o644, Mtime: 1}},
+		map[string]string{"run/pidfile": "pid 1\n"})
+	if err := m.Server.WaitInvalidated(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := dial(m.Path("run/moved.sock")); err != nil || out != "echo:ping\n" {
@@ -436,25 +425,15 @@ func TestSpecialFilesAsOnNodevTmpfs(t *testing.T) {
 func TestApplyReplacesLocalFifo(t *testing.T) {
 	m := fusetest.NewMount(t, fusetest.Options{Options: fusefs.Options{EntryTimeout: time.Hour, AttrTimeout: time.Hour}})
 	sh(t, m.Dir, `mkfifo p keep; mkdir d; mkfifo d/f; stat -c %F p keep d/f >/dev/null`)
-	ctx := context.Background()
-	stage := m.Store.Chunks().NewStage()
-	defer stage.Release()
-	ref, err := stage.PutHashed(ctx, []byte("from upstream\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := m.Store.Apply(ctx, []vfs.ChangeEntry{
-		{Kind: vfs.EntryFile, Rev: 1, Path: "p", Mode: 0o644, Mtime: 1, Size: int64(ref.Size), Chunks: chunkstore.Manifest{ref}},
+	res := applyUpstream(t, m.Store, []vfs.ChangeEntry{
+		{Kind: vfs.EntryFile, Rev: 1, Path: "p", Mode: 0o644, Mtime: 1},
 		{Kind: vfs.EntryDelete, Rev: 2, Path: "keep"},
 		{Kind: vfs.EntryDelete, Rev: 3, Path: "d"},
-	}, vfs.ApplyOptions{Source: vfs.Upstream, Stage: stage})
-	if err != nil {
-		t.Fatal(err)
-	}
+	}, map[string]string{"p": "from upstream\n"})
 	if res.Applied != 2 || res.Skipped != 1 {
 		t.Errorf("apply = %+v, want 2 applied, the FIFO's delete skipped", res)
 	}
-	if err := m.Server.WaitInvalidated(ctx); err != nil {
+	if err := m.Server.WaitInvalidated(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	// Without the invalidation the kernel would still open p as a FIFO

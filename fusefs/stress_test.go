@@ -408,8 +408,33 @@ func walkMount(t *testing.T, root string) map[string]stressEntry {
 // walkStore lists a store through its API, not the mount.
 func walkStore(t *testing.T, s *vfs.Store) map[string]stressEntry {
 	t.Helper()
-	ctx := context.Background()
 	out := map[string]stressEntry{}
+	eachStoreEntry(t, s, "store", func(p string, _ vfs.DirEntry, a vfs.Attr) {
+		e := stressEntry{Group: strconv.FormatUint(uint64(a.Ino), 10), Nlink: a.Nlink, Size: a.Size}
+		switch a.Kind {
+		case vfs.KindDir:
+			e.Kind = "dir"
+		case vfs.KindFile:
+			b, err := s.ReadFile(context.Background(), p)
+			if err != nil {
+				t.Fatalf("store read %s: %v", p, err)
+			}
+			e.Kind, e.Data, e.Sha = "file", b, sha(b)
+		default:
+			t.Errorf("store: %s is a %v", p, a.Kind)
+			return
+		}
+		out[p] = e
+	})
+	return out
+}
+
+// eachStoreEntry calls fn, depth first, for every entry of s with its
+// dirent and the attributes its path resolves to. An entry that does not
+// resolve is an error of the test, which who names.
+func eachStoreEntry(t *testing.T, s *vfs.Store, who string, fn func(p string, de vfs.DirEntry, a vfs.Attr)) {
+	t.Helper()
+	ctx := context.Background()
 	var walk func(dir string)
 	walk = func(dir string) {
 		ents, err := s.List(ctx, dir)
@@ -420,31 +445,16 @@ func walkStore(t *testing.T, s *vfs.Store) map[string]stressEntry {
 			p := path.Join(dir, de.Name)
 			a, err := s.Stat(ctx, p)
 			if err != nil {
-				t.Errorf("store: entry %s does not resolve: %v", p, err)
+				t.Errorf("%s: %s does not resolve: %v", who, p, err)
 				continue
 			}
-			e := stressEntry{Group: strconv.FormatUint(uint64(a.Ino), 10), Nlink: a.Nlink, Size: a.Size}
-			switch a.Kind {
-			case vfs.KindDir:
-				e.Kind = "dir"
-				out[p] = e
+			fn(p, de, a)
+			if a.Kind == vfs.KindDir {
 				walk(p)
-				continue
-			case vfs.KindFile:
-				b, err := s.ReadFile(ctx, p)
-				if err != nil {
-					t.Fatalf("store read %s: %v", p, err)
-				}
-				e.Kind, e.Data, e.Sha = "file", b, sha(b)
-			default:
-				t.Errorf("store: %s is a %v", p, a.Kind)
-				continue
 			}
-			out[p] = e
 		}
 	}
 	walk("")
-	return out
 }
 
 // diffWalks lists the differences of two walks: names, kinds, bytes, and
@@ -482,38 +492,21 @@ func fsckStore(t *testing.T, s *vfs.Store) {
 	ctx := context.Background()
 	names := map[vfs.Ino]int{}
 	nlink := map[vfs.Ino]uint32{}
-	var walk func(dir string)
-	walk = func(dir string) {
-		ents, err := s.List(ctx, dir)
-		if err != nil {
-			t.Fatalf("store list %q: %v", dir, err)
+	eachStoreEntry(t, s, "fsck", func(p string, de vfs.DirEntry, a vfs.Attr) {
+		if a.Ino != de.Ino || a.Kind != de.Kind {
+			t.Errorf("fsck: %s lists as inode %d (%v) and resolves to %d (%v)", p, de.Ino, de.Kind, a.Ino, a.Kind)
 		}
-		for _, de := range ents {
-			p := path.Join(dir, de.Name)
-			a, err := s.Stat(ctx, p)
+		if a.Kind == vfs.KindFile {
+			names[a.Ino]++
+			nlink[a.Ino] = a.Nlink
+			m, err := s.Manifest(ctx, p)
 			if err != nil {
-				t.Errorf("fsck: %s does not resolve: %v", p, err)
-				continue
-			}
-			if a.Ino != de.Ino || a.Kind != de.Kind {
-				t.Errorf("fsck: %s lists as inode %d (%v) and resolves to %d (%v)", p, de.Ino, de.Kind, a.Ino, a.Kind)
-			}
-			switch a.Kind {
-			case vfs.KindDir:
-				walk(p)
-			case vfs.KindFile:
-				names[a.Ino]++
-				nlink[a.Ino] = a.Nlink
-				m, err := s.Manifest(ctx, p)
-				if err != nil {
-					t.Errorf("fsck: manifest of %s: %v", p, err)
-				} else if m.Size() != a.Size {
-					t.Errorf("fsck: %s has size %d, its manifest %d", p, a.Size, m.Size())
-				}
+				t.Errorf("fsck: manifest of %s: %v", p, err)
+			} else if m.Size() != a.Size {
+				t.Errorf("fsck: %s has size %d, its manifest %d", p, a.Size, m.Size())
 			}
 		}
-	}
-	walk("")
+	})
 	for ino, n := range names {
 		if nlink[ino] != uint32(n) {
 			t.Errorf("fsck: inode %d has nlink %d and %d names", ino, nlink[ino], n)
@@ -764,16 +757,11 @@ func (x *stressWorker) write() error {
 	f := x.files[p]
 	off := x.rng.IntN(len(f.data) + 64<<10)
 	b := x.bytes(1 + x.rng.IntN(64<<10))
-	fd, err := os.OpenFile(x.abs(p), os.O_WRONLY, 0)
-	if err != nil {
-		return fmt.Errorf("open %s: %w", p, err)
-	}
-	if _, err := fd.WriteAt(b, int64(off)); err != nil {
-		fd.Close()
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	if err := fd.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", p, err)
+	if err := x.writeTo(p, 0, "write", func(fd *os.File) error {
+		_, err := fd.WriteAt(b, int64(off))
+		return err
+	}); err != nil {
+		return err
 	}
 	if end := off + len(b); end > len(f.data) {
 		f.data = append(f.data, make([]byte, end-len(f.data))...)
@@ -790,19 +778,31 @@ func (x *stressWorker) appendPrivate() error {
 	}
 	f := x.files[p]
 	b := x.bytes(1 + x.rng.IntN(8<<10))
-	fd, err := os.OpenFile(x.abs(p), os.O_WRONLY|os.O_APPEND, 0)
+	if err := x.writeTo(p, os.O_APPEND, "append", func(fd *os.File) error {
+		_, err := fd.Write(b)
+		return err
+	}); err != nil {
+		return err
+	}
+	f.data = append(f.data, b...)
+	x.done("append", "%s %d", p, len(b))
+	return nil
+}
+
+// writeTo opens the private file p write-only (and flag), writes to it
+// with w and closes it; op names w's write in its error.
+func (x *stressWorker) writeTo(p string, flag int, op string, w func(*os.File) error) error {
+	fd, err := os.OpenFile(x.abs(p), os.O_WRONLY|flag, 0)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", p, err)
 	}
-	if _, err := fd.Write(b); err != nil {
+	if err := w(fd); err != nil {
 		fd.Close()
-		return fmt.Errorf("append %s: %w", p, err)
+		return fmt.Errorf("%s %s: %w", op, p, err)
 	}
 	if err := fd.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", p, err)
 	}
-	f.data = append(f.data, b...)
-	x.done("append", "%s %d", p, len(b))
 	return nil
 }
 

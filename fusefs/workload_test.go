@@ -63,31 +63,46 @@ func TestSqliteInsideMount(t *testing.T) {
 // applyFiles applies upstream file entries (path -> content; "" deletes).
 func applyFiles(t *testing.T, s *vfs.Store, rev int64, files map[string]string) {
 	t.Helper()
-	ctx := context.Background()
-	stage := s.Chunks().NewStage()
-	defer stage.Release()
 	var entries []vfs.ChangeEntry
 	for path, data := range files {
 		if data == "" {
 			entries = append(entries, vfs.ChangeEntry{Kind: vfs.EntryDelete, Rev: rev, Path: path})
 			continue
 		}
-		var refs chunkstore.Manifest
+		entries = append(entries, vfs.ChangeEntry{Kind: vfs.EntryFile, Rev: rev, Path: path, Mode: 0o644, Mtime: time.Now().UnixNano()})
+	}
+	applyUpstream(t, s, entries, files)
+}
+
+// applyUpstream applies entries as a pull does. A file entry's bytes are
+// content[its path], staged first; its Size and Chunks are set from them.
+func applyUpstream(t *testing.T, s *vfs.Store, entries []vfs.ChangeEntry, content map[string]string) vfs.ApplyResult {
+	t.Helper()
+	ctx := context.Background()
+	stage := s.Chunks().NewStage()
+	defer stage.Release()
+	for i := range entries {
+		e := &entries[i]
+		if e.Kind != vfs.EntryFile {
+			continue
+		}
+		data := content[e.Path]
+		e.Size, e.Chunks = int64(len(data)), nil
 		for b := []byte(data); len(b) > 0; {
 			n := min(len(b), chunkstore.ChunkSize)
 			ref, err := stage.PutHashed(ctx, b[:n])
 			if err != nil {
 				t.Fatal(err)
 			}
-			refs = append(refs, ref)
+			e.Chunks = append(e.Chunks, ref)
 			b = b[n:]
 		}
-		entries = append(entries, vfs.ChangeEntry{Kind: vfs.EntryFile, Rev: rev, Path: path, Mode: 0o644,
-			Mtime: time.Now().UnixNano(), Size: int64(len(data)), Chunks: refs})
 	}
-	if _, err := s.Apply(ctx, entries, vfs.ApplyOptions{Source: vfs.Upstream, Stage: stage}); err != nil {
+	res, err := s.Apply(ctx, entries, vfs.ApplyOptions{Source: vfs.Upstream, Stage: stage})
+	if err != nil {
 		t.Fatalf("apply: %v", err)
 	}
+	return res
 }
 
 // TestUpstreamApplyIsVisibleAtOnce caches everything in the kernel for an
