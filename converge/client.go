@@ -44,9 +44,9 @@ func call(ctx context.Context, sess *rpc.Session, st *callStats, m rpc.Method, b
 
 // peerRoot asks the peer for its Merkle root under ignore.
 func peerRoot(ctx context.Context, sess *rpc.Session, st *callStats, ignore []string) (rootInfo, error) {
-	w := writer{}
-	w.ignore(ignore)
-	b, err := call(ctx, sess, st, MethodRoot, w.b)
+	var e rpc.Encoder
+	syncwire.AppendIgnore(&e, ignore)
+	b, err := call(ctx, sess, st, MethodRoot, e.Bytes())
 	if err != nil {
 		return rootInfo{}, fmt.Errorf("root: %w", err)
 	}

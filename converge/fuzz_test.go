@@ -1,6 +1,7 @@
 package converge
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -62,11 +63,7 @@ func seedPageBodies() [][]byte {
 	for _, e := range seedEntries() {
 		raw, _ = appendRecord(raw, snapRecord{Tag: recEntry, Entry: e})
 	}
-	w := writer{}
-	w.uvarint(7)
-	w.uvarint(4)
-	w.uvarint(uint64(len(raw)))
-	return [][]byte{zenc().EncodeAll(raw, w.b), {0, 1, 5, 0x28, 0xb5, 0x2f, 0xfd}}
+	return [][]byte{zenc().EncodeAll(raw, uvarints(7, 4, uint64(len(raw)))), {0, 1, 5, 0x28, 0xb5, 0x2f, 0xfd}}
 }
 
 func seedObjects() [][]byte {
@@ -274,5 +271,34 @@ func TestWriteFuzzCorpus(t *testing.T) {
 			body := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", s)
 			must(t, os.WriteFile(filepath.Join(dir, fmt.Sprintf("seed%d", i)), []byte(body), 0o644))
 		}
+	}
+}
+
+// Every decoder's failure is ErrMalformed, whichever field it stops at.
+func TestDecodersFailWithErrMalformed(t *testing.T) {
+	tests := map[string]func() error{
+		"root info truncated hash": func() error { _, err := decodeRootInfo(make([]byte, 31)); return err },
+		"node request bad path": func() error {
+			_, err := decodeNodeRequest(appendNodeRequest(nil, nodeRequest{Path: "../x", Limit: 1}))
+			return err
+		},
+		"node request bad ignore": func() error {
+			_, err := decodeNodeRequest(appendNodeRequest(nil, nodeRequest{Limit: 1, Ignore: []string{"a/b"}}))
+			return err
+		},
+		"node request ignore flag": func() error { _, err := decodeNodeRequest([]byte{0, 0, 1, 2}); return err },
+		"node page bad uvarint":    func() error { _, err := decodeNodePage([]byte{0, 0x80}, "", MaxChildren); return err },
+		"paths trailing bytes":     func() error { _, err := decodePaths(append(appendPaths(nil, []string{"a"}), 0)); return err },
+		"revs past the message":    func() error { _, err := decodeRevs([]byte{2, 1}, 2); return err },
+		"records length past body": func() error { _, err := DecodeRecords([]byte{5, 1}, 1); return err },
+		"page header truncated":    func() error { _, _, err := DecodePage([]byte{0, 1}); return err },
+		"objects header truncated": func() error { _, err := DecodeObjects([]byte{0x80}); return err },
+	}
+	for name, decode := range tests {
+		t.Run(name, func(t *testing.T) {
+			if err := decode(); !errors.Is(err, ErrMalformed) {
+				t.Errorf("err = %v, want ErrMalformed", err)
+			}
+		})
 	}
 }

@@ -81,8 +81,8 @@ func floodNode(p *heapProbe, pages int) rpc.Handler {
 	var mu sync.Mutex
 	served := map[string]int{}
 	return func(ctx context.Context, c *rpc.Incoming) error {
-		rd := reader{b: c.Body}
-		q := nodeRequest{Path: rd.str("path", 1<<20)}
+		d := rpc.NewDecoder(c.Body)
+		q := nodeRequest{Path: d.String("path", 1<<20)}
 		p.measure()
 		mu.Lock()
 		n := served[q.Path]
@@ -140,8 +140,8 @@ func TestHostileRepairPathsBounded(t *testing.T) {
 	})
 	srv.Handle(MethodNode, func(ctx context.Context, c *rpc.Incoming) error {
 		// A hostile peer answers any path, however long.
-		rd := reader{b: c.Body}
-		q := nodeRequest{Path: rd.str("path", 1<<20)}
+		d := rpc.NewDecoder(c.Body)
+		q := nodeRequest{Path: d.String("path", 1<<20)}
 		switch {
 		case q.Path == "":
 			return c.Reply(appendNodePage(nil, nodePage{Children: []Child{{Name: "p", Kind: vfs.KindDir, Mode: 0o755, Hash: Hash{2}}}}))
@@ -203,7 +203,7 @@ func TestHostileCallsBounded(t *testing.T) {
 		want   error
 	}{
 		{"root: bad ignore flag", MethodRoot, []byte{7}, nil, rpc.ErrProtocol},
-		{"root: ignore count past the body", MethodRoot, cat([]byte{1}, uv(maxIgnore)), nil, rpc.ErrProtocol},
+		{"root: ignore count past the body", MethodRoot, cat([]byte{1}, uv(syncwire.MaxIgnore)), nil, rpc.ErrProtocol},
 		{"node: garbage", MethodNode, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, nil, rpc.ErrProtocol},
 		{"node: path length past the body", MethodNode, uv(vfs.MaxPathLen), nil, rpc.ErrProtocol},
 		{"revs: path count past the body", MethodRevs, uv(MaxPaths), nil, rpc.ErrProtocol},

@@ -3,6 +3,7 @@ package converge
 import (
 	"strings"
 
+	"github.com/wsync/wsync/syncwire"
 	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 )
@@ -50,17 +51,17 @@ type rootInfo struct {
 }
 
 func appendRootInfo(b []byte, ri rootInfo) []byte {
-	w := writer{b: b}
-	w.hash(ri.Root)
-	w.uvarint(uint64(ri.Rev))
-	w.uvarint(uint64(ri.Names))
-	return w.b
+	e := rpc.NewEncoder(b)
+	e.PutFixed(ri.Root[:])
+	e.PutUvarint(uint64(ri.Rev))
+	e.PutUvarint(uint64(ri.Names))
+	return e.Bytes()
 }
 
 func decodeRootInfo(p []byte) (rootInfo, error) {
-	r := reader{b: p}
-	ri := rootInfo{Root: r.hash(), Rev: int64(r.bounded("rev", 1<<62)), Names: int(r.bounded("names", 1<<40))}
-	return ri, r.done()
+	d := newDecoder(p)
+	ri := rootInfo{Root: d.Fixed32(), Rev: int64(d.Bounded("rev", 1<<62)), Names: int(d.Bounded("names", 1<<40))}
+	return ri, d.Done()
 }
 
 // nodeRequest asks for a page of one directory's children.
@@ -72,22 +73,22 @@ type nodeRequest struct {
 }
 
 func appendNodeRequest(b []byte, q nodeRequest) []byte {
-	w := writer{b: b}
-	w.str(q.Path)
-	w.str(q.After)
-	w.uvarint(uint64(q.Limit))
-	w.ignore(q.Ignore)
-	return w.b
+	e := rpc.NewEncoder(b)
+	e.PutString(q.Path)
+	e.PutString(q.After)
+	e.PutUvarint(uint64(q.Limit))
+	syncwire.AppendIgnore(&e, q.Ignore)
+	return e.Bytes()
 }
 
 func decodeNodeRequest(p []byte) (nodeRequest, error) {
-	r := reader{b: p}
+	d := newDecoder(p)
 	var q nodeRequest
-	q.Path = r.path(true)
-	q.After = r.name(true)
-	q.Limit = int(r.uvarint())
-	q.Ignore = r.ignore()
-	if err := r.done(); err != nil {
+	q.Path = readPath(&d, true)
+	q.After = readName(&d, true)
+	q.Limit = int(d.Uvarint())
+	q.Ignore = syncwire.DecodeIgnore(&d)
+	if err := d.Done(); err != nil {
 		return q, err
 	}
 	if q.Limit < 1 || q.Limit > MaxChildren {
@@ -113,20 +114,20 @@ type nodePage struct {
 }
 
 func appendNodePage(b []byte, pg nodePage) []byte {
-	w := writer{b: b}
+	e := rpc.NewEncoder(b)
 	var flags byte
 	if pg.More {
 		flags = 1
 	}
-	w.byte(flags)
-	w.uvarint(uint64(len(pg.Children)))
+	e.PutByte(flags)
+	e.PutUvarint(uint64(len(pg.Children)))
 	for _, c := range pg.Children {
-		w.str(c.Name)
-		w.byte(byte(c.Kind))
-		w.uvarint(uint64(c.Mode))
-		w.hash(c.Hash)
+		e.PutString(c.Name)
+		e.PutByte(byte(c.Kind))
+		e.PutUvarint(uint64(c.Mode))
+		e.PutFixed(c.Hash[:])
 	}
-	return w.b
+	return e.Bytes()
 }
 
 // decodeNodePage decodes and checks a page for a request with the given
@@ -137,29 +138,29 @@ func decodeNodePage(p []byte, after string, limit int) (nodePage, error) {
 	if len(p) > MaxPageBytes {
 		return pg, malformed("node page of %d bytes exceeds %d", len(p), MaxPageBytes)
 	}
-	r := reader{b: p}
-	flags := r.byte()
+	d := newDecoder(p)
+	flags := d.Byte()
 	if flags&^1 != 0 {
-		r.fail("bad page flags %#x", flags)
+		d.Fail("bad page flags %#x", flags)
 	}
 	pg.More = flags&1 != 0
-	n := r.count("children", MaxChildren, minChildSize)
-	if r.err == nil && n > limit {
-		r.fail("%d children for a page of %d", n, limit)
+	n := d.Count("children", MaxChildren, minChildSize)
+	if d.Err() == nil && n > limit {
+		d.Fail("%d children for a page of %d", n, limit)
 	}
-	if r.err != nil {
-		return pg, r.err
+	if err := d.Err(); err != nil {
+		return pg, err
 	}
 	pg.Children = make([]Child, 0, n)
 	prev := after
 	for i := range n {
 		var c Child
-		c.Name = r.name(false)
-		c.Kind = vfs.Kind(r.byte())
-		c.Mode = uint32(r.bounded("mode", 0o7777))
-		c.Hash = r.hash()
-		if r.err != nil {
-			return pg, r.err
+		c.Name = readName(&d, false)
+		c.Kind = vfs.Kind(d.Byte())
+		c.Mode = uint32(d.Bounded("mode", 0o7777))
+		c.Hash = d.Fixed32()
+		if err := d.Err(); err != nil {
+			return pg, err
 		}
 		if c.Kind != vfs.KindFile && c.Kind != vfs.KindDir && c.Kind != vfs.KindSymlink {
 			return pg, malformed("child %d: kind %d", i, c.Kind)
@@ -170,7 +171,7 @@ func decodeNodePage(p []byte, after string, limit int) (nodePage, error) {
 		prev = c.Name
 		pg.Children = append(pg.Children, c)
 	}
-	if err := r.done(); err != nil {
+	if err := d.Done(); err != nil {
 		return pg, err
 	}
 	if pg.More && n == 0 {
@@ -180,41 +181,41 @@ func decodeNodePage(p []byte, after string, limit int) (nodePage, error) {
 }
 
 func appendPaths(b []byte, paths []string) []byte {
-	w := writer{b: b}
-	w.uvarint(uint64(len(paths)))
+	e := rpc.NewEncoder(b)
+	e.PutUvarint(uint64(len(paths)))
 	for _, p := range paths {
-		w.str(p)
+		e.PutString(p)
 	}
-	return w.b
+	return e.Bytes()
 }
 
 func decodePaths(p []byte) ([]string, error) {
-	r := reader{b: p}
-	n := r.count("paths", MaxPaths, 2)
+	d := newDecoder(p)
+	n := d.Count("paths", MaxPaths, 2)
 	out := make([]string, 0, n)
 	for range n {
-		out = append(out, r.path(false))
+		out = append(out, readPath(&d, false))
 	}
-	return out, r.done()
+	return out, d.Done()
 }
 
 func appendRevs(b []byte, revs []int64) []byte {
-	w := writer{b: b}
-	w.uvarint(uint64(len(revs)))
+	e := rpc.NewEncoder(b)
+	e.PutUvarint(uint64(len(revs)))
 	for _, v := range revs {
-		w.uvarint(uint64(v))
+		e.PutUvarint(uint64(v))
 	}
-	return w.b
+	return e.Bytes()
 }
 
 func decodeRevs(p []byte, n int) ([]int64, error) {
-	r := reader{b: p}
-	if got := r.count("revs", MaxPaths, 1); r.err == nil && got != n {
+	d := newDecoder(p)
+	if got := d.Count("revs", MaxPaths, 1); d.Err() == nil && got != n {
 		return nil, malformed("%d revs for %d paths", got, n)
 	}
 	out := make([]int64, n)
 	for i := range out {
-		out[i] = int64(r.bounded("rev", 1<<62))
+		out[i] = int64(d.Bounded("rev", 1<<62))
 	}
-	return out, r.done()
+	return out, d.Done()
 }

@@ -106,9 +106,9 @@ func (r *Responder) Forget() {
 }
 
 func (r *Responder) root(ctx context.Context, c *rpc.Incoming) error {
-	rd := reader{b: c.Body}
-	ignore := rd.ignore()
-	if err := rd.done(); err != nil {
+	d := newDecoder(c.Body)
+	ignore := syncwire.DecodeIgnore(&d)
+	if err := d.Done(); err != nil {
 		return err
 	}
 	if err := r.store.FlushAll(ctx); err != nil {

@@ -137,9 +137,9 @@ func appendRecord(b []byte, rec snapRecord) ([]byte, error) {
 	if err != nil {
 		return b, err
 	}
-	w := writer{b: b}
-	w.uvarint(uint64(len(body)))
-	return append(w.b, body...), nil
+	e := rpc.NewEncoder(b)
+	e.PutBytes(body)
+	return e.Bytes(), nil
 }
 
 // splitEntry returns e's records: one, or for a file of more than
@@ -173,20 +173,20 @@ func recordCount(n, partRefs int) int {
 // That the parts of a file follow each other is checked where the records
 // are put together (stagedRoot).
 func decodeRecordBody(b []byte) (snapRecord, error) {
-	r := reader{b: b}
-	rec := snapRecord{Tag: r.byte()}
-	if r.err != nil {
-		return rec, r.err
+	d := newDecoder(b)
+	rec := snapRecord{Tag: d.Byte()}
+	if err := d.Err(); err != nil {
+		return rec, err
 	}
 	switch rec.Tag {
 	case recHead:
-		rec.Refs = int(r.bounded("file refs", chunkstore.MaxManifestChunks))
-		if r.err != nil {
-			return rec, r.err
+		rec.Refs = int(d.Bounded("file refs", chunkstore.MaxManifestChunks))
+		if err := d.Err(); err != nil {
+			return rec, err
 		}
 		fallthrough
 	case recEntry:
-		es, err := syncwire.DecodeEntries(r.b)
+		es, err := syncwire.DecodeEntries(d.Rest())
 		if err != nil {
 			return rec, errAsMalformed(err)
 		}
@@ -204,7 +204,7 @@ func decodeRecordBody(b []byte) (snapRecord, error) {
 		// chunkstore's decoder: refs bounded by the record's bytes, sizes
 		// and windows checked as for a whole manifest (fileParts checks
 		// each ref again where it stands in the file).
-		m, rest, err := chunkstore.DecodeManifest(r.b)
+		m, rest, err := chunkstore.DecodeManifest(d.Rest())
 		switch {
 		case err != nil:
 			return rec, errAsMalformed(err)
@@ -225,12 +225,12 @@ func DecodeRecords(p []byte, n int) ([]snapRecord, error) {
 	if n < 0 || n > MaxPageRecords {
 		return nil, malformed("%d records in a page", n)
 	}
-	r := reader{b: p}
+	d := newDecoder(p)
 	out := make([]snapRecord, 0, min(n, len(p)/8))
 	for i := range n {
-		b := r.bytes("record", maxRecordLen)
-		if r.err != nil {
-			return nil, r.err
+		b := d.Bytes("record", maxRecordLen)
+		if err := d.Err(); err != nil {
+			return nil, err
 		}
 		rec, err := decodeRecordBody(b)
 		if err != nil {
@@ -238,7 +238,7 @@ func DecodeRecords(p []byte, n int) ([]snapRecord, error) {
 		}
 		out = append(out, rec)
 	}
-	return out, r.done()
+	return out, d.Done()
 }
 
 // recordHashes is the union of the records' data chunk hashes, in
@@ -265,39 +265,37 @@ func errAsMalformed(err error) error {
 // preceded, uncompressed, by uvarint(raw length).
 
 func appendObjects(objs []syncwire.Object) []byte {
-	w := writer{}
-	w.uvarint(uint64(len(objs)))
+	var e, h rpc.Encoder
+	e.PutUvarint(uint64(len(objs)))
 	for _, o := range objs {
-		w.b = append(w.b, o.Hash[:]...)
-		w.uvarint(uint64(len(o.Data)))
-		w.b = append(w.b, o.Data...)
+		e.PutFixed(o.Hash[:])
+		e.PutBytes(o.Data)
 	}
-	h := writer{}
-	h.uvarint(uint64(len(w.b)))
-	return zenc().EncodeAll(w.b, h.b)
+	h.PutUvarint(uint64(e.Len()))
+	return zenc().EncodeAll(e.Bytes(), h.Bytes())
 }
 
 // DecodeObjects decodes one object message and checks every chunk's bytes
 // against its hash.
 func DecodeObjects(p []byte) ([]syncwire.Object, error) {
-	r := reader{b: p}
-	raw := int(r.bounded("objects length", maxObjectsRaw))
-	if r.err != nil {
-		return nil, r.err
+	d := newDecoder(p)
+	raw := int(d.Bounded("objects length", maxObjectsRaw))
+	if err := d.Err(); err != nil {
+		return nil, err
 	}
-	b, err := unzstd(r.b, raw, maxObjectsRaw)
+	b, err := unzstd(d.Rest(), raw, maxObjectsRaw)
 	if err != nil {
 		return nil, err
 	}
-	r = reader{b: b}
-	n := r.count("objects", syncwire.MaxHashes, 34)
+	d = newDecoder(b)
+	n := d.Count("objects", syncwire.MaxHashes, 34)
 	out := make([]syncwire.Object, 0, n)
 	for range n {
 		var o syncwire.Object
-		copy(o.Hash[:], r.raw(32))
-		o.Data = r.bytes("chunk", chunkstore.ChunkSize)
-		if r.err != nil {
-			return nil, r.err
+		o.Hash = d.Fixed32()
+		o.Data = d.Bytes("chunk", chunkstore.ChunkSize)
+		if err := d.Err(); err != nil {
+			return nil, err
 		}
 		if len(o.Data) == 0 {
 			return nil, malformed("empty chunk")
@@ -307,7 +305,7 @@ func DecodeObjects(p []byte) ([]syncwire.Object, error) {
 		}
 		out = append(out, o)
 	}
-	return out, r.done()
+	return out, d.Done()
 }
 
 // BootstrapOptions configures Bootstrap.
@@ -563,17 +561,17 @@ func sendChunks(ctx context.Context, sess *rpc.Session, st *callStats, local *vf
 }
 
 func snapBegin(ctx context.Context, sess *rpc.Session, st *callStats, root Hash, rev int64, total int) (int, error) {
-	w := writer{}
-	w.hash(root)
-	w.uvarint(uint64(rev))
-	w.uvarint(uint64(total))
-	b, err := call(ctx, sess, st, MethodSnapBegin, w.b)
+	var e rpc.Encoder
+	e.PutFixed(root[:])
+	e.PutUvarint(uint64(rev))
+	e.PutUvarint(uint64(total))
+	b, err := call(ctx, sess, st, MethodSnapBegin, e.Bytes())
 	if err != nil {
 		return 0, fmt.Errorf("snapshot begin: %w", err)
 	}
-	r := reader{b: b}
-	next := int(r.bounded("staged", uint64(total)))
-	if err := r.done(); err != nil {
+	d := newDecoder(b)
+	next := int(d.Bounded("staged", uint64(total)))
+	if err := d.Done(); err != nil {
 		return 0, fmt.Errorf("snapshot begin: %w", err)
 	}
 	return next, nil
@@ -583,36 +581,31 @@ func snapBegin(ctx context.Context, sess *rpc.Session, st *callStats, root Hash,
 // their framed encoding. It returns what the peer has staged, the total,
 // and the compressed size.
 func snapPage(ctx context.Context, sess *rpc.Session, st *callStats, first, n int, raw []byte) (int, int, int, error) {
-	w := writer{}
-	w.uvarint(uint64(first))
-	w.uvarint(uint64(n))
-	w.uvarint(uint64(len(raw)))
-	body := zenc().EncodeAll(raw, w.b)
-	z := len(body) - len(w.b)
+	head := uvarints(uint64(first), uint64(n), uint64(len(raw)))
+	body := zenc().EncodeAll(raw, head)
+	z := len(body) - len(head)
 	b, err := call(ctx, sess, st, MethodSnapPage, body)
 	if err != nil {
 		return 0, 0, 0, fmt.Errorf("snapshot page at %d: %w", first, err)
 	}
-	r := reader{b: b}
-	staged := int(r.bounded("staged", MaxSnapshotRecords))
-	total := int(r.bounded("total", MaxSnapshotRecords))
-	if err := r.done(); err != nil {
+	d := newDecoder(b)
+	staged := int(d.Bounded("staged", MaxSnapshotRecords))
+	total := int(d.Bounded("total", MaxSnapshotRecords))
+	if err := d.Done(); err != nil {
 		return 0, 0, 0, fmt.Errorf("snapshot page at %d: %w", first, err)
 	}
 	return staged, total, z, nil
 }
 
 func snapCommit(ctx context.Context, sess *rpc.Session, st *callStats, root Hash) (int64, int64, error) {
-	w := writer{}
-	w.hash(root)
-	b, err := call(ctx, sess, st, MethodSnapCommit, w.b)
+	b, err := call(ctx, sess, st, MethodSnapCommit, root[:])
 	if err != nil {
 		return 0, 0, fmt.Errorf("snapshot commit: %w", err)
 	}
-	r := reader{b: b}
-	before := int64(r.bounded("rev", 1<<62))
-	after := int64(r.bounded("rev", 1<<62))
-	if err := r.done(); err != nil {
+	d := newDecoder(b)
+	before := int64(d.Bounded("rev", 1<<62))
+	after := int64(d.Bounded("rev", 1<<62))
+	if err := d.Done(); err != nil {
 		return 0, 0, fmt.Errorf("snapshot commit: %w", err)
 	}
 	return before, after, nil

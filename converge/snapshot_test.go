@@ -179,15 +179,11 @@ func TestSnapshotCorruptPageRefused(t *testing.T) {
 		return err
 	}
 	page := func(first, count int, raw []byte, mangle func([]byte)) []byte {
-		w := writer{}
-		w.uvarint(uint64(first))
-		w.uvarint(uint64(count))
-		w.uvarint(uint64(len(raw)))
 		z := zenc().EncodeAll(raw, nil)
 		if mangle != nil {
 			mangle(z)
 		}
-		return append(w.b, z...)
+		return append(uvarints(uint64(first), uint64(count), uint64(len(raw))), z...)
 	}
 	hashFlipped := append([]byte(nil), raw...)
 	hashFlipped[len(hashFlipped)-10] ^= 0xff // inside the last record's chunk hash
@@ -203,11 +199,7 @@ func TestSnapshotCorruptPageRefused(t *testing.T) {
 		{"record count too high", page(0, n+1, raw, nil), rpc.ErrProtocol},
 		{"out of order", page(5, n, raw, nil), rpc.ErrProtocol},
 		{"declared length wrong", func() []byte {
-			w := writer{}
-			w.uvarint(0)
-			w.uvarint(uint64(n))
-			w.uvarint(uint64(len(raw) + 1))
-			return append(w.b, zenc().EncodeAll(raw, nil)...)
+			return append(uvarints(0, uint64(n), uint64(len(raw)+1)), zenc().EncodeAll(raw, nil)...)
 		}(), rpc.ErrProtocol},
 	}
 	for _, tt := range tests {

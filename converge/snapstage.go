@@ -221,11 +221,11 @@ func readMeta(ctx context.Context, db *sql.DB) (stagedMeta, error) {
 
 // begin: root, rev, total -> records already staged for this root.
 func (s *snapReceiver) begin(ctx context.Context, c *rpc.Incoming) error {
-	r := reader{b: c.Body}
-	root := r.hash()
-	rev := int64(r.bounded("rev", 1<<62))
-	total := int(r.bounded("total", MaxSnapshotRecords))
-	if err := r.done(); err != nil {
+	d := newDecoder(c.Body)
+	root := Hash(d.Fixed32())
+	rev := int64(d.Bounded("rev", 1<<62))
+	total := int(d.Bounded("total", MaxSnapshotRecords))
+	if err := d.Done(); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -241,9 +241,7 @@ func (s *snapReceiver) begin(ctx context.Context, c *rpc.Incoming) error {
 	if m.valid && m.root == root && m.rev == rev && m.total == total {
 		// The same snapshot: resume (an install in progress continues too,
 		// so the live store may hold part of it already).
-		w := writer{}
-		w.uvarint(uint64(m.staged))
-		return c.Reply(w.b)
+		return c.Reply(uvarints(uint64(m.staged)))
 	}
 	empty, err := s.r.store.Empty(ctx)
 	if err != nil {
@@ -283,9 +281,7 @@ func (s *snapReceiver) begin(ctx context.Context, c *rpc.Incoming) error {
 		return err
 	}
 	s.r.log.Info("snapshot staging", "root", root, "rev", rev, "records", total)
-	w := writer{}
-	w.uvarint(0)
-	return c.Reply(w.b)
+	return c.Reply(uvarints(0))
 }
 
 // stagedHas reports which hashes the staging database holds. The live
@@ -361,9 +357,7 @@ func (s *snapReceiver) objects(ctx context.Context, c *rpc.Incoming) error {
 		}
 		n += len(objs)
 	}
-	w := writer{}
-	w.uvarint(uint64(n))
-	return c.Reply(w.b)
+	return c.Reply(uvarints(uint64(n)))
 }
 
 // page stages one page of records: first, count, raw length, zstd bytes.
@@ -425,10 +419,7 @@ func (s *snapReceiver) page(ctx context.Context, c *rpc.Incoming) error {
 		return err
 	}
 	metricSnapshotRecords.WithLabelValues("staged").Add(float64(n))
-	w := writer{}
-	w.uvarint(uint64(first + n))
-	w.uvarint(uint64(m.total))
-	return c.Reply(w.b)
+	return c.Reply(uvarints(uint64(first+n), uint64(m.total)))
 }
 
 // DecodePage decodes a MethodSnapPage body: the index of its first record,
@@ -436,14 +427,14 @@ func (s *snapReceiver) page(ctx context.Context, c *rpc.Incoming) error {
 //
 //	uvarint(first) uvarint(count) uvarint(raw length) zstd(records)
 func DecodePage(p []byte) (int, []snapRecord, error) {
-	r := reader{b: p}
-	first := int(r.bounded("first record", MaxSnapshotRecords))
-	n := int(r.bounded("records", MaxPageRecords))
-	raw := int(r.bounded("page length", MaxPageRaw))
-	if r.err != nil {
-		return 0, nil, r.err
+	d := newDecoder(p)
+	first := int(d.Bounded("first record", MaxSnapshotRecords))
+	n := int(d.Bounded("records", MaxPageRecords))
+	raw := int(d.Bounded("page length", MaxPageRaw))
+	if err := d.Err(); err != nil {
+		return 0, nil, err
 	}
-	b, err := unzstd(r.b, raw, MaxPageRaw)
+	b, err := unzstd(d.Rest(), raw, MaxPageRaw)
 	if err != nil {
 		return 0, nil, fmt.Errorf("snapshot page at %d: %w", first, err)
 	}
@@ -456,9 +447,9 @@ func DecodePage(p []byte) (int, []snapRecord, error) {
 
 // commit checks the staged tree against the declared root and installs it.
 func (s *snapReceiver) commit(ctx context.Context, c *rpc.Incoming) error {
-	r := reader{b: c.Body}
-	root := r.hash()
-	if err := r.done(); err != nil {
+	d := newDecoder(c.Body)
+	root := Hash(d.Fixed32())
+	if err := d.Done(); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -505,10 +496,7 @@ func (s *snapReceiver) commit(ctx context.Context, c *rpc.Incoming) error {
 		return err
 	}
 	s.r.log.Debug("snapshot timing", "check", t1.Sub(t0), "install", time.Since(t1))
-	w := writer{}
-	w.uvarint(uint64(before))
-	w.uvarint(uint64(s.r.store.CurrentRev()))
-	return c.Reply(w.b)
+	return c.Reply(uvarints(uint64(before), uint64(s.r.store.CurrentRev())))
 }
 
 // installChecked installs a verified staging, checks the live tree
