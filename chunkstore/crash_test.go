@@ -1,16 +1,15 @@
 package chunkstore
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"database/sql"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
+	"slices"
 	"testing"
+
+	"github.com/wsync/wsync/internal/testutil"
 )
 
 // crashDirEnv turns the test binary into the crashing child: the value is
@@ -43,43 +42,11 @@ func TestCrashBetweenChunkBytesAndCommitLeavesOnlyCollectableOrphans(t *testing.
 		return
 	}
 	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$")
-	cmd.Env = append(os.Environ(), crashDirEnv+"="+dir)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The child blocks reading stdin until it is killed.
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stdin.Close()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var out strings.Builder
-	ready := false
-	sc := bufio.NewScanner(stdout)
-	for sc.Scan() {
-		out.WriteString(sc.Text() + "\n")
-		if sc.Text() == "staged" {
-			ready = true
-			break
-		}
-	}
-	if !ready {
-		cmd.Wait()
-		t.Fatalf("child exited before staging:\n%s%s", out.String(), stderr.String())
-	}
+	child := testutil.StartChild(t, t.Name(), crashDirEnv+"="+dir)
+	child.ReadUntil(t, "staging", func(line string) bool { return line == "staged" })
 	// SIGKILL: no deferred cleanup, no Close, an open write transaction.
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	go io.Copy(io.Discard, stdout)
-	cmd.Wait()
+	child.Kill(t)
 
 	db := openFileDB(t, filepath.Join(dir, "state.db"))
 	s := newTestStore(t, Options{Dir: filepath.Join(dir, "chunks")})
@@ -87,7 +54,7 @@ func TestCrashBetweenChunkBytesAndCommitLeavesOnlyCollectableOrphans(t *testing.
 	staged := crashManifest(crashStagedSeed, crashStagedSizes)
 
 	checkContent(t, s, db, committed, crashCommittedSeed)
-	if got, want := has(t, s, db, append(hashes(committed), hashes(staged)...)...), hashes(committed); !equalHashes(got, want) {
+	if got, want := has(t, s, db, append(hashes(committed), hashes(staged)...)...), hashes(committed); !slices.Equal(got, want) {
 		t.Fatalf("Has after the crash = %v, want only the committed chunks %v", got, want)
 	}
 	inline, fileBytes := layoutBytes(s, crashCommittedSizes...)
@@ -124,18 +91,6 @@ func TestCrashBetweenChunkBytesAndCommitLeavesOnlyCollectableOrphans(t *testing.
 		t.Fatalf("files after GC = %d, want %d (the committed file chunks)", got, want)
 	}
 	checkContent(t, s, db, committed, crashCommittedSeed)
-}
-
-func equalHashes(a, b []Hash) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // crashChild commits one file's chunks, stages another's (their files are

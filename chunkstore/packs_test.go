@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -185,7 +186,7 @@ func TestTruncatedPackReportsItsCutChunksAbsent(t *testing.T) {
 	}
 	// A fresh store: nothing remembered from the writes.
 	s2 := newTestStore(t, Options{Dir: s.dir, InlineMax: 1024, NoSync: true})
-	if got, want := has(t, s2, db, hashes(m)...), []Hash{m[0].Hash}; !equalHashes(got, want) {
+	if got, want := has(t, s2, db, hashes(m)...), []Hash{m[0].Hash}; !slices.Equal(got, want) {
 		t.Fatalf("Has after truncating the pack inside chunk 1 = %v, want only chunk 0", got)
 	}
 	if _, err := s2.Get(context.Background(), db, m[2].Hash); !errors.Is(err, ErrCorrupt) {

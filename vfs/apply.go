@@ -141,14 +141,16 @@ func (t *wtx) applyEntry(e *ChangeEntry) (bool, error) {
 		return false, err
 	}
 	owner := NewAttr{Mode: e.Mode, Uid: t.s.opts.Owner.Uid, Gid: t.s.opts.Owner.Gid}
-	replace := func() error {
-		if !exists {
-			return nil
+	// create puts a new node in place of what stands at the path.
+	create := func(nn newNode) (bool, error) {
+		if exists {
+			if err := t.removeAt(parent, name, e.Path, cur); err != nil {
+				return false, err
+			}
 		}
-		return t.removeAt(parent, name, e.Path, cur)
-	}
-	created := func(n node) {
+		n, err := t.insertNode(parent, e.Path, name, nn)
 		t.inval = append(t.inval, Invalidation{Ino: n.ino, Parent: parent, Name: name})
+		return true, err
 	}
 	switch e.Kind {
 	case EntryDelete:
@@ -172,23 +174,13 @@ func (t *wtx) applyEntry(e *ChangeEntry) (bool, error) {
 			t.inval = append(t.inval, Invalidation{Ino: cur.ino})
 			return true, t.touchNode(cur.ino)
 		}
-		if err := replace(); err != nil {
-			return false, err
-		}
-		n, err := t.insertNode(parent, e.Path, name, newNode{kind: KindDir, attr: owner, mtime: e.Mtime})
-		created(n)
-		return true, err
+		return create(newNode{kind: KindDir, attr: owner, mtime: e.Mtime})
 
 	case EntrySymlink:
 		if exists && cur.kind == KindSymlink && cur.target == e.Target {
 			return false, nil
 		}
-		if err := replace(); err != nil {
-			return false, err
-		}
-		n, err := t.insertNode(parent, e.Path, name, newNode{kind: KindSymlink, attr: owner, mtime: e.Mtime, target: e.Target})
-		created(n)
-		return true, err
+		return create(newNode{kind: KindSymlink, attr: owner, mtime: e.Mtime, target: e.Target})
 
 	case EntryFile:
 		for _, r := range e.Chunks {
@@ -220,12 +212,7 @@ func (t *wtx) applyEntry(e *ChangeEntry) (bool, error) {
 				return true, nil
 			}
 		}
-		if err := replace(); err != nil {
-			return false, err
-		}
-		n, err := t.insertNode(parent, e.Path, name, newNode{kind: KindFile, attr: owner, mtime: e.Mtime, manifest: e.Chunks})
-		created(n)
-		return true, err
+		return create(newNode{kind: KindFile, attr: owner, mtime: e.Mtime, manifest: e.Chunks})
 	}
 	return false, fmt.Errorf("%w: entry kind %d", ErrInvalid, e.Kind)
 }
@@ -352,55 +339,34 @@ func (t *wtx) probeNames(dir Ino, dn *dirNames, names []string) error {
 // symlink: symlinks are never followed). For a delete (lookupOnly) nothing
 // is created and a missing directory resolves to 0.
 func (t *wtx) ensureDir(path string, lookupOnly bool) (Ino, error) {
-	cur := RootIno
 	if path == "" {
-		return cur, nil
+		return RootIno, nil
 	}
 	if ino, ok := t.dirs[path]; ok {
 		return ino, nil
 	}
-	defer func() {
-		if cur != 0 {
-			if t.dirs == nil {
-				t.dirs = make(map[string]Ino)
-			}
-			t.dirs[path] = cur
-		}
-	}()
-	walked := ""
-	for rest := path; rest != ""; {
-		name := rest
-		if i := indexByte(rest, '/'); i >= 0 {
-			name, rest = rest[:i], rest[i+1:]
-		} else {
-			rest = ""
-		}
-		walked = joinPath(walked, name)
-		n, err := lookupChild(t.ctx, t.tx, cur, name)
-		switch {
-		case err == nil && n.kind == KindDir:
-			cur = n.ino
-			continue
-		case err != nil && !errors.Is(err, ErrNotExist):
-			cur = 0
-			return 0, err
-		case lookupOnly:
-			cur = 0
+	ino, err := t.walkDirs(path, func(dir Ino, name, walked string, n node, found bool) (Ino, error) {
+		if lookupOnly {
 			return 0, nil
-		case err == nil:
-			if err := t.removeAt(cur, name, walked, n); err != nil {
-				cur = 0
+		}
+		if found {
+			if err := t.removeAt(dir, name, walked, n); err != nil {
 				return 0, err
 			}
 		}
-		mode := uint32(0o755)
-		d, err := t.insertNode(cur, walked, name, newNode{kind: KindDir, attr: NewAttr{Mode: mode, Uid: t.s.opts.Owner.Uid, Gid: t.s.opts.Owner.Gid}})
+		d, err := t.insertNode(dir, walked, name, newNode{kind: KindDir, attr: NewAttr{Mode: 0o755, Uid: t.s.opts.Owner.Uid, Gid: t.s.opts.Owner.Gid}})
 		if err != nil {
-			cur = 0
 			return 0, err
 		}
-		t.inval = append(t.inval, Invalidation{Ino: d.ino, Parent: cur, Name: name})
-		cur = d.ino
+		t.inval = append(t.inval, Invalidation{Ino: d.ino, Parent: dir, Name: name})
+		return d.ino, nil
+	})
+	if err != nil || ino == 0 {
+		return 0, err
 	}
-	return cur, nil
+	if t.dirs == nil {
+		t.dirs = make(map[string]Ino)
+	}
+	t.dirs[path] = ino
+	return ino, nil
 }

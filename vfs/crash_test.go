@@ -1,15 +1,14 @@
 package vfs
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/wsync/wsync/internal/testutil"
 )
 
 const crashEnv = "WSYNC_VFS_CRASH_DB"
@@ -52,30 +51,10 @@ func TestCrashBetweenChunkBytesAndCommit(t *testing.T) {
 		return
 	}
 	db := filepath.Join(t.TempDir(), "store.db")
-	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashBetweenChunkBytesAndCommit$")
-	cmd.Env = append(os.Environ(), crashEnv+"="+db)
-	out, err := cmd.StdoutPipe()
-	must(t, err)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	must(t, cmd.Start())
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	sc := bufio.NewScanner(out)
-	staged := false
-	for sc.Scan() {
-		if sc.Text() == "staged" {
-			staged = true
-			break
-		}
-	}
-	if !staged {
-		cmd.Wait()
-		t.Fatalf("child never staged: %s", stderr.String())
-	}
+	child := testutil.StartChild(t, "TestCrashBetweenChunkBytesAndCommit", crashEnv+"="+db)
+	child.ReadUntil(t, "staging", func(line string) bool { return line == "staged" })
 	before := countChunkFiles(t, db+".chunks")
-	must(t, cmd.Process.Kill()) // SIGKILL
-	cmd.Wait()
-	go io.Copy(io.Discard, out)
+	child.Kill(t) // SIGKILL
 
 	// Committed files: 3 full chunks (one each) + 3 inline tails.
 	// Uncommitted: 4 full chunks + 1 small tail (inline, memory only).

@@ -73,9 +73,7 @@ func TestFullDiskErrorsReachTheWriter(t *testing.T) {
 	// Another file commits (its bytes go into the database, which has
 	// room), and FlushAll, which a pull runs first, does not fail for it.
 	small := createFile(t, s, "small")
-	if _, err := small.WriteAt(ctx, []byte("unaffected"), 0); err != nil {
-		t.Fatal(err)
-	}
+	writeAt(t, small, []byte("unaffected"), 0)
 	kept := writeErrors(t, "flushall", "ENOSPC")
 	if err := s.FlushAll(ctx); err != nil {
 		t.Fatalf("FlushAll = %v with one file failing; the others must still sync", err)

@@ -1,15 +1,12 @@
 package vfs
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"io/fs"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
@@ -20,7 +17,6 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-
 	"github.com/wsync/wsync/chunkstore"
 	"github.com/wsync/wsync/internal/testutil"
 )
@@ -383,32 +379,19 @@ func TestLiveGCSurvivesSIGKILL(t *testing.T) {
 	}
 	for seed := range seeds {
 		db := filepath.Join(t.TempDir(), "store.db")
-		cmd := exec.Command(os.Args[0], "-test.run=^TestLiveGCSurvivesSIGKILL$")
-		cmd.Env = append(os.Environ(), gcCrashEnv+"="+db)
-		out, err := cmd.StdoutPipe()
-		must(t, err)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		must(t, cmd.Start())
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		child := testutil.StartChild(t, "TestLiveGCSurvivesSIGKILL", gcCrashEnv+"="+db)
 		// Kill once the child has compacted and collected, at a point that
 		// moves with the seed.
-		sc := bufio.NewScanner(out)
 		compacted, passes := false, 0
-		for sc.Scan() && (!compacted || passes < 3+seed*7) {
+		child.ReadUntil(t, "compacting a pack", func(line string) bool {
 			var rows, moved, packs int64
-			if _, err := fmt.Sscanf(sc.Text(), "gc %d %d %d", &rows, &moved, &packs); err == nil {
+			if _, err := fmt.Sscanf(line, "gc %d %d %d", &rows, &moved, &packs); err == nil {
 				passes++
 				compacted = compacted || moved > 0 || packs > 0
 			}
-		}
-		if !compacted {
-			cmd.Wait()
-			t.Fatalf("child never compacted a pack: %s", stderr.String())
-		}
-		must(t, cmd.Process.Kill()) // SIGKILL
-		go io.Copy(io.Discard, out)
-		cmd.Wait()
+			return compacted && passes >= 3+seed*7
+		})
+		child.Kill(t) // SIGKILL
 
 		s := openStore(t, db)
 		for i := range gcCrashKept {

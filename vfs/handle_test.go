@@ -8,13 +8,20 @@ import (
 	"testing"
 )
 
+// createFile creates name in the root and opens it.
 func createFile(t testing.TB, s *Store, name string) *Handle {
 	t.Helper()
-	a, err := s.Create(ctx, RootIno, name, NewAttr{Mode: 0o644})
+	_, err := s.Create(ctx, RootIno, name, NewAttr{Mode: 0o644})
 	must(t, err)
-	h, err := s.OpenHandle(ctx, a.Ino)
-	must(t, err)
-	return h
+	return openAt(t, s, name)
+}
+
+// writeAt writes data at off through h.
+func writeAt(t testing.TB, h *Handle, data []byte, off int64) {
+	t.Helper()
+	if _, err := h.WriteAt(ctx, data, off); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestHandleWritesCommitAsOneRev(t *testing.T) {
@@ -186,9 +193,7 @@ func TestCloseCommitsDirtyHandles(t *testing.T) {
 	dir := t.TempDir()
 	s := openStore(t, dir+"/s.db")
 	h := createFile(t, s, "f")
-	if _, err := h.WriteAt(ctx, []byte("unflushed"), 0); err != nil {
-		t.Fatal(err)
-	}
+	writeAt(t, h, []byte("unflushed"), 0)
 	must(t, s.Close())
 	s2 := openStore(t, dir+"/s.db")
 	if got := string(readFile(t, s2, "f")); got != "unflushed" {

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/wsync/wsync/chunkstore"
@@ -134,7 +135,12 @@ func (n *node) decodeManifest() (chunkstore.Manifest, error) {
 }
 
 func getNode(ctx context.Context, q chunkstore.Querier, ino Ino) (node, error) {
-	n, err := scanNode(q.QueryRowContext(ctx, `SELECT `+nodeCols+` FROM nodes n WHERE n.ino = ?`, ino))
+	return scanOne(q.QueryRowContext(ctx, `SELECT `+nodeCols+` FROM nodes n WHERE n.ino = ?`, ino))
+}
+
+// scanOne scans the one node a query selects: none is ErrNotExist.
+func scanOne(row *sql.Row) (node, error) {
+	n, err := scanNode(row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return n, ErrNotExist
 	}
@@ -143,20 +149,15 @@ func getNode(ctx context.Context, q chunkstore.Querier, ino Ino) (node, error) {
 
 // lookupChild resolves one name in a directory known to exist.
 func lookupChild(ctx context.Context, q chunkstore.Querier, parent Ino, name string) (node, error) {
-	n, err := scanNode(q.QueryRowContext(ctx, `SELECT `+nodeCols+` FROM dirents d JOIN nodes n ON n.ino = d.child
+	return scanOne(q.QueryRowContext(ctx, `SELECT `+nodeCols+` FROM dirents d JOIN nodes n ON n.ino = d.child
 		WHERE d.parent = ? AND d.name = ?`, parent, name))
-	if errors.Is(err, sql.ErrNoRows) {
-		return n, ErrNotExist
-	}
-	return n, err
 }
 
 // lookupNode resolves one name in a directory. A missing name in a parent
 // that is not a directory is ErrNotDir.
 func lookupNode(ctx context.Context, q chunkstore.Querier, parent Ino, name string) (node, error) {
-	n, err := scanNode(q.QueryRowContext(ctx, `SELECT `+nodeCols+` FROM dirents d JOIN nodes n ON n.ino = d.child
-		WHERE d.parent = ? AND d.name = ?`, parent, name))
-	if errors.Is(err, sql.ErrNoRows) {
+	n, err := lookupChild(ctx, q, parent, name)
+	if errors.Is(err, ErrNotExist) {
 		p, perr := getNode(ctx, q, parent)
 		if perr != nil {
 			return n, perr
@@ -164,7 +165,6 @@ func lookupNode(ctx context.Context, q chunkstore.Querier, parent Ino, name stri
 		if p.kind != KindDir {
 			return n, ErrNotDir
 		}
-		return n, ErrNotExist
 	}
 	return n, err
 }
@@ -179,16 +179,14 @@ func resolve(ctx context.Context, q chunkstore.Querier, path string) (node, erro
 	var n node
 	var err error
 	for rest := path; ; {
-		name := rest
-		i := indexByte(rest, '/')
-		if i >= 0 {
-			name, rest = rest[:i], rest[i+1:]
-		}
+		var name string
+		var more bool
+		name, rest, more = strings.Cut(rest, "/")
 		n, err = lookupNode(ctx, q, cur, name)
 		if err != nil {
 			return n, err
 		}
-		if i < 0 {
+		if !more {
 			return n, nil
 		}
 		if n.kind != KindDir {
@@ -198,13 +196,31 @@ func resolve(ctx context.Context, q chunkstore.Querier, path string) (node, erro
 	}
 }
 
-func indexByte(s string, c byte) int {
-	for i := 0; i < len(s); i++ {
-		if s[i] == c {
-			return i
+// walkDirs walks the directories of a store-form path from the root, in
+// a write transaction. A segment that is a directory is stepped into; for
+// any other (found: it exists but is not a directory) other decides: it
+// returns the directory to go on in, or 0 to end the walk, which then
+// returns 0. This is apply's ensureDir and mkdir -p.
+func (t *wtx) walkDirs(path string, other func(dir Ino, name, walked string, n node, found bool) (Ino, error)) (Ino, error) {
+	cur := RootIno
+	walked := ""
+	for rest := path; rest != ""; {
+		var name string
+		name, rest, _ = strings.Cut(rest, "/")
+		walked = joinPath(walked, name)
+		n, err := lookupChild(t.ctx, t.tx, cur, name)
+		if err == nil && n.kind == KindDir {
+			cur = n.ino
+			continue
+		}
+		if err != nil && !errors.Is(err, ErrNotExist) {
+			return 0, err
+		}
+		if cur, err = other(cur, name, walked, n, err == nil); err != nil || cur == 0 {
+			return 0, err
 		}
 	}
-	return -1
+	return cur, nil
 }
 
 // dirPath returns the store-form path of a directory ("" for the root).

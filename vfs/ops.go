@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -118,7 +119,7 @@ func (s *Store) Mkdir(ctx context.Context, parent Ino, name string, a NewAttr) (
 // Symlink makes a symbolic link to target. The target is data: the store
 // never follows it.
 func (s *Store) Symlink(ctx context.Context, parent Ino, name, target string, a NewAttr) (Attr, error) {
-	if target == "" || len(target) > MaxTargetLen || indexByte(target, 0) >= 0 {
+	if target == "" || len(target) > MaxTargetLen || strings.IndexByte(target, 0) >= 0 {
 		return Attr{}, fmt.Errorf("symlink target: %w", ErrInvalid)
 	}
 	return s.create(ctx, parent, name, newNode{kind: KindSymlink, attr: a, target: target})

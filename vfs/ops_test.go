@@ -13,12 +13,33 @@ import (
 
 var ctx = context.Background()
 
-func TestSchemaMigratesOldVersion(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "old.db")
+// oldSchema writes a database at schema version v, as a release of that
+// version left it, and returns its path and the database, open.
+func oldSchema(t *testing.T, v int) (string, *sql.DB) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), fmt.Sprintf("v%d.db", v))
 	db, err := sql.Open("sqlite", "file:"+path)
 	must(t, err)
 	s0 := &Store{opts: Options{}}
-	must(t, migrate(ctx, db, 1, s0.initRows))
+	must(t, migrate(ctx, db, v, s0.initRows))
+	return path, db
+}
+
+// openMigrated opens the store at path, which checks that it migrated to
+// the current schema version.
+func openMigrated(t *testing.T, path string) *Store {
+	t.Helper()
+	s := openStore(t, path)
+	var v int
+	must(t, s.w.QueryRow(`PRAGMA user_version`).Scan(&v))
+	if v != SchemaVersion {
+		t.Errorf("migrated to version %d, want %d", v, SchemaVersion)
+	}
+	return s
+}
+
+func TestSchemaMigratesOldVersion(t *testing.T) {
+	path, db := oldSchema(t, 1)
 	var v int
 	must(t, db.QueryRow(`PRAGMA user_version`).Scan(&v))
 	if v != 1 {
@@ -29,11 +50,7 @@ func TestSchemaMigratesOldVersion(t *testing.T) {
 	}
 	db.Close()
 
-	s := openStore(t, path)
-	must(t, s.w.QueryRow(`PRAGMA user_version`).Scan(&v))
-	if v != SchemaVersion {
-		t.Errorf("migrated to version %d, want %d", v, SchemaVersion)
-	}
+	s := openMigrated(t, path)
 	a, err := s.Create(ctx, RootIno, "f", NewAttr{Mode: 0o644})
 	must(t, err)
 	must(t, s.SetXattr(ctx, a.Ino, "user.k", []byte("v"), 0))

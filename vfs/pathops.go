@@ -276,32 +276,14 @@ func (s *Store) MkdirPath(ctx context.Context, path string, mode uint32, parents
 			_, err = t.insertNode(parent, path, name, newNode{kind: KindDir, attr: attr})
 			return err
 		}
-		cur := RootIno
-		walked := ""
-		for rest := path; rest != ""; {
-			name := rest
-			if i := indexByte(rest, '/'); i >= 0 {
-				name, rest = rest[:i], rest[i+1:]
-			} else {
-				rest = ""
+		_, err := t.walkDirs(path, func(dir Ino, name, walked string, _ node, found bool) (Ino, error) {
+			if found {
+				return 0, ErrNotDir
 			}
-			walked = joinPath(walked, name)
-			n, err := lookupNode(ctx, t.tx, cur, name)
-			switch {
-			case err == nil && n.kind == KindDir:
-				cur = n.ino
-				continue
-			case err == nil:
-				return ErrNotDir
-			case !errors.Is(err, ErrNotExist):
-				return err
-			}
-			if n, err = t.insertNode(cur, walked, name, newNode{kind: KindDir, attr: attr}); err != nil {
-				return err
-			}
-			cur = n.ino
-		}
-		return nil
+			n, err := t.insertNode(dir, walked, name, newNode{kind: KindDir, attr: attr})
+			return n.ino, err
+		})
+		return err
 	})
 	return pathErr("mkdir", path, err)
 }
@@ -387,22 +369,23 @@ func (s *Store) RenamePath(ctx context.Context, oldPath, newPath string) error {
 
 // ChmodPath sets the permission bits of the node at path.
 func (s *Store) ChmodPath(ctx context.Context, path string, mode uint32) error {
-	ino, err := s.ResolvePath(ctx, path)
-	if err != nil {
-		return err
-	}
-	_, err = s.SetAttr(ctx, ino, SetAttr{Mode: &mode})
-	return pathErr("chmod", path, err)
+	return s.setAttrPath(ctx, "chmod", path, SetAttr{Mode: &mode})
 }
 
 // ChtimesPath sets the mtime of the node at path.
 func (s *Store) ChtimesPath(ctx context.Context, path string, mtime time.Time) error {
+	return s.setAttrPath(ctx, "chtimes", path, SetAttr{Mtime: &mtime})
+}
+
+// setAttrPath is SetAttr on the node at path; a failure to resolve path is
+// ResolvePath's own error, a failure to set is op's.
+func (s *Store) setAttrPath(ctx context.Context, op, path string, set SetAttr) error {
 	ino, err := s.ResolvePath(ctx, path)
 	if err != nil {
 		return err
 	}
-	_, err = s.SetAttr(ctx, ino, SetAttr{Mtime: &mtime})
-	return pathErr("chtimes", path, err)
+	_, err = s.SetAttr(ctx, ino, set)
+	return pathErr(op, path, err)
 }
 
 func dirOf(p string) string  { d, _ := splitPath(p); return d }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"runtime"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -61,9 +62,7 @@ func TestPastMaxFileSizeIsEFBIG(t *testing.T) {
 		t.Errorf("heap grew by %d KiB refusing sizes past the max", grew>>10)
 	}
 	// The file and the store are as they were.
-	if _, err := h.WriteAt(ctx, []byte("still here"), 0); err != nil {
-		t.Fatal(err)
-	}
+	writeAt(t, h, []byte("still here"), 0)
 	must(t, h.Release(ctx))
 	if got := string(readFile(t, s, "f")); got != "still here" {
 		t.Errorf("f = %q", got)
@@ -88,9 +87,7 @@ func TestTerabyteSparseFile(t *testing.T) {
 		t.Fatalf("manifest of a 1 TiB truncate: %d refs (%d data), want %d holes", len(m), len(m.DataRefs()), want)
 	}
 	tail := pattern(4096, 9)
-	if _, err := h.WriteAt(ctx, tail, tib-4096); err != nil {
-		t.Fatal(err)
-	}
+	writeAt(t, h, tail, tib-4096)
 	// Mid-file and at a run boundary, holes read zeros through the handle.
 	for _, off := range []int64{0, tib / 2, chunkstore.MaxHoleRun - 10, tib - cs} {
 		p := bytes.Repeat([]byte{0xff}, 64<<10)
@@ -133,14 +130,12 @@ func TestZeroChunksBecomeHoles(t *testing.T) {
 	h := createFile(t, s, "z")
 	data := make([]byte, 5*cs+100)
 	copy(data[2*cs:], pattern(cs, 3)) // chunk 2 has data; 0, 1, 3, 4 and the tail are zeros
-	if _, err := h.WriteAt(ctx, data, 0); err != nil {
-		t.Fatal(err)
-	}
+	writeAt(t, h, data, 0)
 	must(t, h.Release(ctx))
 	m, err := s.Manifest(ctx, "z")
 	must(t, err)
 	want := chunkstore.Manifest{{Hash: chunkstore.HoleHash, Size: 2 * cs}, {Hash: chunkstore.Sum(data[2*cs : 3*cs]), Size: cs}, {Hash: chunkstore.HoleHash, Size: 2*cs + 100}}
-	if !slicesEqual(m, want) {
+	if !slices.Equal(m, want) {
 		t.Fatalf("manifest = %v, want %v", m, want)
 	}
 	if !bytes.Equal(readFile(t, s, "z"), data) {
@@ -149,30 +144,16 @@ func TestZeroChunksBecomeHoles(t *testing.T) {
 	// Overwriting the data chunk with zeros turns the file into one hole
 	// and drops the chunk's reference.
 	h = openAt(t, s, "z")
-	if _, err := h.WriteAt(ctx, make([]byte, cs), 2*cs); err != nil {
-		t.Fatal(err)
-	}
+	writeAt(t, h, make([]byte, cs), 2*cs)
 	must(t, h.Release(ctx))
 	m, err = s.Manifest(ctx, "z")
 	must(t, err)
-	if want := (chunkstore.Manifest{{Hash: chunkstore.HoleHash, Size: 5*cs + 100}}); !slicesEqual(m, want) {
+	if want := (chunkstore.Manifest{{Hash: chunkstore.HoleHash, Size: 5*cs + 100}}); !slices.Equal(m, want) {
 		t.Fatalf("manifest = %v, want %v", m, want)
 	}
 	if st, err := s.Chunks().Stats(ctx, s.rq); err != nil || st.Unreferenced != 1 {
 		t.Fatalf("chunk stats = %+v, %v; want the old chunk unreferenced", st, err)
 	}
-}
-
-func slicesEqual(a, b chunkstore.Manifest) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func openAt(t testing.TB, s *Store, path string) *Handle {
@@ -190,15 +171,11 @@ func TestShrinkThenGrowReadsZeros(t *testing.T) {
 	s := newStore(t)
 	h := createFile(t, s, "f")
 	data := pattern(4*cs, 4)
-	if _, err := h.WriteAt(ctx, data, 0); err != nil {
-		t.Fatal(err)
-	}
+	writeAt(t, h, data, 0)
 	must(t, h.Flush(ctx))
 	// Full chunks rewritten go into flight; the truncate lands while they
 	// may still be there.
-	if _, err := h.WriteAt(ctx, pattern(2*cs, 5), 2*cs); err != nil {
-		t.Fatal(err)
-	}
+	writeAt(t, h, pattern(2*cs, 5), 2*cs)
 	must(t, h.Truncate(ctx, cs+cs/2))
 	must(t, h.Truncate(ctx, 4*cs))
 	want := append(append([]byte(nil), data[:cs+cs/2]...), make([]byte, 4*cs-(cs+cs/2))...)
@@ -221,12 +198,8 @@ func TestRewriteWhileChunkIsStored(t *testing.T) {
 	h := createFile(t, s, "f")
 	a, b := pattern(cs, 1), pattern(cs, 2)
 	for range 300 {
-		if _, err := h.WriteAt(ctx, a, 0); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := h.WriteAt(ctx, b, 0); err != nil {
-			t.Fatal(err)
-		}
+		writeAt(t, h, a, 0)
+		writeAt(t, h, b, 0)
 		must(t, h.Flush(ctx))
 	}
 	must(t, h.Release(ctx))
@@ -246,9 +219,7 @@ func TestGetAttrDuringCommitKeepsSize(t *testing.T) {
 	var size int64
 	for i := range 1000 {
 		size += 100
-		if _, err := h1.WriteAt(ctx, []byte{1}, size-1); err != nil {
-			t.Fatal(err)
-		}
+		writeAt(t, h1, []byte{1}, size-1)
 		var wg sync.WaitGroup
 		wg.Add(1)
 		go func() { defer wg.Done(); must(t, h2.Flush(ctx)) }()
@@ -321,14 +292,10 @@ func TestSeekDataAndHoles(t *testing.T) {
 	s := newStore(t)
 	h := createFile(t, s, "f")
 	// Committed: data in chunk 1, holes elsewhere, 10 chunks and a tail.
-	if _, err := h.WriteAt(ctx, pattern(100, 1), cs+5); err != nil {
-		t.Fatal(err)
-	}
+	writeAt(t, h, pattern(100, 1), cs+5)
 	must(t, h.Truncate(ctx, 10*cs+7))
 	// Uncommitted: a dirty image in chunk 6, and zeros written over chunk 1.
-	if _, err := h.WriteAt(ctx, []byte("x"), 6*cs+9); err != nil {
-		t.Fatal(err)
-	}
+	writeAt(t, h, []byte("x"), 6*cs+9)
 	for _, tc := range []struct {
 		off  int64
 		hole bool
@@ -352,9 +319,7 @@ func TestSeekDataAndHoles(t *testing.T) {
 		}
 	}
 	// Zeros over the only committed data make chunk 1 a hole at once.
-	if _, err := h.WriteAt(ctx, make([]byte, cs), cs); err != nil {
-		t.Fatal(err)
-	}
+	writeAt(t, h, make([]byte, cs), cs)
 	must(t, h.Flush(ctx))
 	if got, err := h.Seek(ctx, 0, false); got != 6*cs || err != nil {
 		t.Errorf("after zeroing chunk 1: SEEK_DATA from 0 = %d, %v; want %d", got, err, 6*cs)

@@ -1,16 +1,14 @@
 package vfs
 
 import (
-	"database/sql"
 	"errors"
 	"path/filepath"
 	"slices"
 	"testing"
 	"time"
 
-	"pgregory.net/rapid"
-
 	"github.com/wsync/wsync/watermark"
+	"pgregory.net/rapid"
 )
 
 // mknodAt makes a special file of kind k at path (store form).
@@ -260,22 +258,13 @@ func TestPathAPIHidesSpecialFiles(t *testing.T) {
 }
 
 func TestSchemaV3MigratesToDeviceNumbers(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "v3.db")
-	db, err := sql.Open("sqlite", "file:"+path)
-	must(t, err)
-	s0 := &Store{opts: Options{}}
-	must(t, migrate(ctx, db, 3, s0.initRows))
+	path, db := oldSchema(t, 3)
 	if _, err := db.Exec(`SELECT rdev FROM nodes`); err == nil {
 		t.Fatal("version 3 already has nodes.rdev")
 	}
 	db.Close()
 
-	s := openStore(t, path)
-	var v int
-	must(t, s.w.QueryRow(`PRAGMA user_version`).Scan(&v))
-	if v != SchemaVersion {
-		t.Errorf("migrated to version %d, want %d", v, SchemaVersion)
-	}
+	s := openMigrated(t, path)
 	if a, err := s.GetAttr(ctx, RootIno); err != nil || a.Rdev != 0 {
 		t.Fatalf("root after migration: %+v, %v", a, err)
 	}
@@ -295,42 +284,30 @@ func TestSchemaV3MigratesToDeviceNumbers(t *testing.T) {
 // source's synced tree, and the peer never holds a special file.
 func TestFeedReplicatesHistoriesWithSpecialFiles(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		dir := t.TempDir()
-		a := openStore(t, filepath.Join(dir, "a.db"))
-		b := openStore(t, filepath.Join(dir, "b.db"))
+		a, b := replicaPair(t)
 		defer a.Close()
 		defer b.Close()
 		names := []string{"a", "b", "d/e", "d/f", "d/g/h", "x/y"}
 		kinds := []Kind{KindFifo, KindSocket, KindCharDev}
-		step := func(rt *rapid.T) {
-			p := rapid.SampledFrom(names).Draw(rt, "path")
-			q := rapid.SampledFrom(names).Draw(rt, "other")
-			switch rapid.IntRange(0, 7).Draw(rt, "op") {
-			case 0:
-				a.MkdirPath(ctx, dirOf(p), 0o755, true)
-				a.WriteFile(ctx, p, pattern(rapid.IntRange(0, 100).Draw(rt, "size"), 1), 0o644)
-			case 1, 2:
-				a.MkdirPath(ctx, dirOf(p), 0o755, true)
-				if parent, err := a.ResolvePath(ctx, dirOf(p)); err == nil {
-					a.Mknod(ctx, parent, baseOf(p), rapid.SampledFrom(kinds).Draw(rt, "kind"), 0, NewAttr{Mode: 0o600})
-				}
-			case 3:
-				a.RemovePath(ctx, p, true)
-			case 4:
-				a.MkdirPath(ctx, dirOf(q), 0o755, true)
-				a.RenamePath(ctx, p, q)
-			case 5:
-				a.MkdirPath(ctx, dirOf(q), 0o755, true)
-				a.LinkPath(ctx, p, q)
-			case 6:
-				a.ChmodPath(ctx, p, 0o640)
-				if ino, err := a.ResolvePath(ctx, p); err == nil {
-					mode := uint32(0o604)
-					a.SetAttr(ctx, ino, SetAttr{Mode: &mode})
-				}
-			case 7:
-				a.MkdirPath(ctx, p, 0o755, true)
+		mknod := func(rt *rapid.T, p, _ string) {
+			a.MkdirPath(ctx, dirOf(p), 0o755, true)
+			if parent, err := a.ResolvePath(ctx, dirOf(p)); err == nil {
+				a.Mknod(ctx, parent, baseOf(p), rapid.SampledFrom(kinds).Draw(rt, "kind"), 0, NewAttr{Mode: 0o600})
 			}
+		}
+		step := func(rt *rapid.T) {
+			randomOp(rt, a, names, mknod, mknod,
+				func(rt *rapid.T, p, _ string) {
+					a.MkdirPath(ctx, dirOf(p), 0o755, true)
+					a.WriteFile(ctx, p, pattern(rapid.IntRange(0, 100).Draw(rt, "size"), 1), 0o644)
+				},
+				func(_ *rapid.T, p, _ string) {
+					a.ChmodPath(ctx, p, 0o640)
+					if ino, err := a.ResolvePath(ctx, p); err == nil {
+						mode := uint32(0o604)
+						a.SetAttr(ctx, ino, SetAttr{Mode: &mode})
+					}
+				})
 		}
 		var cur watermark.Cursor
 		for round := range 3 {
