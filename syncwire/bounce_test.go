@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wsync/wsync/internal/testutil"
 	"github.com/wsync/wsync/vfs"
 )
 
@@ -49,30 +50,14 @@ func baselined(t *testing.T, on func(p *pair) *vfs.Store) *pair {
 // (at most one batch may bounce).
 func TestCutPullKeepsBounceSuppression(t *testing.T) {
 	p := baselined(t, func(p *pair) *vfs.Store { return p.cont })
-	ctx := tctx(t, 60*time.Second)
+	ctx := testutil.Context(t, 60*time.Second)
 	dead := NewDriver(&crashAfterApply{Backend: p.server, at: 3}, "container", p.client, DriverOptions{BatchEntries: bounceBatch})
 	if _, err := dead.PullOnce(ctx); !errors.Is(err, errCrashed) {
 		t.Fatalf("pull with a crash after the third apply: %v", err)
 	}
 	// A restarted server: a new driver on the same store.
 	d := NewDriver(p.server, "container", p.client, DriverOptions{BatchEntries: bounceBatch})
-	pull, err := d.PullOnce(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	push, err := d.PushOnce(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("resumed pull %d entries; push back %d entries", pull.Entries, push.Entries)
-	if push.Entries > bounceBatch {
-		t.Errorf("push back re-sent %d of the pulled entries, want at most one batch (%d)", push.Entries, bounceBatch)
-	}
-	assertSameTree(t, p.server, p.cont)
-	// And it stays quiet.
-	if tr := p.tick(); tr.Pull.Entries != 0 || tr.Push.Entries != 0 {
-		t.Errorf("next tick moved entries: %+v", tr)
-	}
+	assertNoBounce(ctx, t, p, "pull", d.PullOnce, "push", d.PushOnce)
 }
 
 // A push whose third batch the container commits but whose reply is lost
@@ -80,23 +65,31 @@ func TestCutPullKeepsBounceSuppression(t *testing.T) {
 // must not fetch the pushed entries back.
 func TestLostPushReplyKeepsBounceSuppression(t *testing.T) {
 	p := baselined(t, func(p *pair) *vfs.Store { return p.server })
-	ctx := tctx(t, 60*time.Second)
+	ctx := testutil.Context(t, 60*time.Second)
 	p.serve(&crashAfterApply{Backend: p.cont, at: 3})
 	if _, err := p.drv.PushOnce(ctx); err == nil {
 		t.Fatal("push through a container that dies after its third apply succeeded")
 	}
 	p.serve(p.cont) // the restarted container
-	push, err := p.drv.PushOnce(ctx)
+	assertNoBounce(ctx, t, p, "push", p.drv.PushOnce, "pull", p.drv.PullOnce)
+}
+
+// assertNoBounce runs the resumed transfer, then the one back: the one back
+// moves at most one batch of what the resumed one moved, the trees agree,
+// and the next tick moves nothing.
+func assertNoBounce(ctx context.Context, t *testing.T, p *pair, resumedOp string, resumed func(context.Context) (Result, error), backOp string, back func(context.Context) (Result, error)) {
+	t.Helper()
+	there, err := resumed(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pull, err := p.drv.PullOnce(ctx)
+	backRes, err := back(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("resumed push %d entries; pull back %d entries", push.Entries, pull.Entries)
-	if pull.Entries > bounceBatch {
-		t.Errorf("pull back re-fetched %d of the pushed entries, want at most one batch (%d)", pull.Entries, bounceBatch)
+	t.Logf("resumed %s %d entries; %s back %d entries", resumedOp, there.Entries, backOp, backRes.Entries)
+	if backRes.Entries > bounceBatch {
+		t.Errorf("%s back moved %d of the %sed entries, want at most one batch (%d)", backOp, backRes.Entries, resumedOp, bounceBatch)
 	}
 	assertSameTree(t, p.server, p.cont)
 	if tr := p.tick(); tr.Pull.Entries != 0 || tr.Push.Entries != 0 {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wsync/wsync/internal/testutil"
 	"github.com/wsync/wsync/syncwire/rpc"
 )
 
@@ -18,18 +19,10 @@ const methodLinger rpc.Method = 310
 // driver's push and pull still run on that session (no redial).
 func TestDriverSyncsOnASessionAfterCallLoad(t *testing.T) {
 	p := newPair(t, DriverOptions{})
-	var started atomic.Int64
-	release := make(chan struct{})
-	var once sync.Once
-	free := func() { once.Do(func() { close(release) }) }
-	p.srv.Load().Handle(methodLinger, func(ctx context.Context, c *rpc.Incoming) error {
-		started.Add(1)
-		<-ctx.Done()
-		<-release
-		return ctx.Err()
-	})
+	l := testutil.NewLinger()
+	p.srv.Load().Handle(methodLinger, func(ctx context.Context, c *rpc.Incoming) error { return l.Handle(ctx) })
 	p.srv.Load().Handle(methodEcho, func(ctx context.Context, c *rpc.Incoming) error { return c.Reply(c.Body) })
-	t.Cleanup(free)
+	t.Cleanup(l.Release)
 	write(t, p.server, "before.txt", []byte("before"))
 	p.tick()
 	s, epoch, err := p.client.Session(t.Context())
@@ -37,18 +30,12 @@ func TestDriverSyncsOnASessionAfterCallLoad(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := s.Peer().MaxCalls
-	ctx, cancel := context.WithCancel(tctx(t, 30*time.Second))
+	l.Abandon(t, int(n), func(ctx context.Context) { s.Call(ctx, methodLinger, nil) })
 	var wg sync.WaitGroup
-	for range n {
-		wg.Go(func() { s.Call(ctx, methodLinger, nil) })
-	}
-	waitFor(t, "every lingering call to start", 10*time.Second, func() bool { return started.Load() == int64(n) })
-	cancel()
-	wg.Wait()
 	var busy, failed atomic.Int64
 	for i := range 1000 {
 		wg.Go(func() {
-			_, err := s.Call(tctx(t, 30*time.Second), methodEcho, []byte{byte(i)})
+			_, err := s.Call(testutil.Context(t, 30*time.Second), methodEcho, []byte{byte(i)})
 			switch {
 			case errors.Is(err, rpc.ErrBusy):
 				busy.Add(1)
@@ -70,5 +57,5 @@ func TestDriverSyncsOnASessionAfterCallLoad(t *testing.T) {
 	}
 	assertSameTree(t, p.server, p.cont)
 	t.Logf("1,000 quick calls after %d abandoned: %d busy", n, busy.Load())
-	free()
+	l.Release()
 }

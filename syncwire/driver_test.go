@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/internal/testutil"
 	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/watermark"
@@ -86,7 +87,7 @@ func (p *pair) serve(b Backend) {
 
 func (p *pair) tick() TickResult {
 	p.t.Helper()
-	tr, err := p.drv.Tick(tctx(p.t, 60*time.Second))
+	tr, err := p.drv.Tick(testutil.Context(p.t, 60*time.Second))
 	if err != nil {
 		p.t.Fatalf("tick: %v", err)
 	}
@@ -174,7 +175,7 @@ func randBytes(seed byte, n int) []byte {
 
 func TestPushThenPull(t *testing.T) {
 	p := newPair(t, DriverOptions{})
-	ctx := tctx(t, 60*time.Second)
+	ctx := testutil.Context(t, 60*time.Second)
 	write(t, p.server, "src/main.go", []byte("package main\n"))
 	write(t, p.server, "README", randBytes(1, 700<<10))
 	if err := p.server.SymlinkPath(ctx, "src/main.go", "link"); err != nil {
@@ -246,7 +247,7 @@ func TestUpstreamEntriesStopCirculatingWithinTwoTicks(t *testing.T) {
 
 func TestDedupSendsEachChunkOnce(t *testing.T) {
 	p := newPair(t, DriverOptions{})
-	ctx := tctx(t, 60*time.Second)
+	ctx := testutil.Context(t, 60*time.Second)
 	big := randBytes(2, 3*chunkstore.ChunkSize)
 	write(t, p.server, "one/big.bin", big)
 	write(t, p.server, "two/copy.bin", big)
@@ -331,7 +332,7 @@ func TestPullResumesAfterACutWithinOneBatch(t *testing.T) {
 	p := newPair(t, DriverOptions{})
 	cutter := &applyCutter{Store: p.server, client: p.client, cut: 4}
 	p.drv.local = cutter
-	ctx := tctx(t, 120*time.Second)
+	ctx := testutil.Context(t, 120*time.Second)
 	const n = 2000
 	populate(t, p.cont, "tree", n)
 	if _, err := p.drv.PullOnce(ctx); !errors.Is(err, rpc.ErrShutdown) {
@@ -361,7 +362,7 @@ func TestRenameOfTenThousandResumesMidRev(t *testing.T) {
 		t.Skip("10,000-entry rename")
 	}
 	p := newPair(t, DriverOptions{})
-	ctx := tctx(t, 300*time.Second)
+	ctx := testutil.Context(t, 300*time.Second)
 	const n = 10000
 	populate(t, p.cont, "big", n)
 	if _, err := p.drv.PullOnce(ctx); err != nil {
@@ -396,7 +397,7 @@ func TestRenameOfTenThousandResumesMidRev(t *testing.T) {
 
 func TestPushAppliesNothingWhenAChunkNeverArrives(t *testing.T) {
 	p := newPair(t, DriverOptions{})
-	ctx := tctx(t, 30*time.Second)
+	ctx := testutil.Context(t, 30*time.Second)
 	write(t, p.cont, "keep.txt", []byte("keep"))
 	before, rev := snapshot(t, p.cont), p.cont.CurrentRev()
 	s := session(t, p.client)
@@ -472,7 +473,7 @@ func mustPeer(t testing.TB, p *pair) PeerState {
 
 func TestSenderRevZeroVersusPeer(t *testing.T) {
 	p := newPair(t, DriverOptions{})
-	ctx := tctx(t, 30*time.Second)
+	ctx := testutil.Context(t, 30*time.Second)
 	// An external writer (its own store id, senderRev 0) pushes a file.
 	cfg := testConfig()
 	cfg.ID = "external-writer"
@@ -530,7 +531,7 @@ func (l lyingBackend) ReadChunk(ctx context.Context, h chunkstore.Hash) ([]byte,
 
 func TestBadPeersGetTypedErrorsAndChangeNothing(t *testing.T) {
 	p := newPair(t, DriverOptions{})
-	ctx := tctx(t, 60*time.Second)
+	ctx := testutil.Context(t, 60*time.Second)
 	write(t, p.cont, "keep.txt", []byte("keep"))
 	p.tick()
 	contBefore, serverBefore := snapshot(t, p.cont), snapshot(t, p.server)
@@ -636,7 +637,7 @@ func mustAppend(b []byte, err error) []byte {
 
 func TestPushBatchesAreBounded(t *testing.T) {
 	p := newPair(t, DriverOptions{})
-	ctx := tctx(t, 60*time.Second)
+	ctx := testutil.Context(t, 60*time.Second)
 	populate(t, p.server, "many", 600)
 	for i := range 3 {
 		write(t, p.server, fmt.Sprintf("big/%d", i), randBytes(byte(10+i), 3<<20))
@@ -659,7 +660,7 @@ func TestPushBatchesAreBounded(t *testing.T) {
 // and sees what the exchange sent.
 func TestDoSharesTheFIFO(t *testing.T) {
 	p := newPair(t, DriverOptions{})
-	ctx := tctx(t, 30*time.Second)
+	ctx := testutil.Context(t, 30*time.Second)
 	write(t, p.server, "a", []byte("one"))
 	inside, release := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
@@ -680,7 +681,7 @@ func TestDoSharesTheFIFO(t *testing.T) {
 		}
 		pushed <- res
 	}()
-	waitFor(t, "push queued behind the exchange", 5*time.Second, func() bool { return p.drv.q.Queued() == 1 })
+	testutil.WaitFor(t, "push queued behind the exchange", 5*time.Second, func() bool { return p.drv.q.Queued() == 1 })
 	select {
 	case <-pushed:
 		t.Fatal("a push ran while an exchange held the driver")
@@ -701,7 +702,7 @@ func TestDoSharesTheFIFO(t *testing.T) {
 // push or fetch cursor, and what they applied does not bounce back.
 func TestSendAndReceiveKeepTheFeedCursors(t *testing.T) {
 	p := newPair(t, DriverOptions{})
-	ctx := tctx(t, 30*time.Second)
+	ctx := testutil.Context(t, 30*time.Second)
 	write(t, p.server, "s", []byte("server"))
 	write(t, p.cont, "c", []byte("container"))
 	if _, err := p.drv.Tick(ctx); err != nil {

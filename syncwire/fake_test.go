@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/wsync/wsync/chunkstore"
-	"github.com/wsync/wsync/internal/testutil"
 	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/watermark"
@@ -157,42 +156,18 @@ func testConfig() rpc.Config {
 	return rpc.Config{PingInterval: 200 * time.Millisecond, PingTimeout: 2 * time.Second, CallTimeout: 20 * time.Second}
 }
 
-func wsClient(t *testing.T, url, token string) *rpc.Client {
+// newClient is a client with the test timers, closed when the test ends.
+func newClient(t *testing.T, opts rpc.ClientOptions) *rpc.Client {
 	t.Helper()
-	cfg := testConfig()
-	cfg.ID = "client-store"
-	c := rpc.NewClient(rpc.ClientOptions{Config: cfg, URL: url, Token: token})
+	opts.Config = testConfig()
+	opts.Config.ID = "client-store"
+	c := rpc.NewClient(opts)
 	t.Cleanup(func() { c.Close() })
 	return c
 }
 
-// pipePair runs a server session for b on one end of a Pipe and returns a
-// client with the other end.
-func pipePair(t *testing.T, srv *Server) (*rpc.Client, *rpc.PipeConn, *rpc.PipeConn) {
-	t.Helper()
-	return pipePairConfig(t, srv, testConfig())
-}
-
-func pipePairConfig(t *testing.T, srv *Server, cfg rpc.Config) (*rpc.Client, *rpc.PipeConn, *rpc.PipeConn) {
-	t.Helper()
-	var cEnd, sEnd *rpc.PipeConn
-	cfg.ID = "client-store"
-	var wg sync.WaitGroup
-	c := rpc.NewClient(rpc.ClientOptions{Config: cfg, Dial: func(ctx context.Context) (rpc.Conn, error) {
-		a, b := rpc.Pipe()
-		cEnd, sEnd = a, b
-		wg.Go(func() { srv.ServeConn(context.Background(), b) })
-		return a, nil
-	}})
-	t.Cleanup(func() {
-		c.Close()
-		srv.Close()
-		wg.Wait()
-	})
-	if _, _, err := c.Session(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	return c, cEnd, sEnd
+func wsClient(t *testing.T, url, token string) *rpc.Client {
+	return newClient(t, rpc.ClientOptions{URL: url, Token: token})
 }
 
 func session(t testing.TB, c *rpc.Client) *rpc.Session {
@@ -202,17 +177,4 @@ func session(t testing.TB, c *rpc.Client) *rpc.Session {
 		t.Fatal(err)
 	}
 	return s
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	testutil.WaitFor(t, what, d, cond)
-}
-
-// tctx is a test context with a bound.
-func tctx(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), d)
-	t.Cleanup(cancel)
-	return ctx
 }

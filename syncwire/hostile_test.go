@@ -15,6 +15,7 @@ import (
 
 	"github.com/coder/websocket"
 	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/internal/testutil"
 	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 )
@@ -51,7 +52,7 @@ func checkHeld(t *testing.T, what string, held, sent int64) {
 // the sync methods still work on it.
 func sessionStillWorks(t *testing.T, c *rpc.Client, s *rpc.Session) {
 	t.Helper()
-	ctx := tctx(t, 20*time.Second)
+	ctx := testutil.Context(t, 20*time.Second)
 	if got, err := s.Call(ctx, methodEcho, []byte("after")); err != nil || string(got) != "after" {
 		t.Fatalf("echo after the load: %q, %v (session err %v)", got, err, s.Err())
 	}
@@ -169,7 +170,7 @@ func TestHostileFetchObjectsAnswerIsDecodedOneAtATime(t *testing.T) {
 		},
 	})
 	hs := bombHashes(n)
-	ctx := tctx(t, 50*time.Second)
+	ctx := testutil.Context(t, 50*time.Second)
 	base := heldBytes()
 	var maxHeld int64
 	got := 0
@@ -203,7 +204,7 @@ func TestHostileUnrequestedObjectsAreRefusedBeforeDecoding(t *testing.T) {
 			return c.Send(ctx, zeroObjects(bombHashes(n)[1:])) // not what was asked
 		},
 	})
-	ctx := tctx(t, 30*time.Second)
+	ctx := testutil.Context(t, 30*time.Second)
 	before := decompressed.Load()
 	err := NewPeer(s).FetchObjects(ctx, bombHashes(1), func(Object) error { return nil })
 	if !errors.Is(err, rpc.ErrProtocol) {
@@ -218,16 +219,22 @@ func TestHostileUnrequestedObjectsAreRefusedBeforeDecoding(t *testing.T) {
 	_ = peer
 }
 
+// victim is a client and its session on a sync server of a real store:
+// the target of the hostile streams below.
+func victim(t *testing.T) (*rpc.Client, *rpc.Session) {
+	t.Helper()
+	srv := testServer(t, openStore(t, "victim"), rpc.ServerOptions{})
+	c := wsClient(t, testutil.WSServer(t, srv, "/sync"), "")
+	return c, session(t, c)
+}
+
 // A PushObjects stream of thousands of compressed zero chunks (every one
 // announced, every one hashing right) into a real store: staged one at a
 // time, the server's live heap stays within a multiple of the bytes sent.
 // Objects not announced are refused with EPROTOCOL, the session stays up.
 func TestHostilePushObjectsIsBounded(t *testing.T) {
-	st := openStore(t, "victim")
-	srv := testServer(t, st, rpc.ServerOptions{})
-	c := wsClient(t, httptestServer(t, srv), "")
-	s := session(t, c)
-	ctx := tctx(t, 50*time.Second)
+	c, s := victim(t)
+	ctx := testutil.Context(t, 50*time.Second)
 	n := bombCount()
 	zero := chunkstore.Sum(make([]byte, chunkstore.ChunkSize))
 	hs := make([]chunkstore.Hash, n)
@@ -280,11 +287,8 @@ func TestHostilePushObjectsIsBounded(t *testing.T) {
 // stream with EPROTOCOL; and a FetchChanges answer claiming a 4 TiB dense
 // manifest but sending a few parts costs its receiver what was sent.
 func TestHostileEntryPartsAreBoundedBySent(t *testing.T) {
-	st := openStore(t, "victim")
-	srv := testServer(t, st, rpc.ServerOptions{})
-	c := wsClient(t, httptestServer(t, srv), "")
-	s := session(t, c)
-	ctx := tctx(t, 50*time.Second)
+	c, s := victim(t)
+	ctx := testutil.Context(t, 50*time.Second)
 
 	// Parts of an entry claiming MaxManifestChunks refs; 16 parts sent.
 	parts := hugeEntryParts(16)
@@ -301,7 +305,7 @@ func TestHostileEntryPartsAreBoundedBySent(t *testing.T) {
 		}
 	}
 	// Let the server decode them all, then measure what it holds.
-	waitFor(t, "the server to take the parts", 20*time.Second, func() bool { return rpc.BufferedBytes() == buffered0 })
+	testutil.WaitFor(t, "the server to take the parts", 20*time.Second, func() bool { return rpc.BufferedBytes() == buffered0 })
 	checkHeld(t, "push entry parts (call open)", heldBytes()-base, s.Stats().BytesOut-out0)
 	o.CloseSend()
 	_, err = o.Reply(ctx)
@@ -366,11 +370,8 @@ func hugeEntryParts(k int) [][]byte {
 // Garbage in every request body and stream gets a typed error from every
 // sync method, and the session survives all of it.
 func TestHostileGarbageGetsTypedErrors(t *testing.T) {
-	st := openStore(t, "victim")
-	srv := testServer(t, st, rpc.ServerOptions{})
-	c := wsClient(t, httptestServer(t, srv), "")
-	s := session(t, c)
-	ctx := tctx(t, 30*time.Second)
+	c, s := victim(t)
+	ctx := testutil.Context(t, 30*time.Second)
 	garbage := [][]byte{
 		{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01},
 		[]byte("not a message at all"),

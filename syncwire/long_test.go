@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/internal/testutil"
 	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/watermark"
@@ -136,9 +137,9 @@ func TestTerabyteSparseFileSyncsBothWays(t *testing.T) {
 // session stays up.
 func TestHoleHashIsNeverAnObject(t *testing.T) {
 	srv := testServer(t, newFake("s"), rpc.ServerOptions{})
-	c := wsClient(t, httptestServer(t, srv), "")
+	c := wsClient(t, testutil.WSServer(t, srv, "/sync"), "")
 	s := session(t, c)
-	ctx := tctx(t, 10*time.Second)
+	ctx := testutil.Context(t, 10*time.Second)
 	hole := []chunkstore.Hash{chunkstore.HoleHash}
 	for name, call := range map[string]func() error{
 		"has": func() error {

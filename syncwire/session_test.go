@@ -6,15 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/http/httptest"
 	"os"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/internal/testutil"
 	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/watermark"
@@ -115,22 +114,6 @@ func TestErrorTableRoundTrips(t *testing.T) {
 	}
 }
 
-func httptestServer(t *testing.T, srv *Server) string {
-	t.Helper()
-	_, url := wsServerWith(t, srv)
-	return url
-}
-
-func wsServerWith(t *testing.T, srv *Server) (*Server, string) {
-	t.Helper()
-	hs := httptest.NewServer(srv)
-	t.Cleanup(func() {
-		srv.Close()
-		hs.Close()
-	})
-	return srv, "ws" + strings.TrimPrefix(hs.URL, "http") + "/sync"
-}
-
 func TestSyncMethodsAgainstAFake(t *testing.T) {
 	fb := newFake("server-store")
 	e1 := fb.addFile("a.txt", []byte("hello"))
@@ -138,10 +121,10 @@ func TestSyncMethodsAgainstAFake(t *testing.T) {
 	e3 := fb.addFile("big.bin", bytes.Repeat([]byte("z"), chunkstore.ChunkSize+10))
 	fb.marks["client-store"] = watermark.Set{AppliedPush: watermark.At(7)}
 	srv := testServer(t, fb, rpc.ServerOptions{})
-	_, url := wsServerWith(t, srv)
+	url := testutil.WSServer(t, srv, "/sync")
 	c := wsClient(t, url, "")
 	s := session(t, c)
-	ctx := tctx(t, 20*time.Second)
+	ctx := testutil.Context(t, 20*time.Second)
 
 	ps, err := NewPeer(s).Watermarks(ctx)
 	if err != nil || ps.StoreID != "server-store" || ps.CurrentRev != 3 || ps.Set.AppliedPush != watermark.At(7) {
@@ -206,9 +189,13 @@ func TestRawChunksTravelUncompressed(t *testing.T) {
 	}
 	fb.chunks[h] = rnd
 	srv := testServer(t, fb, rpc.ServerOptions{})
-	c, _, _ := pipePair(t, srv)
+	t.Cleanup(func() { srv.Close() })
+	c := newClient(t, rpc.ClientOptions{Dial: func(context.Context) (rpc.Conn, error) {
+		a, _ := srv.Pipe()
+		return a, nil
+	}})
 	var w rpc.WireCounter
-	err := NewPeer(session(t, c)).FetchObjects(rpc.WithWireCounter(tctx(t, 10*time.Second), &w), []chunkstore.Hash{h}, func(o Object) error {
+	err := NewPeer(session(t, c)).FetchObjects(rpc.WithWireCounter(testutil.Context(t, 10*time.Second), &w), []chunkstore.Hash{h}, func(o Object) error {
 		if !bytes.Equal(o.Data, rnd) {
 			t.Error("bytes differ")
 		}
@@ -240,10 +227,10 @@ func TestSlowPullerBoundsTheChunkProducer(t *testing.T) {
 		producer.Store(c.Session())
 		return c.Reply(nil)
 	})
-	_, url := wsServerWith(t, srv)
+	url := testutil.WSServer(t, srv, "/sync")
 	c := wsClient(t, url, "")
 	s := session(t, c)
-	ctx := tctx(t, 120*time.Second)
+	ctx := testutil.Context(t, 120*time.Second)
 	if _, err := s.Call(ctx, 305, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +242,7 @@ func TestSlowPullerBoundsTheChunkProducer(t *testing.T) {
 	var consumed, maxAhead int64
 	err := NewPeer(s).FetchObjects(ctx, hs, func(o Object) error {
 		consumed++
-		waitFor(t, "producer to block", 10*time.Second, func() bool {
+		testutil.WaitFor(t, "producer to block", 10*time.Second, func() bool {
 			return fb.reads.Load() >= n || producer.Load().Stats().BlockedSenders > 0
 		})
 		maxAhead = max(maxAhead, fb.reads.Load()-consumed)

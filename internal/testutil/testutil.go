@@ -2,6 +2,10 @@
 package testutil
 
 import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 )
@@ -17,4 +21,28 @@ func WaitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// Context is a context of t that ends after d: a bound on what a test
+// waits for.
+func Context(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// WSServer serves h on a local HTTP server until the test ends and returns
+// the WebSocket URL of path on it. At cleanup h is closed before the
+// listener, so its sessions end first.
+func WSServer(t testing.TB, h interface {
+	http.Handler
+	Close() error
+}, path string) string {
+	t.Helper()
+	hs := httptest.NewServer(h)
+	t.Cleanup(func() {
+		h.Close()
+		hs.Close()
+	})
+	return "ws" + strings.TrimPrefix(hs.URL, "http") + path
 }

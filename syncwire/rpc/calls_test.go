@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/wsync/wsync/internal/testutil"
 )
 
 // Call accounting (issue 9 item 6): both sides count a call's slot the same
@@ -17,30 +19,31 @@ import (
 
 const methodLinger Method = 310
 
-// lingerServer serves methodLinger: the handler starts, waits for its
-// context to end (the caller's CANCEL), then keeps running until release
-// is called (the caller registers it as a cleanup after the server's, so
-// it runs first), like a handler slow to stop.
-func lingerServer(t *testing.T) (*Server, *atomic.Int64, func()) {
+// lingerSession is a client's session on a server that serves methodLinger
+// with the returned Linger: the handler starts, waits for its context to
+// end (the caller's CANCEL), then keeps running until Release (registered
+// as a cleanup after the server's, so it runs first), like a handler slow
+// to stop.
+func lingerSession(t *testing.T) (*Client, *Session, *testutil.Linger) {
+	t.Helper()
 	srv := testServer(t, ServerOptions{})
-	var started atomic.Int64
-	release := make(chan struct{})
-	srv.Handle(methodLinger, func(ctx context.Context, c *Incoming) error {
-		started.Add(1)
-		<-ctx.Done()
-		<-release
-		return ctx.Err()
-	})
-	// Runs before the server's cleanup (cleanups run last first).
-	var once sync.Once
-	return srv, &started, func() { once.Do(func() { close(release) }) }
+	l := testutil.NewLinger()
+	srv.Handle(methodLinger, func(ctx context.Context, c *Incoming) error { return l.Handle(ctx) })
+	c := wsClient(t, testutil.WSServer(t, srv, "/rpc"), "")
+	t.Cleanup(l.Release)
+	return c, session(t, c), l
+}
+
+// callLinger is a call that lingers, for Linger.Start.
+func callLinger(s *Session) func(ctx context.Context) {
+	return func(ctx context.Context) { s.Call(ctx, methodLinger, nil) }
 }
 
 // sessionStillWorks checks the session is the one we started with and that
 // unary and streaming calls still work on it.
 func sessionStillWorks(t *testing.T, c *Client, s *Session) {
 	t.Helper()
-	ctx := tctx(t, 20*time.Second)
+	ctx := testutil.Context(t, 20*time.Second)
 	if got, err := s.Call(ctx, methodEcho, []byte("after")); err != nil || string(got) != "after" {
 		t.Fatalf("echo after the load: %q, %v (session err %v)", got, err, s.Err())
 	}
@@ -54,21 +57,12 @@ func sessionStillWorks(t *testing.T, c *Client, s *Session) {
 }
 
 func TestAbandonedCallsPlusOneKeepTheSession(t *testing.T) {
-	srv, started, release := lingerServer(t)
-	c := wsClient(t, httptestServer(t, srv), "")
-	t.Cleanup(release)
-	s := session(t, c)
+	c, s, l := lingerSession(t)
 	n := s.Peer().MaxCalls
-	ctx, cancel := context.WithCancel(tctx(t, 30*time.Second))
-	var wg sync.WaitGroup
-	for range n {
-		wg.Go(func() { s.Call(ctx, methodLinger, nil) })
-	}
-	waitFor(t, "every lingering call to start", 10*time.Second, func() bool { return started.Load() == int64(n) })
-	cancel() // the caller abandons all of them; the handlers keep running
-	wg.Wait()
+	// The caller abandons all of them; the handlers keep running.
+	l.Abandon(t, int(n), callLinger(s))
 	// One more call, and then the session's ordinary traffic.
-	if got, err := s.Call(tctx(t, 10*time.Second), methodEcho, []byte("one more")); err != nil && !errors.Is(err, ErrBusy) {
+	if got, err := s.Call(testutil.Context(t, 10*time.Second), methodEcho, []byte("one more")); err != nil && !errors.Is(err, ErrBusy) {
 		t.Fatalf("call %d: %v (session err %v)", n+1, err, s.Err())
 	} else if err == nil && string(got) != "one more" {
 		t.Fatalf("call %d = %q", n+1, got)
@@ -80,13 +74,13 @@ func TestConcurrentQuickCallsKeepTheSession(t *testing.T) {
 	for _, n := range []int{64, 1000} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			srv := testServer(t, ServerOptions{})
-			c := wsClient(t, httptestServer(t, srv), "")
+			c := wsClient(t, testutil.WSServer(t, srv, "/rpc"), "")
 			s := session(t, c)
 			rounds := 3
 			if os.Getenv("WSYNC_LONG") != "" {
 				rounds = 30
 			}
-			ctx := tctx(t, 60*time.Second)
+			ctx := testutil.Context(t, 60*time.Second)
 			var ok, busy atomic.Int64
 			var wg sync.WaitGroup
 			errs := make(chan error, n)
@@ -127,27 +121,17 @@ func TestConcurrentQuickCallsKeepTheSession(t *testing.T) {
 // A peer that ignores our MaxCalls gets EBUSY for the calls over it, and
 // its session stays up.
 func TestCallsOverTheLimitGetErrBusy(t *testing.T) {
-	srv, started, release := lingerServer(t)
-	c := wsClient(t, httptestServer(t, srv), "")
-	t.Cleanup(release)
-	s := session(t, c)
+	c, s, l := lingerSession(t)
 	n := int(s.Peer().MaxCalls)
 	// Pretend the peer allows more than it does: our side no longer queues.
 	s.slots = make(chan struct{}, 4*n)
-	ctx, cancel := context.WithCancel(tctx(t, 30*time.Second))
-	defer cancel()
-	var wg sync.WaitGroup
-	for range n {
-		wg.Go(func() { s.Call(ctx, methodLinger, nil) })
-	}
-	waitFor(t, "the peer's slots to fill", 10*time.Second, func() bool { return started.Load() == int64(n) })
-	_, err := s.Call(tctx(t, 10*time.Second), methodEcho, []byte("x"))
+	stop := l.Start(t, n, callLinger(s)) // the peer's slots fill
+	_, err := s.Call(testutil.Context(t, 10*time.Second), methodEcho, []byte("x"))
 	if !errors.Is(err, ErrBusy) || CodeOf(err) != CodeBusy {
 		t.Fatalf("call over the limit: %v, want ErrBusy", err)
 	}
-	release()
-	cancel()
-	wg.Wait()
+	l.Release()
+	stop()
 	sessionStillWorks(t, c, s)
 }
 
@@ -155,27 +139,17 @@ func TestCallsOverTheLimitGetErrBusy(t *testing.T) {
 // 2*MaxCalls of them new calls get ErrBusy (the session stays up), and
 // once they stop calls are served again.
 func TestStoppingHandlersAreBounded(t *testing.T) {
-	srv, started, release := lingerServer(t)
-	c := wsClient(t, httptestServer(t, srv), "")
-	t.Cleanup(release)
-	s := session(t, c)
+	c, s, l := lingerSession(t)
 	n := int(s.Peer().MaxCalls)
-	for round := range 2 {
-		ctx, cancel := context.WithCancel(tctx(t, 30*time.Second))
-		var wg sync.WaitGroup
-		for range n {
-			wg.Go(func() { s.Call(ctx, methodLinger, nil) })
-		}
-		waitFor(t, "the lingering calls to start", 10*time.Second, func() bool { return started.Load() == int64((round+1)*n) })
-		cancel()
-		wg.Wait()
+	for range 2 {
+		l.Abandon(t, n, callLinger(s))
 	}
-	ctx := tctx(t, 20*time.Second)
+	ctx := testutil.Context(t, 20*time.Second)
 	if _, err := s.Call(ctx, methodEcho, []byte("x")); !errors.Is(err, ErrBusy) {
 		t.Fatalf("call with %d handlers stopping: %v, want ErrBusy", 2*n, err)
 	}
-	release()
-	waitFor(t, "calls to be served again", 10*time.Second, func() bool {
+	l.Release()
+	testutil.WaitFor(t, "calls to be served again", 10*time.Second, func() bool {
 		_, err := s.Call(ctx, methodEcho, []byte("x"))
 		return err == nil
 	})

@@ -5,13 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http/httptest"
-	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/wsync/wsync/internal/testutil"
 )
 
 const (
@@ -99,21 +94,15 @@ func pipePairConfig(t *testing.T, srv *Server, cfg Config) (*Client, *PipeConn, 
 	t.Helper()
 	var cEnd, sEnd *PipeConn
 	cfg.ID = "client-id"
-	var wg sync.WaitGroup
-	c := NewClient(ClientOptions{Config: cfg, Dial: func(ctx context.Context) (Conn, error) {
-		a, b := Pipe()
-		cEnd, sEnd = a, b
-		wg.Go(func() { srv.ServeConn(context.Background(), b) })
-		return a, nil
+	c := NewClient(ClientOptions{Config: cfg, Dial: func(context.Context) (Conn, error) {
+		cEnd, sEnd = srv.Pipe()
+		return cEnd, nil
 	}})
 	t.Cleanup(func() {
 		c.Close()
 		srv.Close()
-		wg.Wait()
 	})
-	if _, _, err := c.Session(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	session(t, c)
 	return c, cEnd, sEnd
 }
 
@@ -124,33 +113,4 @@ func session(t testing.TB, c *Client) *Session {
 		t.Fatal(err)
 	}
 	return s
-}
-
-func httptestServer(t *testing.T, srv *Server) string {
-	t.Helper()
-	_, url := wsServerWith(t, srv)
-	return url
-}
-
-func wsServerWith(t *testing.T, srv *Server) (*Server, string) {
-	t.Helper()
-	hs := httptest.NewServer(srv)
-	t.Cleanup(func() {
-		srv.Close()
-		hs.Close()
-	})
-	return srv, "ws" + strings.TrimPrefix(hs.URL, "http") + "/rpc"
-}
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	testutil.WaitFor(t, what, d, cond)
-}
-
-// tctx is a test context with a bound.
-func tctx(t testing.TB, d time.Duration) context.Context {
-	ctx, cancel := context.WithTimeout(t.Context(), d)
-	t.Cleanup(cancel)
-	return ctx
 }

@@ -130,6 +130,20 @@ func (s *Server) ServeConn(ctx context.Context, conn Conn) error {
 	return err
 }
 
+// Pipe serves a session on one end of a new Pipe and returns both ends: a
+// Client joins s in the same process by returning client from its
+// ClientOptions.Dial (tests, a peer embedded in one binary). Close waits
+// for the session.
+func (s *Server) Pipe() (client, server *PipeConn) {
+	client, server = Pipe()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.ServeConn(context.Background(), server)
+	}()
+	return client, server
+}
+
 func (s *Server) sessionEnded(sess *Session) {
 	s.mu.RLock()
 	ended := s.ended

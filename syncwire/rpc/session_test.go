@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/wsync/wsync/internal/testutil"
 )
 
 func TestCallsAreMultiplexed(t *testing.T) {
@@ -32,7 +34,7 @@ func TestCallsAreMultiplexed(t *testing.T) {
 	})
 	c, _, _ := pipePair(t, srv)
 	s := session(t, c)
-	ctx := tctx(t, 20*time.Second)
+	ctx := testutil.Context(t, 20*time.Second)
 	stuck, err := s.Open(ctx, methodStream, nil, false)
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +63,7 @@ func TestErrorsKeepTheirIdentityAcrossTheWire(t *testing.T) {
 	srv := testServer(t, ServerOptions{})
 	c, _, _ := pipePair(t, srv)
 	s := session(t, c)
-	ctx := tctx(t, 10*time.Second)
+	ctx := testutil.Context(t, 10*time.Second)
 	_, err := s.Call(ctx, methodFail, []byte("a/b"))
 	var re *RemoteError
 	if !errors.Is(err, errTestMissing) || !errors.As(err, &re) || re.Code != codeTestMissing || !strings.Contains(err.Error(), "a/b") {
@@ -89,7 +91,7 @@ func TestCancelReachesTheHandler(t *testing.T) {
 	})
 	c, _, _ := pipePair(t, srv)
 	s := session(t, c)
-	ctx, cancel := context.WithCancel(tctx(t, 10*time.Second))
+	ctx, cancel := context.WithCancel(testutil.Context(t, 10*time.Second))
 	errc := make(chan error, 1)
 	go func() {
 		_, err := s.Call(ctx, 304, nil)
@@ -100,7 +102,7 @@ func TestCancelReachesTheHandler(t *testing.T) {
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Errorf("err = %v, want context.Canceled", err)
 	}
-	waitFor(t, "handler cancellation", 5*time.Second, cancelled.Load)
+	testutil.WaitFor(t, "handler cancellation", 5*time.Second, cancelled.Load)
 }
 
 func TestCallDeadlineTravels(t *testing.T) {
@@ -121,7 +123,7 @@ func TestWatchdogFailsASilentPeer(t *testing.T) {
 	cfg.PingTimeout = 300 * time.Millisecond
 	c, _, sEnd := pipePairConfig(t, srv, cfg)
 	s := session(t, c)
-	ctx := tctx(t, 30*time.Second)
+	ctx := testutil.Context(t, 30*time.Second)
 	errc := make(chan error, 1)
 	go func() {
 		_, err := s.Call(ctx, methodBlock, nil)
@@ -153,7 +155,7 @@ func TestVersionMismatchFailsBothSides(t *testing.T) {
 	ca.MinVersion, ca.MaxVersion = 1, 1 // a peer from before version 2 (holes, entry parts)
 	sa := NewSession(a, true, ca, nil)
 	sb := NewSession(b, false, testConfig(), nil)
-	ctx := tctx(t, 10*time.Second)
+	ctx := testutil.Context(t, 10*time.Second)
 	errc := make(chan error, 2)
 	go func() { errc <- sa.Handshake(ctx) }()
 	go func() { errc <- sb.Handshake(ctx) }()
@@ -167,12 +169,12 @@ func TestVersionMismatchFailsBothSides(t *testing.T) {
 
 func TestVersionMismatchOverWebSocket(t *testing.T) {
 	srv := testServer(t, ServerOptions{})
-	hs := httptestServer(t, srv)
+	hs := testutil.WSServer(t, srv, "/rpc")
 	cfg := testConfig()
 	cfg.MinVersion, cfg.MaxVersion = 5, 6
 	c := NewClient(ClientOptions{Config: cfg, URL: hs})
 	defer c.Close()
-	_, _, err := c.Session(tctx(t, 10*time.Second))
+	_, _, err := c.Session(testutil.Context(t, 10*time.Second))
 	if !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), "5..6") {
 		t.Errorf("err = %v, want ErrVersion", err)
 	}
@@ -185,8 +187,8 @@ func TestVersionMismatchOverWebSocket(t *testing.T) {
 
 func TestAuth(t *testing.T) {
 	srv := testServer(t, ServerOptions{Token: "s3cret"})
-	url := httptestServer(t, srv)
-	ctx := tctx(t, 10*time.Second)
+	url := testutil.WSServer(t, srv, "/rpc")
+	ctx := testutil.Context(t, 10*time.Second)
 	for _, tok := range []string{"", "wrong", "s3cretX"} {
 		c := NewClient(ClientOptions{Config: testConfig(), URL: url, Token: tok})
 		_, _, err := c.Session(ctx)
@@ -220,7 +222,7 @@ func TestAuth(t *testing.T) {
 // WebSocket to misbehave on.
 func rawPeer(t *testing.T, url string) *websocket.Conn {
 	t.Helper()
-	ctx := tctx(t, 10*time.Second)
+	ctx := testutil.Context(t, 10*time.Second)
 	ws, _, err := websocket.Dial(ctx, url, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -241,7 +243,7 @@ func rawPeer(t *testing.T, url string) *websocket.Conn {
 // readUntilClosed reads until the server closes and returns the close error.
 func readUntilClosed(t *testing.T, ws *websocket.Conn) error {
 	t.Helper()
-	ctx := tctx(t, 10*time.Second)
+	ctx := testutil.Context(t, 10*time.Second)
 	for {
 		if _, _, err := ws.Read(ctx); err != nil {
 			return err
@@ -253,8 +255,8 @@ func TestBadFramesCloseTheSessionNotTheServer(t *testing.T) {
 	var calls atomic.Int64
 	srv := testServer(t, ServerOptions{})
 	srv.Handle(307, func(ctx context.Context, c *Incoming) error { calls.Add(1); return nil })
-	url := httptestServer(t, srv)
-	ctx := tctx(t, 20*time.Second)
+	url := testutil.WSServer(t, srv, "/rpc")
+	ctx := testutil.Context(t, 20*time.Second)
 	cases := map[string][]byte{
 		"oversized frame": make([]byte, MaxFrameSize+1),
 		"garbage":         []byte("\xff\x00garbage that is not a frame"),
@@ -307,7 +309,7 @@ func TestOversizedSendIsRefusedLocally(t *testing.T) {
 	srv := testServer(t, ServerOptions{})
 	c, _, _ := pipePair(t, srv)
 	s := session(t, c)
-	_, err := s.Call(tctx(t, 5*time.Second), methodEcho, make([]byte, MaxFrameSize))
+	_, err := s.Call(testutil.Context(t, 5*time.Second), methodEcho, make([]byte, MaxFrameSize))
 	if !errors.Is(err, ErrProtocol) {
 		t.Errorf("err = %v, want ErrProtocol", err)
 	}
@@ -336,10 +338,10 @@ func TestBackpressureBoundsTheProducer(t *testing.T) {
 		}
 		return nil
 	})
-	_, url := wsServerWith(t, srv)
+	url := testutil.WSServer(t, srv, "/rpc")
 	c := wsClient(t, url, "")
 	s := session(t, c)
-	ctx := tctx(t, 120*time.Second)
+	ctx := testutil.Context(t, 120*time.Second)
 	o, err := s.Open(ctx, methodStream, nil, false)
 	if err != nil {
 		t.Fatal(err)
@@ -351,7 +353,7 @@ func TestBackpressureBoundsTheProducer(t *testing.T) {
 		// A slow consumer: before each read, wait until the producer is
 		// blocked on credit (or done), so every check is at the worst
 		// moment, not a lucky one.
-		waitFor(t, "producer to block", 10*time.Second, func() bool {
+		testutil.WaitFor(t, "producer to block", 10*time.Second, func() bool {
 			p := producer.Load()
 			return produced.Load() >= total || p != nil && p.Stats().BlockedSenders > 0
 		})
@@ -401,13 +403,13 @@ func TestLateAnswerToAnAbandonedCallKeepsTheSession(t *testing.T) {
 	s := session(t, c)
 	defer close(release)
 	for _, late := range []Frame{{Type: FrameReply}, {Type: FrameReply, Flags: FlagStream}, {Type: FrameData, Payload: []byte("x")}, {Type: FrameEnd}} {
-		ctx, cancel := context.WithCancel(tctx(t, 10*time.Second))
+		ctx, cancel := context.WithCancel(testutil.Context(t, 10*time.Second))
 		o, err := s.Open(ctx, 305, nil, false)
 		if err != nil {
 			t.Fatal(err)
 		}
 		cancel()
-		if _, err := o.Reply(tctx(t, 5*time.Second)); !errors.Is(err, context.Canceled) {
+		if _, err := o.Reply(testutil.Context(t, 5*time.Second)); !errors.Is(err, context.Canceled) {
 			t.Fatalf("reply of the abandoned call: %v", err)
 		}
 		late.ID = o.ID()
@@ -416,18 +418,18 @@ func TestLateAnswerToAnAbandonedCallKeepsTheSession(t *testing.T) {
 		}
 		o.Close()
 	}
-	if _, err := s.Call(tctx(t, 5*time.Second), methodEcho, nil); err != nil {
+	if _, err := s.Call(testutil.Context(t, 5*time.Second), methodEcho, nil); err != nil {
 		t.Fatalf("session after late answers: %v", err)
 	}
 
 	// A call that got its reply and was not abandoned: a second REPLY is the
 	// peer's protocol error.
-	o, err := s.Open(tctx(t, 5*time.Second), methodEcho, nil, false)
+	o, err := s.Open(testutil.Context(t, 5*time.Second), methodEcho, nil, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer o.Close()
-	if _, err := o.Reply(tctx(t, 5*time.Second)); err != nil {
+	if _, err := o.Reply(testutil.Context(t, 5*time.Second)); err != nil {
 		t.Fatal(err)
 	}
 	if err := o.handle(Frame{Type: FrameReply, ID: o.ID()}); !errors.Is(err, ErrProtocol) {
