@@ -48,14 +48,41 @@ func (w *Workspace) clean(op, p string) (string, error) {
 	return sp, nil
 }
 
+// onStore cleans path for op and returns the workspace's store and the
+// path's store form. check (nil: none) may refuse the cleaned path before
+// the store is opened.
+func (w *Workspace) onStore(ctx context.Context, op, path string, check func(sp string) error) (*vfs.Store, string, error) {
+	sp, err := w.clean(op, path)
+	if err != nil {
+		return nil, "", err
+	}
+	if check != nil {
+		if err := check(sp); err != nil {
+			return nil, "", err
+		}
+	}
+	s, err := w.Store(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	return s, sp, nil
+}
+
+// refuseRoot is the check of a call that cannot act on the root: op
+// fails there with err.
+func refuseRoot(op string, err error) func(sp string) error {
+	return func(sp string) error {
+		if sp == "" {
+			return &vfs.PathError{Op: op, Path: "/", Err: err}
+		}
+		return nil
+	}
+}
+
 // Stat returns the node at path; with hash, a file's SHA256 is computed by
 // reading it.
 func (w *Workspace) Stat(ctx context.Context, path string, hash bool) (FileInfo, error) {
-	sp, err := w.clean("stat", path)
-	if err != nil {
-		return FileInfo{}, err
-	}
-	s, err := w.Store(ctx)
+	s, sp, err := w.onStore(ctx, "stat", path, nil)
 	if err != nil {
 		return FileInfo{}, err
 	}
@@ -137,11 +164,7 @@ func (w *Workspace) List(ctx context.Context, path string, recursive, hash bool)
 // server hold it (the API streams a listing this way). An error from yield
 // ends the walk and is returned.
 func (w *Workspace) Walk(ctx context.Context, path string, recursive, hash bool, yield func(FileInfo) error) error {
-	sp, err := w.clean("list", path)
-	if err != nil {
-		return err
-	}
-	s, err := w.Store(ctx)
+	s, sp, err := w.onStore(ctx, "list", path, nil)
 	if err != nil {
 		return err
 	}
@@ -189,11 +212,7 @@ func (w *Workspace) Walk(ctx context.Context, path string, recursive, hash bool,
 
 // Open returns a reader over the file at path as it is now.
 func (w *Workspace) Open(ctx context.Context, path string) (io.ReaderAt, FileInfo, error) {
-	sp, err := w.clean("open", path)
-	if err != nil {
-		return nil, FileInfo{}, err
-	}
-	s, err := w.Store(ctx)
+	s, sp, err := w.onStore(ctx, "open", path, nil)
 	if err != nil {
 		return nil, FileInfo{}, err
 	}
@@ -216,14 +235,7 @@ func (w *Workspace) Open(ctx context.Context, path string) (io.ReaderAt, FileInf
 // transaction: readers see the old content or the new. A nil mode keeps an
 // existing file's mode and gives a new one 0644.
 func (w *Workspace) WriteFile(ctx context.Context, path string, r io.Reader, mode *uint32) (FileInfo, error) {
-	sp, err := w.clean("write", path)
-	if err != nil {
-		return FileInfo{}, err
-	}
-	if sp == "" {
-		return FileInfo{}, &vfs.PathError{Op: "write", Path: "/", Err: vfs.ErrIsDir}
-	}
-	s, err := w.Store(ctx)
+	s, sp, err := w.onStore(ctx, "write", path, refuseRoot("write", vfs.ErrIsDir))
 	if err != nil {
 		return FileInfo{}, err
 	}
@@ -241,11 +253,7 @@ func (w *Workspace) WriteFile(ctx context.Context, path string, r io.Reader, mod
 
 // Mkdir makes a directory (with parents, mkdir -p).
 func (w *Workspace) Mkdir(ctx context.Context, path string, mode uint32, parents bool) error {
-	sp, err := w.clean("mkdir", path)
-	if err != nil {
-		return err
-	}
-	s, err := w.Store(ctx)
+	s, sp, err := w.onStore(ctx, "mkdir", path, nil)
 	if err != nil {
 		return err
 	}
@@ -257,14 +265,7 @@ func (w *Workspace) Mkdir(ctx context.Context, path string, mode uint32, parents
 
 // Remove removes the node at path; a non-empty directory needs recursive.
 func (w *Workspace) Remove(ctx context.Context, path string, recursive bool) error {
-	sp, err := w.clean("remove", path)
-	if err != nil {
-		return err
-	}
-	if sp == "" {
-		return &vfs.PathError{Op: "remove", Path: "/", Err: vfs.ErrInvalid}
-	}
-	s, err := w.Store(ctx)
+	s, sp, err := w.onStore(ctx, "remove", path, refuseRoot("remove", vfs.ErrInvalid))
 	if err != nil {
 		return err
 	}
@@ -277,14 +278,12 @@ func (w *Workspace) Rename(ctx context.Context, src, dst string) error {
 	if err != nil {
 		return err
 	}
-	ds, err := w.clean("rename", dst)
-	if err != nil {
-		return err
-	}
-	if ss == "" || ds == "" {
-		return &vfs.PathError{Op: "rename", Path: "/", Err: vfs.ErrInvalid}
-	}
-	s, err := w.Store(ctx)
+	s, ds, err := w.onStore(ctx, "rename", dst, func(ds string) error {
+		if ss == "" || ds == "" {
+			return &vfs.PathError{Op: "rename", Path: "/", Err: vfs.ErrInvalid}
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
@@ -294,17 +293,15 @@ func (w *Workspace) Rename(ctx context.Context, src, dst string) error {
 // Symlink makes a symlink at path pointing to target. The target is data:
 // it is stored as given and never followed on the server.
 func (w *Workspace) Symlink(ctx context.Context, target, path string) error {
-	sp, err := w.clean("symlink", path)
-	if err != nil {
-		return err
-	}
-	if sp == "" {
-		return &vfs.PathError{Op: "symlink", Path: "/", Err: vfs.ErrExist}
-	}
-	if target == "" || len(target) > vfs.MaxTargetLen {
-		return &vfs.PathError{Op: "symlink", Path: "/" + sp, Err: fmt.Errorf("%w: target of %d bytes", vfs.ErrInvalid, len(target))}
-	}
-	s, err := w.Store(ctx)
+	s, sp, err := w.onStore(ctx, "symlink", path, func(sp string) error {
+		if sp == "" {
+			return &vfs.PathError{Op: "symlink", Path: "/", Err: vfs.ErrExist}
+		}
+		if target == "" || len(target) > vfs.MaxTargetLen {
+			return &vfs.PathError{Op: "symlink", Path: "/" + sp, Err: fmt.Errorf("%w: target of %d bytes", vfs.ErrInvalid, len(target))}
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
@@ -313,11 +310,7 @@ func (w *Workspace) Symlink(ctx context.Context, target, path string) error {
 
 // Chmod sets the permission bits of the node at path.
 func (w *Workspace) Chmod(ctx context.Context, path string, mode uint32) error {
-	sp, err := w.clean("chmod", path)
-	if err != nil {
-		return err
-	}
-	s, err := w.Store(ctx)
+	s, sp, err := w.onStore(ctx, "chmod", path, nil)
 	if err != nil {
 		return err
 	}

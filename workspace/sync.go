@@ -44,16 +44,9 @@ type ExecReport struct {
 // fails with ErrPendingPull and the container is not written, so a push
 // never replaces what the container wrote and the server has not seen.
 func (w *Workspace) Push(ctx context.Context) (SyncReport, error) {
-	r, err := w.remoteFor()
-	if err != nil {
-		return SyncReport{}, err
-	}
 	var rep SyncReport
-	err = w.q.Do(ctx, func() error {
-		if err := w.settlePending(ctx, r); err != nil {
-			return err
-		}
-		rep, err = w.push(ctx, r)
+	err := w.inTurn(ctx, "", func(r Remote) (err error) {
+		rep, err = w.settledPush(ctx, r)
 		return err
 	})
 	return rep, err
@@ -63,12 +56,8 @@ func (w *Workspace) Push(ctx context.Context) (SyncReport, error) {
 // successful pull from the runtime that ran a command with a pending pull
 // clears it.
 func (w *Workspace) Pull(ctx context.Context) (SyncReport, error) {
-	r, err := w.remoteFor()
-	if err != nil {
-		return SyncReport{}, err
-	}
 	var rep SyncReport
-	err = w.q.Do(ctx, func() error {
+	err := w.inTurn(ctx, "", func(r Remote) (err error) {
 		rep, err = w.pull(ctx, r, PendingPull{})
 		return err
 	})
@@ -81,23 +70,42 @@ func (w *Workspace) Pull(ctx context.Context) (SyncReport, error) {
 // Tick pulls, then pushes, in one FIFO turn: absorbing the container's
 // writes first keeps a push from racing them. A failed pull skips the push.
 func (w *Workspace) Tick(ctx context.Context) (TickReport, error) {
-	r, err := w.remoteFor()
-	if err != nil {
-		return TickReport{}, err
-	}
 	var rep TickReport
-	err = w.q.Do(ctx, func() error {
+	err := w.inTurn(ctx, "tick", func(r Remote) (err error) {
 		if rep.Pulled, err = w.pull(ctx, r, PendingPull{}); err != nil {
 			return err
 		}
 		rep.Pushed, err = w.push(ctx, r)
 		return err
 	})
-	metricSyncs.WithLabelValues("tick", result(err)).Inc()
 	if err == nil {
 		w.verifyAfterSync(ctx)
 	}
 	return rep, err
+}
+
+// inTurn runs fn with the workspace's remote in one FIFO turn. With a
+// metric name the turn's outcome is counted under it (a workspace without
+// a remote is not: it never queued).
+func (w *Workspace) inTurn(ctx context.Context, metric string, fn func(r Remote) error) error {
+	r, err := w.remoteFor()
+	if err != nil {
+		return err
+	}
+	err = w.q.Do(ctx, func() error { return fn(r) })
+	if metric != "" {
+		metricSyncs.WithLabelValues(metric, result(err)).Inc()
+	}
+	return err
+}
+
+// settledPush is a push that first completes a pending pull (settlePending):
+// it never replaces what the container wrote and the server has not seen.
+func (w *Workspace) settledPush(ctx context.Context, r Remote) (SyncReport, error) {
+	if err := w.settlePending(ctx, r); err != nil {
+		return SyncReport{}, err
+	}
+	return w.push(ctx, r)
 }
 
 // Verify asks the remote for a convergence verdict, through the FIFO so it
@@ -360,10 +368,7 @@ func (w *Workspace) Exec(ctx context.Context, spec ExecSpec, out func(ExecEvent)
 		return rep, err
 	}
 	err = w.q.Do(ctx, func() error {
-		if err := w.settlePending(ctx, r); err != nil {
-			return err
-		}
-		rep.Pushed, err = w.push(ctx, r)
+		rep.Pushed, err = w.settledPush(ctx, r)
 		return err
 	})
 	if err != nil {

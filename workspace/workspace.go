@@ -87,23 +87,16 @@ func (w *Workspace) Token() (string, error) {
 
 // Store returns the workspace's store, opening it on first use.
 func (w *Workspace) Store(ctx context.Context) (*vfs.Store, error) {
-	w.storeMu.Lock()
-	defer w.storeMu.Unlock()
-	if w.store != nil {
-		return w.store, nil
-	}
-	if w.m.isClosed() {
-		return nil, ErrClosed
-	}
-	if err := os.MkdirAll(w.dir, 0o700); err != nil {
-		return nil, fmt.Errorf("workspace %q: %w", w.cfg.Name, err)
-	}
-	s, err := vfs.Open(ctx, filepath.Join(w.dir, "store.db"), vfs.Options{NoSync: w.m.opts.NoSync, Logger: w.log, GC: vfs.DefaultGC})
-	if err != nil {
-		return nil, fmt.Errorf("workspace %q: %w", w.cfg.Name, err)
-	}
-	w.store = s
-	return s, nil
+	return cached(w.m, &w.storeMu, &w.store, func() (*vfs.Store, error) {
+		if err := os.MkdirAll(w.dir, 0o700); err != nil {
+			return nil, fmt.Errorf("workspace %q: %w", w.cfg.Name, err)
+		}
+		s, err := vfs.Open(ctx, filepath.Join(w.dir, "store.db"), vfs.Options{NoSync: w.m.opts.NoSync, Logger: w.log, GC: vfs.DefaultGC})
+		if err != nil {
+			return nil, fmt.Errorf("workspace %q: %w", w.cfg.Name, err)
+		}
+		return s, nil
+	})
 }
 
 // remoteFor returns the workspace's remote, building it on first use.
@@ -114,20 +107,33 @@ func (w *Workspace) remoteFor() (Remote, error) {
 	if w.m.opts.Remote == nil {
 		return nil, fmt.Errorf("workspace %q: %w: this server has no sync driver", w.cfg.Name, ErrNoRemote)
 	}
-	w.remoteMu.Lock()
-	defer w.remoteMu.Unlock()
-	if w.remote != nil {
-		return w.remote, nil
+	return cached(w.m, &w.remoteMu, &w.remote, func() (Remote, error) {
+		r, err := w.m.opts.Remote(w)
+		if err != nil {
+			return nil, fmt.Errorf("workspace %q: remote: %w", w.cfg.Name, err)
+		}
+		return r, nil
+	})
+}
+
+// cached returns *v, building it on first use: under mu, and never once
+// the manager is closed (ErrClosed), so Close finds what it must close.
+func cached[T comparable](m *Manager, mu *sync.Mutex, v *T, build func() (T, error)) (T, error) {
+	mu.Lock()
+	defer mu.Unlock()
+	var zero T
+	if *v != zero {
+		return *v, nil
 	}
-	if w.m.isClosed() {
-		return nil, ErrClosed
+	if m.isClosed() {
+		return zero, ErrClosed
 	}
-	r, err := w.m.opts.Remote(w)
+	x, err := build()
 	if err != nil {
-		return nil, fmt.Errorf("workspace %q: remote: %w", w.cfg.Name, err)
+		return zero, err
 	}
-	w.remote = r
-	return r, nil
+	*v = x
+	return x, nil
 }
 
 func (w *Workspace) close() error {

@@ -59,6 +59,68 @@ func (h *harness) ws(t *testing.T, name string) *workspace.Workspace {
 	return w
 }
 
+// newDefault is a harness and its default workspace.
+func newDefault(t *testing.T) (*harness, *workspace.Workspace) {
+	t.Helper()
+	h := newHarness(t, nil)
+	return h, h.ws(t, "default")
+}
+
+// pushed writes data to path on the server and pushes it.
+func pushed(t *testing.T, w *workspace.Workspace, path, data string) {
+	t.Helper()
+	write(t, w, path, data)
+	_, err := w.Push(context.Background())
+	must(t, err)
+}
+
+// containerFile reads path (store form) in the fake's container.
+func containerFile(t *testing.T, fake *workspacetest.Fake, path string) string {
+	t.Helper()
+	b, err := fake.Container.ReadFile(context.Background(), path)
+	must(t, err)
+	return string(b)
+}
+
+// fencedPush checks the push fence: with a pull owed, and the pull the
+// push makes first failing, the push fails with ErrPendingPull and the
+// container's file at path (store form) is still want.
+func fencedPush(t *testing.T, w *workspace.Workspace, fake *workspacetest.Fake, path, want string) {
+	t.Helper()
+	fake.FailPull(errors.New("pull still failing"))
+	if _, err := w.Push(context.Background()); !errors.Is(err, workspace.ErrPendingPull) {
+		t.Fatalf("push with a pull owed: %v, want ErrPendingPull", err)
+	}
+	if got := containerFile(t, fake, path); got != want {
+		t.Fatalf("a push with a pull owed wrote the container: %s = %q, want %q", path, got, want)
+	}
+}
+
+// pushPulls checks that a push with a pull owed completes the pull first,
+// now that it works: the container's file at path (store form) is still
+// want, and the server has it too.
+func pushPulls(t *testing.T, w *workspace.Workspace, fake *workspacetest.Fake, path, want string) {
+	t.Helper()
+	_, err := w.Push(context.Background())
+	must(t, err)
+	if got := containerFile(t, fake, path); got != want {
+		t.Fatalf("container %s = %q after the push, want %q", path, got, want)
+	}
+	if got := read(t, w, "/"+path); got != want {
+		t.Fatalf("server %s = %q, want the container's write pulled (%q)", path, got, want)
+	}
+}
+
+// settled checks that w owes no pull.
+func settled(t *testing.T, w *workspace.Workspace) {
+	t.Helper()
+	st, err := w.Status(context.Background())
+	must(t, err)
+	if st.Pending != nil {
+		t.Fatalf("still pending: %+v", st.Pending)
+	}
+}
+
 func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
@@ -172,9 +234,8 @@ func TestRegistryPersistsAndKeepsSecretsOut(t *testing.T) {
 }
 
 func TestExecBracketPushesRunsAndPulls(t *testing.T) {
-	h := newHarness(t, nil)
+	h, w := newDefault(t)
 	ctx := context.Background()
-	w := h.ws(t, "default")
 	write(t, w, "/in.txt", "from the server")
 
 	var out bytes.Buffer
@@ -210,9 +271,8 @@ func TestExecBracketPushesRunsAndPulls(t *testing.T) {
 }
 
 func TestExecFailedPushSpawnsNothing(t *testing.T) {
-	h := newHarness(t, nil)
+	h, w := newDefault(t)
 	ctx := context.Background()
-	w := h.ws(t, "default")
 	must(t, w.Mkdir(ctx, "/d", 0, false)) // builds nothing remote yet
 	_, _ = w.Status(ctx)                  // builds the fake
 	fake := h.remotes.Fake("default")
@@ -276,19 +336,14 @@ func TestExecPullFailureIsPendingAndRetried(t *testing.T) {
 			if got := read(t, w, "/a.txt"); got != "hello" {
 				t.Fatalf("after retry: %q", got)
 			}
-			st, err = w.Status(ctx)
-			must(t, err)
-			if st.Pending != nil {
-				t.Fatalf("still pending: %+v", st.Pending)
-			}
+			settled(t, w)
 		})
 	}
 }
 
 func TestPendingPullFencedToRuntime(t *testing.T) {
-	h := newHarness(t, nil)
+	h, w := newDefault(t)
 	ctx := context.Background()
-	w := h.ws(t, "default")
 	_, err := w.Pull(ctx)
 	must(t, err)
 	fake := h.remotes.Fake("default")
@@ -368,9 +423,8 @@ func TestCommandDoesNotHoldTheFIFO(t *testing.T) {
 }
 
 func TestIgnoredPathsAreInvisible(t *testing.T) {
-	h := newHarness(t, nil)
+	_, w := newDefault(t)
 	ctx := context.Background()
-	w := h.ws(t, "default")
 	rep, err := w.Exec(ctx, workspace.ExecSpec{Shell: "write /app/node_modules/x/index.js y ; write /app/main.js z"}, nil)
 	must(t, err)
 	if rep.Pulled.Entries != 2 { // app/ and app/main.js
@@ -444,9 +498,8 @@ func TestTwoWorkspacesStayApart(t *testing.T) {
 }
 
 func TestFilesAPI(t *testing.T) {
-	h := newHarness(t, nil)
+	_, w := newDefault(t)
 	ctx := context.Background()
-	w := h.ws(t, "default")
 	mode := uint32(0o755)
 	fi, err := w.WriteFile(ctx, "/bin/run.sh", strings.NewReader("#!/bin/sh\n"), &mode)
 	if !errors.Is(err, vfs.ErrNotExist) {
@@ -493,9 +546,8 @@ func TestFilesAPI(t *testing.T) {
 }
 
 func TestVerifyAndNoRemote(t *testing.T) {
-	h := newHarness(t, nil)
+	h, w := newDefault(t)
 	ctx := context.Background()
-	w := h.ws(t, "default")
 	write(t, w, "/a", "1")
 	rep, err := w.Verify(ctx)
 	must(t, err)
@@ -523,9 +575,8 @@ func TestVerifyAndNoRemote(t *testing.T) {
 }
 
 func TestStoreAndRegistrySurviveReopen(t *testing.T) {
-	h := newHarness(t, nil)
+	h, w := newDefault(t)
 	ctx := context.Background()
-	w := h.ws(t, "default")
 	write(t, w, "/kept", "across restarts")
 	must(t, h.m.Close())
 	h.m = h.open(t)
@@ -627,19 +678,10 @@ func TestLegacyRegistryTokenFile(t *testing.T) {
 // and the container is not written. The pending record survives a server
 // restart.
 func TestPendingPullFencesPush(t *testing.T) {
-	h := newHarness(t, nil)
+	h, w := newDefault(t)
 	ctx := context.Background()
-	w := h.ws(t, "default")
-	write(t, w, "/f", "base")
-	_, err := w.Push(ctx)
-	must(t, err)
+	pushed(t, w, "/f", "base")
 	fake := h.remotes.Fake("default")
-	containerF := func() string {
-		t.Helper()
-		b, err := fake.Container.ReadFile(ctx, "f")
-		must(t, err)
-		return string(b)
-	}
 
 	// The command rewrites f in the container; the pull after it fails, and
 	// so does the retry the next push makes.
@@ -659,7 +701,7 @@ func TestPendingPullFencesPush(t *testing.T) {
 	if got := workspace.ErrnoName(err); got != "EPENDING" {
 		t.Errorf("errno %s, want EPENDING", got)
 	}
-	if got := containerF(); got != "container-new" {
+	if got := containerFile(t, fake, "f"); got != "container-new" {
 		t.Fatalf("the fenced push wrote the container: f = %q", got)
 	}
 	if got := read(t, w, "/f"); got != "server-older" {
@@ -670,7 +712,7 @@ func TestPendingPullFencesPush(t *testing.T) {
 	if _, err := w.Exec(ctx, workspace.ExecSpec{Shell: "echo hi"}, nil); !errors.Is(err, workspace.ErrPushFailed) || !errors.Is(err, workspace.ErrPendingPull) {
 		t.Fatalf("exec with a pending pull that fails: %v", err)
 	}
-	if got := containerF(); got != "container-new" {
+	if got := containerFile(t, fake, "f"); got != "container-new" {
 		t.Fatalf("the fenced exec wrote the container: f = %q", got)
 	}
 
@@ -690,30 +732,13 @@ func TestPendingPullFencesPush(t *testing.T) {
 		t.Fatalf("after restart pending %+v, want %+v", st.Pending, before)
 	}
 	fake = h.remotes.Fake("default")
-	fake.FailPull(errors.New("down after restart"))
-	if _, err := w.Push(ctx); !errors.Is(err, workspace.ErrPendingPull) {
-		t.Fatalf("push after restart: %v, want ErrPendingPull", err)
-	}
-	if got := containerF(); got != "container-new" {
-		t.Fatalf("push after restart wrote the container: f = %q", got)
-	}
+	fencedPush(t, w, fake, "f", "container-new")
 
 	// Once the pull works, the push completes it first: the container's
 	// write reaches the server and nothing of it is lost. (Keeping the
 	// server's concurrent write too is the conflicts issue.)
-	_, err = w.Push(ctx)
-	must(t, err)
-	if got := containerF(); got != "container-new" {
-		t.Fatalf("container f = %q after the push", got)
-	}
-	if got := read(t, w, "/f"); got != "container-new" {
-		t.Fatalf("server f = %q, want the container's write pulled", got)
-	}
-	st, err = w.Status(ctx)
-	must(t, err)
-	if st.Pending != nil {
-		t.Fatalf("still pending: %+v", st.Pending)
-	}
+	pushPulls(t, w, fake, "f", "container-new")
+	settled(t, w)
 	must(t, h.m.Close())
 	h.m = h.open(t)
 	st, err = h.ws(t, "default").Status(ctx)
@@ -726,41 +751,30 @@ func TestPendingPullFencesPush(t *testing.T) {
 // A failed explicit pull leaves the same fence as an exec's: the container
 // may hold changes the server has not seen.
 func TestFailedPullFencesPush(t *testing.T) {
-	h := newHarness(t, nil)
+	h, w := newDefault(t)
 	ctx := context.Background()
-	w := h.ws(t, "default")
 	_, _ = w.Status(ctx)
 	fake := h.remotes.Fake("default")
 	_, err := fake.Container.WriteFile(ctx, "c", []byte("container"), 0o644)
 	must(t, err)
-	fake.FailPull(errors.New("reset"), errors.New("reset"))
+	fake.FailPull(errors.New("reset"))
 	if _, err := w.Pull(ctx); err == nil {
 		t.Fatal("pull did not fail")
 	}
 	write(t, w, "/c", "server")
-	if _, err := w.Push(ctx); !errors.Is(err, workspace.ErrPendingPull) {
-		t.Fatalf("push: %v, want ErrPendingPull", err)
-	}
-	b, err := fake.Container.ReadFile(ctx, "c")
-	must(t, err)
-	if string(b) != "container" {
-		t.Fatalf("container c = %q", b)
-	}
+	fencedPush(t, w, fake, "c", "container")
 }
 
 // A server that stopped while a command ran never recorded the pull it
 // owed: after a start, the first push pulls first, so what the container
 // wrote meanwhile is not overwritten.
 func TestFirstPushAfterStartPullsFirst(t *testing.T) {
-	h := newHarness(t, nil)
+	h, w := newDefault(t)
 	ctx := context.Background()
-	w := h.ws(t, "default")
-	write(t, w, "/f", "base")
-	_, err := w.Push(ctx)
-	must(t, err)
+	pushed(t, w, "/f", "base")
 	fake := h.remotes.Fake("default")
 	// The command wrote f; the server went down before its pull.
-	_, err = fake.Container.WriteFile(ctx, "f", []byte("container-new"), 0o644)
+	_, err := fake.Container.WriteFile(ctx, "f", []byte("container-new"), 0o644)
 	must(t, err)
 	write(t, w, "/f", "server-older")
 	must(t, h.m.Close())
@@ -768,20 +782,8 @@ func TestFirstPushAfterStartPullsFirst(t *testing.T) {
 	w = h.ws(t, "default")
 	_, _ = w.Status(ctx)
 	fake = h.remotes.Fake("default")
-	fake.FailPull(errors.New("not yet"))
-	if _, err := w.Push(ctx); !errors.Is(err, workspace.ErrPendingPull) {
-		t.Fatalf("first push after a start with the pull failing: %v, want ErrPendingPull", err)
-	}
-	b, err := fake.Container.ReadFile(ctx, "f")
-	must(t, err)
-	if string(b) != "container-new" {
-		t.Fatalf("the first push after a start overwrote the container: %q", b)
-	}
-	_, err = w.Push(ctx)
-	must(t, err)
-	if got := read(t, w, "/f"); got != "container-new" {
-		t.Fatalf("server f = %q, want the container's write pulled", got)
-	}
+	fencedPush(t, w, fake, "f", "container-new")
+	pushPulls(t, w, fake, "f", "container-new")
 	if got := fake.Calls(); !slices.Equal(got[len(got)-2:], []string{"pull", "push"}) {
 		t.Fatalf("calls %v, want a pull before the push", got)
 	}
@@ -792,9 +794,8 @@ func TestFirstPushAfterStartPullsFirst(t *testing.T) {
 // so the hash stops when the caller's context ends instead of running on
 // after the client went away. A small sparse file hashes like its zeros.
 func TestHashOfASparseFileStopsWithTheCaller(t *testing.T) {
-	h := newHarness(t, nil)
+	_, w := newDefault(t)
 	ctx := context.Background()
-	w := h.ws(t, "default")
 	s, err := w.Store(ctx)
 	must(t, err)
 	put := func(path string, size int64) {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -157,38 +158,42 @@ func queryPath(r *http.Request) string {
 
 func (s *Server) mkdir(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
 	var req MkdirRequest
-	err := s.decode(w, r, s.opts.MaxJSON, &req)
-	if err == nil {
-		err = ws.Mkdir(r.Context(), req.Path, req.Mode, req.Parents)
-	}
-	s.done(w, r, ws, req.Path, err)
+	s.mutate(w, r, ws, &req, func(ctx context.Context) (string, error) {
+		return req.Path, ws.Mkdir(ctx, req.Path, req.Mode, req.Parents)
+	})
 }
 
 func (s *Server) move(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
 	var req MoveRequest
-	err := s.decode(w, r, s.opts.MaxJSON, &req)
-	if err == nil {
-		err = ws.Rename(r.Context(), req.Src, req.Dst)
-	}
-	s.done(w, r, ws, req.Dst, err)
+	s.mutate(w, r, ws, &req, func(ctx context.Context) (string, error) {
+		return req.Dst, ws.Rename(ctx, req.Src, req.Dst)
+	})
 }
 
 func (s *Server) symlink(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
 	var req SymlinkRequest
-	err := s.decode(w, r, s.opts.MaxJSON, &req)
-	if err == nil {
-		err = ws.Symlink(r.Context(), req.Target, req.Path)
-	}
-	s.done(w, r, ws, req.Path, err)
+	s.mutate(w, r, ws, &req, func(ctx context.Context) (string, error) {
+		return req.Path, ws.Symlink(ctx, req.Target, req.Path)
+	})
 }
 
 func (s *Server) chmod(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
 	var req ChmodRequest
-	err := s.decode(w, r, s.opts.MaxJSON, &req)
-	if err == nil {
-		err = ws.Chmod(r.Context(), req.Path, req.Mode)
+	s.mutate(w, r, ws, &req, func(ctx context.Context) (string, error) {
+		return req.Path, ws.Chmod(ctx, req.Path, req.Mode)
+	})
+}
+
+// mutate answers a JSON mutation request: it decodes the body into req,
+// makes the mutation (do, which names the path it leaves a node at) and
+// answers with that node.
+func (s *Server) mutate(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace, req any, do func(context.Context) (string, error)) {
+	if err := s.decode(w, r, s.opts.MaxJSON, req); err != nil {
+		s.done(w, r, ws, "", err)
+		return
 	}
-	s.done(w, r, ws, req.Path, err)
+	path, err := do(r.Context())
+	s.done(w, r, ws, path, err)
 }
 
 // done answers a mutation with the node it left at path.

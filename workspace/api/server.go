@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,7 +13,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
 	"github.com/wsync/wsync/internal/bearer"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/workspace"
@@ -97,10 +97,10 @@ func (s *Server) routes() {
 	mux.HandleFunc("POST "+ws+"/fs/symlink", s.withWS(s.symlink))
 	mux.HandleFunc("POST "+ws+"/fs/chmod", s.withWS(s.chmod))
 	mux.HandleFunc("POST "+ws+"/exec", s.withWS(s.exec))
-	mux.HandleFunc("POST "+ws+"/push", s.withWS(s.push))
-	mux.HandleFunc("POST "+ws+"/pull", s.withWS(s.pull))
-	mux.HandleFunc("POST "+ws+"/tick", s.withWS(s.tick))
-	mux.HandleFunc("GET "+ws+"/status", s.withWS(s.status))
+	mux.HandleFunc("POST "+ws+"/push", s.withWS(report((*workspace.Workspace).Push)))
+	mux.HandleFunc("POST "+ws+"/pull", s.withWS(report((*workspace.Workspace).Pull)))
+	mux.HandleFunc("POST "+ws+"/tick", s.withWS(report((*workspace.Workspace).Tick)))
+	mux.HandleFunc("GET "+ws+"/status", s.withWS(report((*workspace.Workspace).Status)))
 	mux.HandleFunc("POST "+ws+"/verify", s.withWS(s.verify))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fmt.Errorf("no route for %s %s: %w", r.Method, r.URL.Path, vfs.ErrNotExist))
@@ -236,24 +236,13 @@ func (s *Server) getWorkspace(w http.ResponseWriter, r *http.Request, ws *worksp
 	writeJSON(w, http.StatusOK, ws.Info())
 }
 
-func (s *Server) push(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
-	rep, err := ws.Push(r.Context())
-	respond(w, rep, err)
-}
-
-func (s *Server) pull(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
-	rep, err := ws.Pull(r.Context())
-	respond(w, rep, err)
-}
-
-func (s *Server) tick(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
-	rep, err := ws.Tick(r.Context())
-	respond(w, rep, err)
-}
-
-func (s *Server) status(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
-	st, err := ws.Status(r.Context())
-	respond(w, st, err)
+// report answers with what call returns for the workspace (push, pull,
+// tick, status): the report as JSON, or the error.
+func report[T any](call func(*workspace.Workspace, context.Context) (T, error)) func(http.ResponseWriter, *http.Request, *workspace.Workspace) {
+	return func(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
+		v, err := call(ws, r.Context())
+		respond(w, v, err)
+	}
 }
 
 // verify answers the convergence verdict; ?repair=1 repairs drift first.

@@ -191,9 +191,7 @@ func (w *Workspace) filesURL(path string) (string, error) {
 
 // Info returns the workspace's registration.
 func (w *Workspace) Info(ctx context.Context) (workspace.Config, error) {
-	var out workspace.Config
-	err := w.call(ctx, http.MethodGet, "", nil, nil, &out)
-	return out, err
+	return decoded[workspace.Config](ctx, w, http.MethodGet, "", nil, nil)
 }
 
 // Open streams a file's bytes. The caller closes the reader.
@@ -277,88 +275,71 @@ func (w *Workspace) Remove(ctx context.Context, path string, recursive bool) err
 
 // Stat returns one node; withHash computes a file's sha256 on the server.
 func (w *Workspace) Stat(ctx context.Context, path string, withHash bool) (workspace.FileInfo, error) {
-	var fi workspace.FileInfo
-	err := w.call(ctx, http.MethodGet, "/fs/stat", url.Values{"path": {path}, "sha256": {strconv.FormatBool(withHash)}}, nil, &fi)
-	return fi, err
+	return decoded[workspace.FileInfo](ctx, w, http.MethodGet, "/fs/stat", url.Values{"path": {path}, "sha256": {strconv.FormatBool(withHash)}}, nil)
 }
 
 // List lists a directory (recursive: the subtree, depth first).
 func (w *Workspace) List(ctx context.Context, path string, recursive, withHash bool) ([]workspace.FileInfo, error) {
-	var out []workspace.FileInfo
 	q := url.Values{"path": {path}, "sha256": {strconv.FormatBool(withHash)}, "recursive": {strconv.FormatBool(recursive)}}
-	err := w.call(ctx, http.MethodGet, "/fs/ls", q, nil, &out)
-	return out, err
+	return decoded[[]workspace.FileInfo](ctx, w, http.MethodGet, "/fs/ls", q, nil)
 }
 
 // Mkdir makes a directory (parents: mkdir -p). Mode 0 is 0755.
 func (w *Workspace) Mkdir(ctx context.Context, path string, mode uint32, parents bool) (workspace.FileInfo, error) {
-	var fi workspace.FileInfo
-	err := w.call(ctx, http.MethodPost, "/fs/mkdir", nil, api.MkdirRequest{Path: path, Parents: parents, Mode: mode}, &fi)
-	return fi, err
+	return decoded[workspace.FileInfo](ctx, w, http.MethodPost, "/fs/mkdir", nil, api.MkdirRequest{Path: path, Parents: parents, Mode: mode})
 }
 
 // Rename moves src to dst.
 func (w *Workspace) Rename(ctx context.Context, src, dst string) (workspace.FileInfo, error) {
-	var fi workspace.FileInfo
-	err := w.call(ctx, http.MethodPost, "/fs/mv", nil, api.MoveRequest{Src: src, Dst: dst}, &fi)
-	return fi, err
+	return decoded[workspace.FileInfo](ctx, w, http.MethodPost, "/fs/mv", nil, api.MoveRequest{Src: src, Dst: dst})
 }
 
 // Symlink makes a symlink at path pointing to target.
 func (w *Workspace) Symlink(ctx context.Context, target, path string) (workspace.FileInfo, error) {
-	var fi workspace.FileInfo
-	err := w.call(ctx, http.MethodPost, "/fs/symlink", nil, api.SymlinkRequest{Target: target, Path: path}, &fi)
-	return fi, err
+	return decoded[workspace.FileInfo](ctx, w, http.MethodPost, "/fs/symlink", nil, api.SymlinkRequest{Target: target, Path: path})
 }
 
 // Chmod sets permission bits.
 func (w *Workspace) Chmod(ctx context.Context, path string, mode uint32) (workspace.FileInfo, error) {
-	var fi workspace.FileInfo
-	err := w.call(ctx, http.MethodPost, "/fs/chmod", nil, api.ChmodRequest{Path: path, Mode: mode}, &fi)
-	return fi, err
+	return decoded[workspace.FileInfo](ctx, w, http.MethodPost, "/fs/chmod", nil, api.ChmodRequest{Path: path, Mode: mode})
 }
 
 // Push pushes the server's changes to the container.
 func (w *Workspace) Push(ctx context.Context) (workspace.SyncReport, error) {
-	var rep workspace.SyncReport
-	err := w.call(ctx, http.MethodPost, "/push", nil, nil, &rep)
-	return rep, err
+	return decoded[workspace.SyncReport](ctx, w, http.MethodPost, "/push", nil, nil)
 }
 
 // Pull pulls the container's changes (and retries a pending pull).
 func (w *Workspace) Pull(ctx context.Context) (workspace.SyncReport, error) {
-	var rep workspace.SyncReport
-	err := w.call(ctx, http.MethodPost, "/pull", nil, nil, &rep)
-	return rep, err
+	return decoded[workspace.SyncReport](ctx, w, http.MethodPost, "/pull", nil, nil)
 }
 
 // Tick pulls, then pushes.
 func (w *Workspace) Tick(ctx context.Context) (workspace.TickReport, error) {
-	var rep workspace.TickReport
-	err := w.call(ctx, http.MethodPost, "/tick", nil, nil, &rep)
-	return rep, err
+	return decoded[workspace.TickReport](ctx, w, http.MethodPost, "/tick", nil, nil)
 }
 
 // Status reports the workspace's sync state.
 func (w *Workspace) Status(ctx context.Context) (workspace.Status, error) {
-	var st workspace.Status
-	err := w.call(ctx, http.MethodGet, "/status", nil, nil, &st)
-	return st, err
+	return decoded[workspace.Status](ctx, w, http.MethodGet, "/status", nil, nil)
 }
 
 // Verify asks for a convergence verdict.
 func (w *Workspace) Verify(ctx context.Context) (workspace.VerifyReport, error) {
-	var rep workspace.VerifyReport
-	err := w.call(ctx, http.MethodPost, "/verify", nil, nil, &rep)
-	return rep, err
+	return decoded[workspace.VerifyReport](ctx, w, http.MethodPost, "/verify", nil, nil)
 }
 
 // Repair is verify --repair: the remote repairs the drift it finds and the
 // verdict after the repair comes back.
 func (w *Workspace) Repair(ctx context.Context) (workspace.VerifyReport, error) {
-	var rep workspace.VerifyReport
-	err := w.call(ctx, http.MethodPost, "/verify", url.Values{"repair": {"1"}}, nil, &rep)
-	return rep, err
+	return decoded[workspace.VerifyReport](ctx, w, http.MethodPost, "/verify", url.Values{"repair": {"1"}}, nil)
+}
+
+// decoded makes a call and returns its answer, decoded.
+func decoded[T any](ctx context.Context, w *Workspace, method, path string, q url.Values, body any) (T, error) {
+	var v T
+	err := w.call(ctx, method, path, q, body, &v)
+	return v, err
 }
 
 // Exec runs the exec bracket on the server (push, command, pull). out is
