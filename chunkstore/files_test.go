@@ -93,11 +93,7 @@ func TestFinishKeepsAFileStagedAfterGC(t *testing.T) {
 	s, db := splitStore(t, 0, true)
 	m := commitFile(t, s, db, 3, ChunkSize)
 	dropRefs(t, s, db, m)
-	var sw *Sweep
-	inTx(t, db, func(tx *sql.Tx) (err error) {
-		sw, err = s.GC(context.Background(), tx)
-		return err
-	})
+	sw := startGC(t, s, db)
 	// The row is gone; before Finish a push stages the same bytes.
 	st := s.NewStage()
 	defer st.Release()
@@ -120,11 +116,7 @@ func TestNewerGCSupersedesAnUnfinishedSweep(t *testing.T) {
 	// looks at the released stage's files.
 	collect(t, s, db)
 	dropRefs(t, s, db, m)
-	var first *Sweep
-	inTx(t, db, func(tx *sql.Tx) (err error) {
-		first, err = s.GC(context.Background(), tx)
-		return err
-	})
+	first := startGC(t, s, db)
 	// The caller crashed its goroutine before Finish; a later GC runs.
 	second := collect(t, s, db)
 	if got, want := second, (GCStats{Files: 2, Bytes: 2 * ChunkSize}); got != want {
@@ -142,11 +134,7 @@ func TestFinishTwiceIsANoOp(t *testing.T) {
 	s, db := splitStore(t, 0, true)
 	m := commitFile(t, s, db, 5, ChunkSize)
 	dropRefs(t, s, db, m)
-	var sw *Sweep
-	inTx(t, db, func(tx *sql.Tx) (err error) {
-		sw, err = s.GC(context.Background(), tx)
-		return err
-	})
+	sw := startGC(t, s, db)
 	if got, err := sw.Finish(); err != nil || got.Files != 1 {
 		t.Fatalf("Finish = %+v, %v; want one file", got, err)
 	}

@@ -268,8 +268,7 @@ func (c *Collection) Step(ctx context.Context, q Querier) (*Sweep, bool, error) 
 	}
 	s.mu.Unlock()
 
-	for start := 0; start < len(victims); start += batchSize {
-		batch := victims[start:min(start+batchSize, len(victims))]
+	for batch := range slices.Chunk(victims, batchSize) {
 		args := make([]any, len(batch))
 		for i, v := range batch {
 			args[i] = v.id
@@ -407,8 +406,7 @@ func (sw *Sweep) findOrphans(ctx context.Context, q Querier, scan bool) error {
 			todo = append(todo, f)
 		}
 	}
-	for start := 0; start < len(todo); start += batchSize {
-		batch := todo[start:min(start+batchSize, len(todo))]
+	for batch := range slices.Chunk(todo, batchSize) {
 		args := make([]any, len(batch))
 		for i := range batch {
 			args[i] = batch[i].hash[:]

@@ -37,10 +37,7 @@ func packFiles(t testing.TB, s *Store) []string {
 
 func TestPacksRollAtTheirLimit(t *testing.T) {
 	s, db := packStore(t, 64<<10)
-	var sizes []int
-	for range 20 {
-		sizes = append(sizes, 10<<10)
-	}
+	sizes := slices.Repeat([]int{10 << 10}, 20)
 	m := commitFile(t, s, db, 300, sizes...)
 	// Six 10 KiB records (plus headers) fit under 64 KiB.
 	if got, want := len(packFiles(t, s)), 4; got != want {
@@ -51,10 +48,7 @@ func TestPacksRollAtTheirLimit(t *testing.T) {
 
 func TestGCDeletesEmptyPacksAndCompactsMostlyDeadOnes(t *testing.T) {
 	s, db := packStore(t, 64<<10)
-	var sizes []int
-	for range 24 {
-		sizes = append(sizes, 10<<10)
-	}
+	sizes := slices.Repeat([]int{10 << 10}, 24)
 	// Four full packs of six chunks, then a fifth, current pack.
 	keep := commitFile(t, s, db, 400, sizes...)
 	commitFile(t, s, db, 500, 2000) // moves appends to a new pack
@@ -94,10 +88,7 @@ func TestGCDeletesEmptyPacksAndCompactsMostlyDeadOnes(t *testing.T) {
 func TestCompactionKeepsConcurrentReadsCorrect(t *testing.T) {
 	s, db := packStore(t, 128<<10)
 	ctx := context.Background()
-	var sizes []int
-	for range 60 {
-		sizes = append(sizes, 9<<10)
-	}
+	sizes := slices.Repeat([]int{9 << 10}, 60)
 	m := commitFile(t, s, db, 700, sizes...)
 	// Keep every third chunk; the rest goes, so every sealed pack is
 	// mostly dead and gets compacted while readers read the survivors.

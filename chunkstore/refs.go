@@ -3,6 +3,7 @@ package chunkstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -98,16 +99,21 @@ func updateRefs(ctx context.Context, q Querier, set string, delta int, counts []
 // exist with the ref's size); a hash with neither is ErrUnknownHash. On
 // error the caller rolls back: earlier refs of the call may be counted.
 func (s *Store) AddRefs(ctx context.Context, q Querier, refs []Ref) error {
+	return s.batched("add ref", refs, func(batch []refCount) error { return s.addRefs(ctx, q, batch) })
+}
+
+// batched counts refs by hash (countRefs, for op) and hands the counts to
+// apply batchSize at a time.
+func (s *Store) batched(op string, refs []Ref, apply func([]refCount) error) error {
 	if err := s.checkOpen(); err != nil {
 		return err
 	}
-	counts, err := countRefs("add ref", refs)
+	counts, err := countRefs(op, refs)
 	if err != nil {
 		return err
 	}
-	for start := 0; start < len(counts); start += batchSize {
-		batch := counts[start:min(start+batchSize, len(counts))]
-		if err := s.addRefs(ctx, q, batch); err != nil {
+	for batch := range slices.Chunk(counts, batchSize) {
+		if err := apply(batch); err != nil {
 			return err
 		}
 	}
@@ -267,15 +273,7 @@ func (s *Store) repairRows(ctx context.Context, q Querier, hs []Hash, found map[
 // a hash appearing twice counts twice; holes are skipped. A hash without a row is
 // ErrUnknownHash; on error the caller rolls back.
 func (s *Store) DropRefs(ctx context.Context, q Querier, refs []Ref) error {
-	if err := s.checkOpen(); err != nil {
-		return err
-	}
-	counts, err := countRefs("drop ref", refs)
-	if err != nil {
-		return err
-	}
-	for start := 0; start < len(counts); start += batchSize {
-		batch := counts[start:min(start+batchSize, len(counts))]
+	return s.batched("drop ref", refs, func(batch []refCount) error {
 		found := make(map[Hash]storedRow, len(batch))
 		for n, group := range byCount(batch) {
 			if err := updateRefs(ctx, q, "max(refs - ?, 0)", n, group, found); err != nil {
@@ -292,8 +290,8 @@ func (s *Store) DropRefs(ctx context.Context, q Querier, refs []Ref) error {
 			}
 		}
 		s.noteDropped(found)
-	}
-	return nil
+		return nil
+	})
 }
 
 // Has returns the hashes whose bytes are present, in input order with
@@ -330,8 +328,7 @@ func (s *Store) Has(ctx context.Context, q Querier, hashes []Hash) ([]Hash, erro
 	}
 	s.mu.Unlock()
 
-	for start := 0; start < len(ask); start += batchSize {
-		batch := ask[start:min(start+batchSize, len(ask))]
+	for batch := range slices.Chunk(ask, batchSize) {
 		args := make([]any, len(batch))
 		for i := range batch {
 			args[i] = batch[i][:]

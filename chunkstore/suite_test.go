@@ -90,16 +90,22 @@ func dropRefs(t testing.TB, s *Store, db *sql.DB, refs []Ref) {
 // collect runs GC in a transaction, commits, and finishes the sweep.
 func collect(t testing.TB, s *Store, db *sql.DB) GCStats {
 	t.Helper()
+	st, err := startGC(t, s, db).Finish()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// startGC runs GC in a transaction and commits: the sweep is not finished.
+func startGC(t testing.TB, s *Store, db *sql.DB) *Sweep {
+	t.Helper()
 	var sw *Sweep
 	inTx(t, db, func(tx *sql.Tx) (err error) {
 		sw, err = s.GC(context.Background(), tx)
 		return err
 	})
-	st, err := sw.Finish()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return st
+	return sw
 }
 
 func stats(t testing.TB, s *Store, db *sql.DB) Stats {
