@@ -20,6 +20,7 @@ import (
 
 	"github.com/wsync/wsync/fusefs"
 	"github.com/wsync/wsync/internal/fusetest"
+	"github.com/wsync/wsync/internal/testutil"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/watermark"
 )
@@ -158,25 +159,7 @@ func TestUnixSocketInMount(t *testing.T) {
 	if err := os.Mkdir(m.Path("run"), 0o777); err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("unix", m.Path("run/server.sock"))
-	if err != nil {
-		t.Fatalf("listen in the mount: %v", err)
-	}
-	l.(*net.UnixListener).SetUnlinkOnClose(false)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			line, _ := bufio.NewReader(c).ReadString('\n')
-			fmt.Fprint(c, "echo:"+line)
-			c.Close()
-		}
-	}()
-	t.Cleanup(func() { l.Close(); <-done })
+	testutil.EchoSocket(t, m.Path("run/server.sock"))
 	dial := func(path string) (string, error) {
 		return runHelper(t, "unix-dial", path, "ping")
 	}

@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"fmt"
 	"testing"
 )
 
@@ -15,13 +14,10 @@ import (
 // syncwire.push.applied:1 (307 re-sent before); 4 = pull, server killed at
 // syncwire.pull.applied:2 (378 re-sent before).
 func TestCrashKeepsBounceSuppression(t *testing.T) {
-	for _, seed := range []uint64{1, 4} {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			f, _ := runCrashSeed(t, seed)
-			if f.bounced > 256 {
-				t.Errorf("seed %d (%s, %s killed at %s:%d): the sync back re-sent %d entries the other side had just applied, want at most one batch",
-					seed, f.sc.op, f.sc.daemon, f.sc.point, f.hit, f.bounced)
-			}
-		})
-	}
+	runCrashSeeds(t, []uint64{1, 4}, func(t *testing.T, seed uint64, f crashFigure, _ *pair) {
+		if f.bounced > 256 {
+			t.Errorf("seed %d (%s, %s killed at %s:%d): the sync back re-sent %d entries the other side had just applied, want at most one batch",
+				seed, f.sc.op, f.sc.daemon, f.sc.point, f.hit, f.bounced)
+		}
+	})
 }

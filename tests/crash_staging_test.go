@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"fmt"
 	"os"
 	"testing"
 )
@@ -14,13 +13,10 @@ import (
 // restarted computerd finishes the install from it and removes it, see
 // converge's doc).
 func TestCrashedInstallLeavesNoStaging(t *testing.T) {
-	for _, seed := range []uint64{7, 17} {
-		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			_, p := runCrashSeed(t, seed)
-			staging := p.cdState + ".snapshot"
-			if fi, err := os.Stat(staging); err == nil {
-				t.Errorf("seed %d: after the install was cut short and the trees converged, %s still holds %d bytes", seed, staging, fi.Size())
-			}
-		})
-	}
+	runCrashSeeds(t, []uint64{7, 17}, func(t *testing.T, seed uint64, _ crashFigure, p *pair) {
+		staging := p.cdState + ".snapshot"
+		if fi, err := os.Stat(staging); err == nil {
+			t.Errorf("seed %d: after the install was cut short and the trees converged, %s still holds %d bytes", seed, staging, fi.Size())
+		}
+	})
 }

@@ -96,6 +96,22 @@ func TestCrashMatrix(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var figs []crashFigure
+	runCrashSeeds(t, seeds, func(t *testing.T, seed uint64, f crashFigure, p *pair) {
+		mu.Lock()
+		figs = append(figs, f)
+		mu.Unlock()
+	})
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-8s %-10s %-24s %5s %4s %8s %9s %8s %8s %9s\n", "op", "killed", "point", "seed", "hit", "entries", "refetched", "applied", "bounced", "recover")
+	for _, f := range figs {
+		fmt.Fprintf(&b, "%-8s %-10s %-24s %5d %4d %8d %9d %8d %8d %9s\n", f.sc.op, f.sc.daemon, f.sc.point, f.seed, f.hit, f.entries, f.refetched, f.applied, f.bounced, f.recover.Round(time.Millisecond))
+	}
+	t.Logf("crash matrix figures:\n%s", b.String())
+}
+
+// runCrashSeeds runs each seed in a subtest of its own and hands check
+// what it left; a failed seed logs how to replay it.
+func runCrashSeeds(t *testing.T, seeds []uint64, check func(t *testing.T, seed uint64, f crashFigure, p *pair)) {
 	for _, seed := range seeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
 			defer func() {
@@ -103,18 +119,10 @@ func TestCrashMatrix(t *testing.T) {
 					t.Logf("replay with WSYNC_CRASH_SEED=%d", seed)
 				}
 			}()
-			f, _ := runCrashSeed(t, seed)
-			mu.Lock()
-			figs = append(figs, f)
-			mu.Unlock()
+			f, p := runCrashSeed(t, seed)
+			check(t, seed, f, p)
 		})
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "%-8s %-10s %-24s %5s %4s %8s %9s %8s %8s %9s\n", "op", "killed", "point", "seed", "hit", "entries", "refetched", "applied", "bounced", "recover")
-	for _, f := range figs {
-		fmt.Fprintf(&b, "%-8s %-10s %-24s %5d %4d %8d %9d %8d %8d %9s\n", f.sc.op, f.sc.daemon, f.sc.point, f.seed, f.hit, f.entries, f.refetched, f.applied, f.bounced, f.recover.Round(time.Millisecond))
-	}
-	t.Logf("crash matrix figures:\n%s", b.String())
 }
 
 func runCrashSeed(t *testing.T, seed uint64) (crashFigure, *pair) {

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/wsync/wsync/internal/testutil"
 )
 
 // TestSpecialFilesStayInContainer: FIFOs, a Unix socket and a device node
@@ -23,22 +25,7 @@ func TestSpecialFilesStayInContainer(t *testing.T) {
 		stat -c %F f run/fifo run/null && (cat /dev/null > run/null 2>/dev/null || echo nodev)`); got != "fifo\nfifo\ncharacter special file\nnodev\n" {
 		t.Fatalf("special files in the container: %q", got)
 	}
-	l, err := net.Listen("unix", filepath.Join(p.mount, "run", "s.sock"))
-	if err != nil {
-		t.Fatalf("bind a Unix socket in the mount: %v", err)
-	}
-	defer l.Close()
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			line, _ := bufio.NewReader(c).ReadString('\n')
-			fmt.Fprint(c, "echo:"+line)
-			c.Close()
-		}
-	}()
+	testutil.EchoSocket(t, filepath.Join(p.mount, "run", "s.sock"))
 	p.sh(`true`) // one more sync: the socket exists now
 	if _, ok := p.stat("/f"); ok {
 		t.Error("/f survives rm f; mkfifo f on the server")

@@ -103,3 +103,44 @@ bench_wait_quiet() {
 		sleep 2
 	done
 }
+
+# bench_tmpfs NAME: a new directory /tmp/NAME.XXXXXX with a fresh tmpfs on it (WSYNC_BENCH_TMPFS_SIZE, default 4g)
+# for everything a bench writes, the same medium for every target; when that cannot be mounted (not root), a new
+# directory in /dev/shm. Sets BASE, and BASE_IS_MOUNT=1 for the tmpfs; bench_release_base undoes it.
+bench_tmpfs() {
+	BASE=$(mktemp -d "/tmp/$1.XXXXXX")
+	BASE_IS_MOUNT=
+	if [[ $(id -u) -eq 0 ]] && mount -t tmpfs -o "size=${WSYNC_BENCH_TMPFS_SIZE:-4g},mode=0755" "$1" "$BASE"; then
+		BASE_IS_MOUNT=1
+	else
+		bench_log "no fresh tmpfs (not root, or the mount failed); using a directory in /dev/shm"
+		rmdir "$BASE"
+		BASE=$(mktemp -d "/dev/shm/$1.XXXXXX")
+	fi
+}
+
+# bench_release_base: unmount bench_tmpfs's tmpfs (lazily if need be) and remove BASE; with mounts still on or under
+# it, only warn.
+bench_release_base() {
+	[[ -n ${BASE:-} ]] || return 0
+	if [[ -n ${BASE_IS_MOUNT:-} ]]; then
+		timeout 20 umount "$BASE" 2>/dev/null || timeout 20 umount -l "$BASE" || true
+	fi
+	if bench_is_mounted "$BASE" || grep -q " $BASE/" /proc/self/mountinfo; then
+		bench_log "WARNING: mounts left under $BASE"
+	else
+		rm -rf -- "$BASE"
+	fi
+}
+
+# bench_term_group PGID TENTHS: SIGTERM process group PGID and wait up to TENTHS tenths of a second for its leader to
+# exit. The caller sends the SIGKILL, after whatever must come between (an unmount).
+bench_term_group() {
+	local pg=$1 i
+	kill -0 "$pg" 2>/dev/null || return 0
+	kill -TERM -- "-$pg" 2>/dev/null || true
+	for ((i = 0; i < $2; i++)); do
+		kill -0 "$pg" 2>/dev/null || break
+		sleep 0.1
+	done
+}

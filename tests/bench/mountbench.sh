@@ -79,22 +79,15 @@ fi
 [[ $(id -u) -eq 0 ]] || { bench_log "needs root (mounts, /dev/fuse, drop_caches)"; exit 2; }
 [[ -c /dev/fuse ]] || { bench_log "no /dev/fuse"; exit 2; }
 
-BASE=$(mktemp -d /tmp/wsync-mountbench.XXXXXX)
-BASE_IS_MOUNT=
+BASE= BASE_IS_MOUNT= # bench_tmpfs
 declare -A PGID=()     # target -> process group of its daemon
 declare -A MNT=()      # target -> directory the workload runs in
 FAILED=()
 
 stop_daemon() { # stop_daemon TARGET: SIGTERM its process group, wait, then make sure the mount is gone
-	local t=$1 pg=${PGID[$1]:-} i
+	local t=$1 pg=${PGID[$1]:-}
 	[[ -n $pg ]] || return 0
-	if kill -0 "$pg" 2>/dev/null; then
-		kill -TERM -- "-$pg" 2>/dev/null || true
-		for ((i = 0; i < 150; i++)); do
-			kill -0 "$pg" 2>/dev/null || break
-			sleep 0.1
-		done
-	fi
+	bench_term_group "$pg" 150
 	if [[ -n ${MNT[$t]:-} ]]; then bench_unmount "${MNT[$t]}" || true; fi
 	kill -KILL -- "-$pg" 2>/dev/null || true
 	unset "PGID[$t]"
@@ -106,14 +99,7 @@ cleanup() {
 	cd /
 	for t in "${!PGID[@]}"; do stop_daemon "$t"; done
 	for t in "${!MNT[@]}"; do bench_unmount "${MNT[$t]}" || true; done
-	if [[ -n $BASE_IS_MOUNT ]]; then
-		timeout 20 umount "$BASE" 2>/dev/null || timeout 20 umount -l "$BASE" || true
-	fi
-	if bench_is_mounted "$BASE" || grep -q " $BASE/" /proc/self/mountinfo; then
-		bench_log "WARNING: mounts left under $BASE"
-	else
-		rm -rf -- "$BASE"
-	fi
+	bench_release_base
 	exit "$rc"
 }
 trap cleanup EXIT
@@ -122,13 +108,7 @@ trap 'exit 143' TERM
 
 # A fresh tmpfs holds everything: tmpfs target, loopback backing dirs, our state, the workload inputs. Same medium for
 # every target (PERF-NOTES: compare like with like).
-if mount -t tmpfs -o "size=${WSYNC_BENCH_TMPFS_SIZE:-4g},mode=0755" wsync-bench "$BASE"; then
-	BASE_IS_MOUNT=1
-else
-	bench_log "could not mount a tmpfs; using a directory in /dev/shm"
-	rmdir "$BASE"
-	BASE=$(mktemp -d /dev/shm/wsync-mountbench.XXXXXX)
-fi
+bench_tmpfs wsync-mountbench
 mkdir -p "$BASE/bin" "$BASE/data" "$BASE/logs"
 export WSYNC_BENCH_DATA=$BASE/data
 

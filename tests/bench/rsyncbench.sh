@@ -36,42 +36,24 @@ read -r -a TREES <<<"${WSYNC_BENCH_TREES:-small big}"
 KIND=${WSYNC_BENCH_KIND:-random}
 command -v rsync >/dev/null || { bench_log "rsync is not installed (apt-get install rsync)"; exit 2; }
 
-BASE=$(mktemp -d /tmp/wsync-rsyncbench.XXXXXX)
-BASE_IS_MOUNT=
+BASE= BASE_IS_MOUNT= # bench_tmpfs
 DAEMON_PID=
 cleanup() {
-	local rc=$? i
+	local rc=$?
 	trap - EXIT INT TERM
 	cd /
 	if [[ -n $DAEMON_PID ]]; then
-		kill -TERM -- "-$DAEMON_PID" 2>/dev/null || true
-		for ((i = 0; i < 50; i++)); do
-			kill -0 "$DAEMON_PID" 2>/dev/null || break
-			sleep 0.1
-		done
+		bench_term_group "$DAEMON_PID" 50
 		kill -KILL -- "-$DAEMON_PID" 2>/dev/null || true
 	fi
-	if [[ -n $BASE_IS_MOUNT ]]; then
-		timeout 20 umount "$BASE" 2>/dev/null || timeout 20 umount -l "$BASE" || true
-	fi
-	if bench_is_mounted "$BASE"; then
-		bench_log "WARNING: $BASE is still mounted"
-	else
-		rm -rf -- "$BASE"
-	fi
+	bench_release_base
 	exit "$rc"
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-if [[ $(id -u) -eq 0 ]] && mount -t tmpfs -o "size=${WSYNC_BENCH_TMPFS_SIZE:-4g},mode=0755" wsync-rsyncbench "$BASE"; then
-	BASE_IS_MOUNT=1
-else
-	bench_log "no fresh tmpfs (not root?); using a directory in /dev/shm"
-	rmdir "$BASE"
-	BASE=$(mktemp -d /dev/shm/wsync-rsyncbench.XXXXXX)
-fi
+bench_tmpfs wsync-rsyncbench
 mkdir -p "$BASE/src" "$BASE/dst" "$BASE/bin"
 
 bench_log "building tests/bench/gentree"
