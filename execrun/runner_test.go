@@ -107,6 +107,16 @@ func run(t *testing.T, r *execrun.Runner, s execrun.Spec) result {
 	return collect(t, ctx, sub)
 }
 
+// start starts spec on r.
+func start(t *testing.T, r *execrun.Runner, spec execrun.Spec) *execrun.Exec {
+	t.Helper()
+	e, err := r.Start(testCtx(t), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
 func wait(t *testing.T, e *execrun.Exec) execrun.ExitStatus {
 	t.Helper()
 	st, err := e.Wait(testCtx(t))
@@ -165,10 +175,7 @@ func TestExecID(t *testing.T) {
 	if _, err := uuid.Parse(r.RuntimeID()); err != nil {
 		t.Errorf("runtime id %q: %v", r.RuntimeID(), err)
 	}
-	e, err := r.Start(testCtx(t), execrun.Spec{Argv: []string{"true"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := start(t, r, execrun.Spec{Argv: []string{"true"}})
 	if got, want := e.ID(), r.RuntimeID()+":1"; got != want {
 		t.Errorf("id = %q, want %q", got, want)
 	}
@@ -336,10 +343,7 @@ func TestTimeoutKillsGroup(t *testing.T) {
 		// longer timeout lets sh set its trap first.
 		{"SIGKILL after grace", `trap "" TERM; sleep 100 & sleep 100`, time.Second, syscall.SIGKILL},
 	} {
-		e, err := r.Start(testCtx(t), execrun.Spec{Shell: tc.shell, Timeout: tc.timeout})
-		if err != nil {
-			t.Fatal(err)
-		}
+		e := start(t, r, execrun.Spec{Shell: tc.shell, Timeout: tc.timeout})
 		st := wait(t, e)
 		if !st.TimedOut || st.Killed || st.Signal != tc.signal || st.Code != 128+int(tc.signal) {
 			t.Errorf("%s: exit %+v, want timed out by %v", tc.name, st, tc.signal)
@@ -355,10 +359,7 @@ func TestNoOrphansAfterExit(t *testing.T) {
 	t.Parallel()
 	r := newRunner(t, execrun.Options{})
 	// The leader exits at once; its background child holds stdout open.
-	e, err := r.Start(testCtx(t), execrun.Spec{Shell: "sleep 100 & echo started"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := start(t, r, execrun.Spec{Shell: "sleep 100 & echo started"})
 	if st := wait(t, e); st.Code != 0 || st.Killed || st.TimedOut {
 		t.Errorf("exit %+v, want 0", st)
 	}
@@ -381,10 +382,7 @@ func mustAttach(t *testing.T, r *execrun.Runner, id string, from int64) *execrun
 func TestKillSignal(t *testing.T) {
 	t.Parallel()
 	r := newRunner(t, execrun.Options{})
-	e, err := r.Start(testCtx(t), execrun.Spec{Shell: "sleep 100 & sleep 100"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := start(t, r, execrun.Spec{Shell: "sleep 100 & sleep 100"})
 	if err := r.Kill(e.ID(), syscall.SIGUSR1); err != nil {
 		t.Fatal(err)
 	}
@@ -440,10 +438,7 @@ func TestLogTruncated(t *testing.T) {
 	t.Parallel()
 	r := newRunner(t, execrun.Options{LogCap: 1000})
 	gate, open := io.Pipe()
-	e, err := r.Start(testCtx(t), execrun.Spec{Shell: "read go; yes abcdefghi | head -c 5000", Stdin: gate})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := start(t, r, execrun.Spec{Shell: "read go; yes abcdefghi | head -c 5000", Stdin: gate})
 	live, err := e.Attach(0) // attached before any output, never read
 	if err != nil {
 		t.Fatal(err)
@@ -495,10 +490,7 @@ func TestExecLost(t *testing.T) {
 func TestBusy(t *testing.T) {
 	t.Parallel()
 	r := newRunner(t, execrun.Options{MaxRunning: 1})
-	e, err := r.Start(testCtx(t), execrun.Spec{Argv: []string{"sleep", "100"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := start(t, r, execrun.Spec{Argv: []string{"sleep", "100"}})
 	if _, err := r.Start(testCtx(t), execrun.Spec{Argv: []string{"true"}}); !errors.Is(err, execrun.ErrBusy) {
 		t.Fatalf("second start: %v, want ErrBusy", err)
 	}
@@ -516,10 +508,7 @@ func TestLargeOutputSlowSubscriber(t *testing.T) {
 	t.Parallel()
 	const size = 10_000_000
 	r := newRunner(t, execrun.Options{LogCap: 16 << 20})
-	e, err := r.Start(testCtx(t), execrun.Spec{Shell: "yes 0123456789abcde | head -c " + strconv.Itoa(size)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	e := start(t, r, execrun.Spec{Shell: "yes 0123456789abcde | head -c " + strconv.Itoa(size)})
 	sub, err := e.Attach(0)
 	if err != nil {
 		t.Fatal(err)
@@ -558,10 +547,7 @@ func TestShutdownKillsRunning(t *testing.T) {
 	}
 	var execs []*execrun.Exec
 	for _, shell := range []string{"sleep 100 & sleep 100", `trap "" TERM; sleep 100 & sleep 100`} {
-		e, err := r.Start(testCtx(t), execrun.Spec{Shell: shell})
-		if err != nil {
-			t.Fatal(err)
-		}
+		e := start(t, r, execrun.Spec{Shell: shell})
 		execs = append(execs, e)
 	}
 	if err := r.Shutdown(testCtx(t)); err != nil {
@@ -588,10 +574,7 @@ func TestRetention(t *testing.T) {
 	r := newRunner(t, execrun.Options{Retain: 2})
 	var ids []string
 	for range 3 {
-		e, err := r.Start(testCtx(t), execrun.Spec{Argv: []string{"true"}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		e := start(t, r, execrun.Spec{Argv: []string{"true"}})
 		wait(t, e)
 		ids = append(ids, e.ID())
 	}

@@ -32,23 +32,9 @@ type env struct {
 func newEnv(t *testing.T, opts api.Options) *env {
 	t.Helper()
 	remotes := &workspacetest.Remotes{Dir: t.TempDir()}
-	m, err := workspace.Open(context.Background(), workspace.Options{
-		DataDir: t.TempDir(), DefaultEndpoint: "ws://127.0.0.1:45678/sync", Remote: remotes.Factory, NoSync: true,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	opts.Manager, opts.Token = m, token
-	s, err := api.New(opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(s)
-	t.Cleanup(func() {
-		srv.Close()
-		m.Close()
-		remotes.Close()
-	})
+	t.Cleanup(func() { remotes.Close() })
+	opts.Token = token
+	srv, m := workspacetest.Serve(t, workspace.Options{DefaultEndpoint: "ws://127.0.0.1:45678/sync", Remote: remotes.Factory}, opts)
 	return &env{srv: srv, m: m, remotes: remotes}
 }
 

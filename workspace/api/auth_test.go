@@ -14,6 +14,7 @@ import (
 	"github.com/wsync/wsync/workspace"
 	"github.com/wsync/wsync/workspace/api"
 	"github.com/wsync/wsync/workspace/remote"
+	"github.com/wsync/wsync/workspace/workspacetest"
 )
 
 // sink is an endpoint a caller controls: it records every request's
@@ -46,20 +47,8 @@ func (s *sink) seen() []string {
 // (workspace/remote), with opts for the Manager.
 func realEnv(t *testing.T, mo workspace.Options) *env {
 	t.Helper()
-	mo.DataDir, mo.NoSync, mo.Remote = t.TempDir(), true, remote.Factory(nil)
-	m, err := workspace.Open(context.Background(), mo)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := api.New(api.Options{Manager: m, Token: token})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(s)
-	t.Cleanup(func() {
-		srv.Close()
-		m.Close()
-	})
+	mo.Remote = remote.Factory(nil)
+	srv, m := workspacetest.Serve(t, mo, api.Options{Token: token})
 	return &env{srv: srv, m: m}
 }
 

@@ -27,21 +27,31 @@ type Server struct {
 func NewServer(t testing.TB, run RunFunc) *Server {
 	t.Helper()
 	remotes := &Remotes{Dir: t.TempDir(), Run: run}
-	m, err := workspace.Open(context.Background(), workspace.Options{
-		DataDir: t.TempDir(), DefaultEndpoint: "ws://127.0.0.1:45678/sync", Remote: remotes.Factory, NoSync: true,
-	})
+	t.Cleanup(func() { remotes.Close() })
+	hs, m := Serve(t, workspace.Options{DefaultEndpoint: "ws://127.0.0.1:45678/sync", Remote: remotes.Factory}, api.Options{Token: Token})
+	return &Server{URL: hs.URL, Token: Token, Manager: m, Remotes: remotes, HTTP: hs}
+}
+
+// Serve starts the API (with ao, its Manager set here) over a Manager
+// opened with mo in a temp dir, without fsync; t's cleanup closes the
+// server, then the Manager.
+func Serve(t testing.TB, mo workspace.Options, ao api.Options) (*httptest.Server, *workspace.Manager) {
+	t.Helper()
+	mo.DataDir, mo.NoSync = t.TempDir(), true
+	m, err := workspace.Open(context.Background(), mo)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := api.New(api.Options{Manager: m, Token: Token})
+	ao.Manager = m
+	a, err := api.New(ao)
 	if err != nil {
+		m.Close()
 		t.Fatal(err)
 	}
 	hs := httptest.NewServer(a)
 	t.Cleanup(func() {
 		hs.Close()
 		m.Close()
-		remotes.Close()
 	})
-	return &Server{URL: hs.URL, Token: Token, Manager: m, Remotes: remotes, HTTP: hs}
+	return hs, m
 }
