@@ -203,7 +203,7 @@ func TestHostileCallsBounded(t *testing.T) {
 		want   error
 	}{
 		{"root: bad ignore flag", MethodRoot, []byte{7}, nil, rpc.ErrProtocol},
-		{"root: ignore count past the body", MethodRoot, cat([]byte{1}, uv(syncwire.MaxIgnore)), nil, rpc.ErrProtocol},
+		{"root: ignore count past the body", MethodRoot, cat([]byte{1}, uv(vfs.MaxIgnore)), nil, rpc.ErrProtocol},
 		{"node: garbage", MethodNode, []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, nil, rpc.ErrProtocol},
 		{"node: path length past the body", MethodNode, uv(vfs.MaxPathLen), nil, rpc.ErrProtocol},
 		{"revs: path count past the body", MethodRevs, uv(MaxPaths), nil, rpc.ErrProtocol},

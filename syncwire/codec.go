@@ -35,11 +35,7 @@ type dec struct{ rpc.Decoder }
 
 func newDec(p []byte) dec { return dec{rpc.NewDecoder(p)} }
 
-func (d *dec) hash() chunkstore.Hash {
-	var h chunkstore.Hash
-	copy(h[:], d.Fixed(len(h)))
-	return h
-}
+func (d *dec) hash() chunkstore.Hash { return chunkstore.Hash(d.Fixed32()) }
 
 func (d *dec) rev() int64 {
 	return int64(d.Bounded("rev", 1<<62))

@@ -43,8 +43,6 @@ const (
 	entryPartMarker = 1 << 24
 	// partRefs is how many refs one entry part carries (about 256 KiB).
 	partRefs = entryFrameTarget / maxRefSize
-	// MaxIgnore bounds the segments of an ignore list (AppendIgnore).
-	MaxIgnore = 1024
 	// maxStoreID bounds a store id (as rpc bounds the handshake's id).
 	maxStoreID = 256
 	// minEntrySize is the smallest encoded entry (kind, rev, prefix,
@@ -206,7 +204,7 @@ func AppendIgnore(e *rpc.Encoder, list []string) {
 	}
 }
 
-// DecodeIgnore reads what AppendIgnore wrote: at most MaxIgnore segments,
+// DecodeIgnore reads what AppendIgnore wrote: at most vfs.MaxIgnore segments,
 // each "" or a valid name. A bad list is d's failure, so each protocol
 // reports it with its own malformed-message error.
 func DecodeIgnore(d *rpc.Decoder) []string {
@@ -218,7 +216,7 @@ func DecodeIgnore(d *rpc.Decoder) []string {
 		d.Fail("bad ignore flag")
 		return nil
 	}
-	n := d.Count("ignore entries", MaxIgnore, 1)
+	n := d.Count("ignore entries", vfs.MaxIgnore, 1)
 	list := make([]string, 0, n)
 	for range n {
 		s := d.String("ignore segment", vfs.MaxNameLen)

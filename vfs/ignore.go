@@ -5,6 +5,10 @@ import "strings"
 // DefaultIgnore is the ignore list a puller uses when its caller gives none.
 var DefaultIgnore = []string{"node_modules"}
 
+// MaxIgnore bounds the segments of an ignore list: a workspace's, and one
+// on the wire.
+const MaxIgnore = 1024
+
 // Ignore matches paths by whole segment: "node_modules" hides "node_modules",
 // "a/node_modules/x" and everything below, but not "node_modules2". The zero
 // Ignore matches nothing.

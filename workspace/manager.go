@@ -241,8 +241,8 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Workspace, erro
 			return nil, fmt.Errorf("create workspace %q: %w: endpoint %s is not allowed by this server (serve --allow-endpoint)", o.Name, ErrEndpointNotAllowed, hostport)
 		}
 	}
-	if len(o.Ignore) > MaxIgnore {
-		return nil, fmt.Errorf("create workspace %q: %w: %d ignore entries (at most %d)", o.Name, vfs.ErrInvalid, len(o.Ignore), MaxIgnore)
+	if len(o.Ignore) > vfs.MaxIgnore {
+		return nil, fmt.Errorf("create workspace %q: %w: %d ignore entries (at most %d)", o.Name, vfs.ErrInvalid, len(o.Ignore), vfs.MaxIgnore)
 	}
 	for _, seg := range o.Ignore {
 		if err := vfs.ValidateName(seg); err != nil {
@@ -280,13 +280,9 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Workspace, erro
 	return w, nil
 }
 
-// Limits on what a create request may carry.
-const (
-	// MaxTokenLen bounds a computerd token given by value.
-	MaxTokenLen = 4096
-	// MaxIgnore bounds a workspace's ignore list.
-	MaxIgnore = 1024
-)
+// MaxTokenLen bounds a computerd token given by value. (A create
+// request's ignore list is bounded by vfs.MaxIgnore.)
+const MaxTokenLen = 4096
 
 // checkToken accepts a bearer token given by value: 1 to MaxTokenLen
 // visible ASCII characters (no white space, nothing that could end a header
