@@ -6,16 +6,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/internal/testutil"
 	"github.com/wsync/wsync/syncwire"
 	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
@@ -63,20 +62,16 @@ func newRig(t testing.TB, server, cont *vfs.Store) *rig {
 
 func serveRig(t testing.TB, server, cont *vfs.Store, srv *syncwire.Server, resp *Responder) *rig {
 	t.Helper()
-	hs := httptest.NewServer(srv)
+	url := testutil.WSServer(t, srv, "/sync")
 	cfg := testConfig()
 	if server != nil {
 		cfg.ID = server.ID()
 	} else {
 		cfg.ID = "server"
 	}
-	c := rpc.NewClient(rpc.ClientOptions{Config: cfg, URL: "ws" + strings.TrimPrefix(hs.URL, "http") + "/sync"})
-	t.Cleanup(func() {
-		c.Close()
-		srv.Close()
-		hs.Close()
-	})
-	return &rig{server: server, cont: cont, resp: resp, client: c, url: "ws" + strings.TrimPrefix(hs.URL, "http") + "/sync"}
+	c := rpc.NewClient(rpc.ClientOptions{Config: cfg, URL: url})
+	t.Cleanup(func() { c.Close() })
+	return &rig{server: server, cont: cont, resp: resp, client: c, url: url}
 }
 
 // repair runs Repair of local against the rig's container in a driver's
