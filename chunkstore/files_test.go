@@ -89,11 +89,18 @@ func TestPutOfAnExistingFileChunkDoesNotRewriteIt(t *testing.T) {
 	}
 }
 
-func TestFinishKeepsAFileStagedAfterGC(t *testing.T) {
+// droppedFileSweep commits a file of one chunk (of seed) to a split
+// store, drops its refs and runs a GC whose sweep it returns unfinished.
+func droppedFileSweep(t *testing.T, seed uint64) (*Store, *sql.DB, Manifest, *Sweep) {
+	t.Helper()
 	s, db := splitStore(t, 0, true)
-	m := commitFile(t, s, db, 3, ChunkSize)
+	m := commitFile(t, s, db, seed, ChunkSize)
 	dropRefs(t, s, db, m)
-	sw := startGC(t, s, db)
+	return s, db, m, startGC(t, s, db)
+}
+
+func TestFinishKeepsAFileStagedAfterGC(t *testing.T) {
+	s, db, m, sw := droppedFileSweep(t, 3)
 	// The row is gone; before Finish a push stages the same bytes.
 	st := s.NewStage()
 	defer st.Release()
@@ -131,10 +138,7 @@ func TestNewerGCSupersedesAnUnfinishedSweep(t *testing.T) {
 }
 
 func TestFinishTwiceIsANoOp(t *testing.T) {
-	s, db := splitStore(t, 0, true)
-	m := commitFile(t, s, db, 5, ChunkSize)
-	dropRefs(t, s, db, m)
-	sw := startGC(t, s, db)
+	_, _, _, sw := droppedFileSweep(t, 5)
 	if got, err := sw.Finish(); err != nil || got.Files != 1 {
 		t.Fatalf("Finish = %+v, %v; want one file", got, err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/wsync/wsync/execrpc"
 	"github.com/wsync/wsync/internal/computertest"
 	"github.com/wsync/wsync/internal/fusetest"
+	"github.com/wsync/wsync/internal/testutil"
 	"github.com/wsync/wsync/syncwire"
 	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
@@ -39,6 +40,19 @@ func driver(t *testing.T, d *computer.Daemon, server *vfs.Store, token string) (
 	c := rpc.NewClient(rpc.ClientOptions{Config: rpc.Config{ID: server.ID()}, URL: d.SyncURL(), Token: token})
 	t.Cleanup(func() { c.Close() })
 	return syncwire.NewDriver(server, "computerd", c, syncwire.DriverOptions{}), c
+}
+
+// pulledFile pulls once and reads path (store form) on the server.
+func pulledFile(t *testing.T, drv *syncwire.Driver, server *vfs.Store, path string) string {
+	t.Helper()
+	if _, err := drv.PullOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	b, err := server.ReadFile(context.Background(), path)
+	if err != nil {
+		t.Fatalf("server read %s: %v", path, err)
+	}
+	return string(b)
 }
 
 func TestMountedPairSyncsBothWays(t *testing.T) {
@@ -63,12 +77,8 @@ func TestMountedPairSyncsBothWays(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(d.MountDir(), "from-container.txt"), []byte("hello server\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := drv.PullOnce(ctx); err != nil {
-		t.Fatal(err)
-	}
-	got, err := server.ReadFile(ctx, "from-container.txt")
-	if err != nil || string(got) != "hello server\n" {
-		t.Fatalf("server read = %q, %v", got, err)
+	if got := pulledFile(t, drv, server, "from-container.txt"); got != "hello server\n" {
+		t.Fatalf("server read = %q", got)
 	}
 }
 
@@ -84,12 +94,8 @@ func TestPullSeesFileStillOpenInARunningProcess(t *testing.T) {
 	if _, err := f.WriteString("line 1\n"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := drv.PullOnce(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	got, err := server.ReadFile(context.Background(), "open.log")
-	if err != nil || string(got) != "line 1\n" {
-		t.Errorf("pull of a file still open for writing = %q, %v", got, err)
+	if got := pulledFile(t, drv, server, "open.log"); got != "line 1\n" {
+		t.Errorf("pull of a file still open for writing = %q", got)
 	}
 }
 
@@ -132,18 +138,9 @@ func TestRoutesNeedTheToken(t *testing.T) {
 	base := "http://" + d.Addr()
 	for _, route := range []string{"/info", "/stats", "/watermarks", "/metrics", "/sync"} {
 		for _, auth := range []string{"", "Bearer wrong"} {
-			req, _ := http.NewRequest("GET", base+route, nil)
-			if auth != "" {
-				req.Header.Set("Authorization", auth)
-			}
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusUnauthorized || strings.Contains(string(body), "tok") {
-				t.Errorf("GET %s with %q: %d %q, want an opaque 401", route, auth, resp.StatusCode, body)
+			status, body, _ := testutil.Request(t, "GET", base+route, auth, nil)
+			if status != http.StatusUnauthorized || strings.Contains(string(body), "tok") {
+				t.Errorf("GET %s with %q: %d %q, want an opaque 401", route, auth, status, body)
 			}
 		}
 	}
@@ -152,13 +149,9 @@ func TestRoutesNeedTheToken(t *testing.T) {
 		t.Fatalf("health without a token: %v %v", resp, err)
 	}
 	resp.Body.Close()
-	req, _ := http.NewRequest("GET", base+"/stats", nil)
-	req.Header.Set("Authorization", "Bearer tok")
-	resp, err = http.DefaultClient.Do(req)
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("stats with the token: %v %v", resp, err)
+	if status, body, _ := testutil.Request(t, "GET", base+"/stats", "Bearer tok", nil); status != 200 {
+		t.Fatalf("stats with the token: %d %s", status, body)
 	}
-	resp.Body.Close()
 }
 
 func TestRefusesNonLoopbackWithoutToken(t *testing.T) {

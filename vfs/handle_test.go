@@ -16,6 +16,16 @@ func createFile(t testing.TB, s *Store, name string) *Handle {
 	return openAt(t, s, name)
 }
 
+// released releases h and checks the committed content of the file at
+// path.
+func released(t testing.TB, s *Store, h *Handle, path string, want []byte) {
+	t.Helper()
+	must(t, h.Release(ctx))
+	if got := readFile(t, s, path); !bytes.Equal(got, want) {
+		t.Fatalf("%s after release: %d bytes, want %d (equal: %v)", path, len(got), len(want), bytes.Equal(got, want))
+	}
+}
+
 // writeAt writes data at off through h.
 func writeAt(t testing.TB, h *Handle, data []byte, off int64) {
 	t.Helper()
@@ -50,10 +60,7 @@ func TestHandleWritesCommitAsOneRev(t *testing.T) {
 	if s.CurrentRev() != rev+1 {
 		t.Errorf("flush stamped %d revs, want 1", s.CurrentRev()-rev)
 	}
-	must(t, h.Release(ctx))
-	if !bytes.Equal(readFile(t, s, "f"), data) {
-		t.Error("committed content differs")
-	}
+	released(t, s, h, "f", data)
 	m, err := s.Manifest(ctx, "f")
 	must(t, err)
 	if len(m) != 4 || m[3].Size != 1234 {
@@ -116,12 +123,9 @@ func TestHandleTruncateShrinkAndGrow(t *testing.T) {
 func TestTwoHandlesShareState(t *testing.T) {
 	s := newStore(t)
 	h1 := createFile(t, s, "f")
-	h2, err := s.OpenHandle(ctx, h1.Ino())
-	must(t, err)
-	_, err = h1.WriteAt(ctx, []byte("aaaa"), 0)
-	must(t, err)
-	_, err = h2.WriteAt(ctx, []byte("bb"), 4)
-	must(t, err)
+	h2 := openIno(t, s, h1.Ino())
+	writeAt(t, h1, []byte("aaaa"), 0)
+	writeAt(t, h2, []byte("bb"), 4)
 	must(t, h1.Release(ctx))
 	must(t, h2.Release(ctx))
 	if got := string(readFile(t, s, "f")); got != "aaaabb" {

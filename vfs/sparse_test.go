@@ -160,7 +160,12 @@ func openAt(t testing.TB, s *Store, path string) *Handle {
 	t.Helper()
 	a, err := s.Stat(ctx, path)
 	must(t, err)
-	h, err := s.OpenHandle(ctx, a.Ino)
+	return openIno(t, s, a.Ino)
+}
+
+func openIno(t testing.TB, s *Store, ino Ino) *Handle {
+	t.Helper()
+	h, err := s.OpenHandle(ctx, ino)
 	must(t, err)
 	return h
 }
@@ -183,10 +188,7 @@ func TestShrinkThenGrowReadsZeros(t *testing.T) {
 	if n, err := h.ReadAt(ctx, got, 0); n != len(got) || err != nil || !bytes.Equal(got, want) {
 		t.Fatalf("through the handle: n=%d err=%v equal=%v", n, err, bytes.Equal(got, want))
 	}
-	must(t, h.Release(ctx))
-	if !bytes.Equal(readFile(t, s, "f"), want) {
-		t.Fatal("committed content differs")
-	}
+	released(t, s, h, "f", want)
 }
 
 // Found by the fsx run (helper G1): a whole chunk rewritten while its
@@ -202,10 +204,7 @@ func TestRewriteWhileChunkIsStored(t *testing.T) {
 		writeAt(t, h, b, 0)
 		must(t, h.Flush(ctx))
 	}
-	must(t, h.Release(ctx))
-	if !bytes.Equal(readFile(t, s, "f"), b) {
-		t.Fatal("content differs")
-	}
+	released(t, s, h, "f", b)
 }
 
 // Found by the fsx run (helper G1): GetAttr read the node, then took the
@@ -214,8 +213,7 @@ func TestRewriteWhileChunkIsStored(t *testing.T) {
 func TestGetAttrDuringCommitKeepsSize(t *testing.T) {
 	s := newStore(t)
 	h1 := createFile(t, s, "f")
-	h2, err := s.OpenHandle(ctx, h1.Ino())
-	must(t, err)
+	h2 := openIno(t, s, h1.Ino())
 	var size int64
 	for i := range 1000 {
 		size += 100
@@ -264,10 +262,7 @@ func TestShrinkDropsChunksInFlight(t *testing.T) {
 		<-s.hashSem
 	}
 	must(t, <-wrote)
-	must(t, h.Release(ctx))
-	if !bytes.Equal(readFile(t, s, "f"), want) {
-		t.Fatal("the stores in flight came back at commit")
-	}
+	released(t, s, h, "f", want) // the stores in flight came back at commit
 }
 
 // WriteFile (the API's write) stores all-zero chunks as holes too.

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/wsync/wsync/internal/testutil"
 	"github.com/wsync/wsync/workspace"
 	"github.com/wsync/wsync/workspace/api"
 	"github.com/wsync/wsync/workspace/workspacetest"
@@ -41,24 +42,7 @@ func newEnv(t *testing.T, opts api.Options) *env {
 // req sends an authenticated request and returns status and body.
 func (e *env) req(t *testing.T, method, path string, body io.Reader, hdr ...string) (int, []byte, http.Header) {
 	t.Helper()
-	r, err := http.NewRequest(method, e.srv.URL+path, body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Header.Set("Authorization", "Bearer "+token)
-	for i := 0; i+1 < len(hdr); i += 2 {
-		r.Header.Set(hdr[i], hdr[i+1])
-	}
-	resp, err := http.DefaultClient.Do(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, b, resp.Header
+	return testutil.Request(t, method, e.srv.URL+path, "Bearer "+token, body, hdr...)
 }
 
 func wantStatus(t *testing.T, what string, got, want int, body []byte) {
@@ -106,18 +90,9 @@ func TestEveryRouteButHealthNeedsTheToken(t *testing.T) {
 	e := newEnv(t, api.Options{})
 	for _, auth := range []string{"", "Bearer wrong-token", "Bearer " + token + "x", "Basic " + token, token} {
 		for _, rt := range routes {
-			r, _ := http.NewRequest(rt.method, e.srv.URL+rt.path, strings.NewReader(rt.body))
-			if auth != "" {
-				r.Header.Set("Authorization", auth)
-			}
-			resp, err := http.DefaultClient.Do(r)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusUnauthorized {
-				t.Errorf("%s %s with auth %q: status %d, want 401", rt.method, rt.path, auth, resp.StatusCode)
+			status, b, _ := testutil.Request(t, rt.method, e.srv.URL+rt.path, auth, strings.NewReader(rt.body))
+			if status != http.StatusUnauthorized {
+				t.Errorf("%s %s with auth %q: status %d, want 401", rt.method, rt.path, auth, status)
 				continue
 			}
 			if rt.method != "HEAD" && errnoOf(t, b) != "EAUTH" {
