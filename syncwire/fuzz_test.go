@@ -76,14 +76,8 @@ func seedMessages() [][]byte {
 	return out
 }
 
-func addSeeds(f *testing.F, seeds [][]byte) {
-	for _, s := range seeds {
-		f.Add(s)
-	}
-}
-
 func FuzzDecodeEntries(f *testing.F) {
-	addSeeds(f, seedEntries())
+	testutil.AddSeeds(f, seedEntries())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		es, err := DecodeEntries(b)
 		if err != nil {
@@ -131,7 +125,7 @@ func seedParts() [][]byte {
 // then after the first part of a long entry: whatever it accepts
 // validates, and a stream never ends inside an entry unnoticed.
 func FuzzEntryParts(f *testing.F) {
-	addSeeds(f, seedParts())
+	testutil.AddSeeds(f, seedParts())
 	first := seedParts()[0]
 	f.Fuzz(func(t *testing.T, b []byte) {
 		for _, prefix := range [][]byte{nil, first} {
@@ -205,7 +199,7 @@ func TestEntryPartsRoundTrip(t *testing.T) {
 }
 
 func FuzzDecodeObjects(f *testing.F) {
-	addSeeds(f, seedObjects())
+	testutil.AddSeeds(f, seedObjects())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		// A check that refuses everything stops the decoder before any
 		// object is decompressed or handed on.
@@ -237,16 +231,9 @@ func FuzzDecodeObjects(f *testing.F) {
 }
 
 func FuzzDecodeHashes(f *testing.F) {
-	addSeeds(f, seedHashes())
+	testutil.AddSeeds(f, seedHashes())
 	f.Fuzz(func(t *testing.T, b []byte) {
-		hs, err := DecodeHashes(b)
-		if err != nil {
-			return
-		}
-		hs2, err := DecodeHashes(AppendHashes(nil, hs))
-		if err != nil || !reflect.DeepEqual(hs, hs2) {
-			t.Fatalf("re-decode: %v", err)
-		}
+		testutil.RoundTrip(t, "hashes", b, DecodeHashes, func(hs []chunkstore.Hash) []byte { return AppendHashes(nil, hs) })
 		bits, err := DecodeBitmap(b, len(b)*8)
 		if err == nil && len(bits) != len(b)*8 {
 			t.Fatal("bitmap length")
@@ -256,43 +243,15 @@ func FuzzDecodeHashes(f *testing.F) {
 
 // FuzzDecodeMessage feeds every request/response decoder the same input.
 func FuzzDecodeMessage(f *testing.F) {
-	addSeeds(f, seedMessages())
+	testutil.AddSeeds(f, seedMessages())
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if r, err := DecodePushRequest(b); err == nil {
-			if r2, err := DecodePushRequest(mustAppend(r.appendTo(nil))); err != nil || r2 != r {
-				t.Fatalf("push request: %+v vs %+v, %v", r, r2, err)
-			}
-		}
-		if r, err := DecodePushResponse(b); err == nil {
-			if r2, err := DecodePushResponse(mustAppend(r.appendTo(nil))); err != nil || r2 != r {
-				t.Fatalf("push response: %+v vs %+v, %v", r, r2, err)
-			}
-		}
-		if r, err := DecodeFetchRequest(b); err == nil {
-			if r2, err := DecodeFetchRequest(mustAppend(r.appendTo(nil))); err != nil || !reflect.DeepEqual(r, r2) {
-				t.Fatalf("fetch request: %+v vs %+v, %v", r, r2, err)
-			}
-		}
-		if r, err := DecodeFetchResponse(b); err == nil {
-			if r2, err := DecodeFetchResponse(mustAppend(r.appendTo(nil))); err != nil || r2 != r {
-				t.Fatalf("fetch response: %+v vs %+v, %v", r, r2, err)
-			}
-		}
-		if r, err := DecodePeerState(b); err == nil {
-			if r2, err := DecodePeerState(mustAppend(r.appendTo(nil))); err != nil || r2 != r {
-				t.Fatalf("peer state: %+v vs %+v, %v", r, r2, err)
-			}
-		}
-		if r, err := DecodePushObjectsRequest(b); err == nil {
-			if r2, err := DecodePushObjectsRequest(r.appendTo(nil)); err != nil || !reflect.DeepEqual(r2, r) {
-				t.Fatalf("push objects request: %+v vs %+v, %v", r, r2, err)
-			}
-		}
-		if r, err := DecodePushObjectsResponse(b); err == nil {
-			if r2, err := DecodePushObjectsResponse(r.appendTo(nil)); err != nil || r2 != r {
-				t.Fatalf("push objects response: %+v vs %+v, %v", r, r2, err)
-			}
-		}
+		testutil.RoundTrip(t, "push request", b, DecodePushRequest, func(r PushRequest) []byte { return mustAppend(r.appendTo(nil)) })
+		testutil.RoundTrip(t, "push response", b, DecodePushResponse, func(r PushResponse) []byte { return mustAppend(r.appendTo(nil)) })
+		testutil.RoundTrip(t, "fetch request", b, DecodeFetchRequest, func(r FetchRequest) []byte { return mustAppend(r.appendTo(nil)) })
+		testutil.RoundTrip(t, "fetch response", b, DecodeFetchResponse, func(r FetchResponse) []byte { return mustAppend(r.appendTo(nil)) })
+		testutil.RoundTrip(t, "peer state", b, DecodePeerState, func(r PeerState) []byte { return mustAppend(r.appendTo(nil)) })
+		testutil.RoundTrip(t, "push objects request", b, DecodePushObjectsRequest, func(r PushObjectsRequest) []byte { return r.appendTo(nil) })
+		testutil.RoundTrip(t, "push objects response", b, DecodePushObjectsResponse, func(r PushObjectsResponse) []byte { return r.appendTo(nil) })
 	})
 }
 

@@ -2,7 +2,6 @@ package rpc
 
 import (
 	"bytes"
-	"reflect"
 	"testing"
 
 	"github.com/google/uuid"
@@ -36,7 +35,7 @@ func seedHellos() [][]byte {
 }
 
 func FuzzDecodeFrame(f *testing.F) {
-	addSeeds(f, seedFrames())
+	testutil.AddSeeds(f, seedFrames())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		fr, err := DecodeFrame(b)
 		if err != nil {
@@ -54,16 +53,9 @@ func FuzzDecodeFrame(f *testing.F) {
 }
 
 func FuzzDecodeHello(f *testing.F) {
-	addSeeds(f, seedHellos())
+	testutil.AddSeeds(f, seedHellos())
 	f.Fuzz(func(t *testing.T, b []byte) {
-		h, err := DecodeHello(b)
-		if err != nil {
-			return
-		}
-		h2, err := DecodeHello(AppendHello(nil, h))
-		if err != nil || !reflect.DeepEqual(h, h2) {
-			t.Fatalf("re-decode = %+v, %v; want %+v", h2, err, h)
-		}
+		testutil.RoundTrip(t, "hello", b, DecodeHello, func(h Hello) []byte { return AppendHello(nil, h) })
 	})
 }
 
@@ -73,12 +65,6 @@ func errorPayload(code Code, msg string) []byte {
 	e.PutUvarint(uint64(code))
 	e.PutString(msg)
 	return e.Bytes()
-}
-
-func addSeeds(f *testing.F, seeds [][]byte) {
-	for _, s := range seeds {
-		f.Add(s)
-	}
 }
 
 // FuzzDecodeError: an ERROR payload that decodes re-encodes to itself.
