@@ -42,6 +42,16 @@ func driver(t *testing.T, d *computer.Daemon, server *vfs.Store, token string) (
 	return syncwire.NewDriver(server, "computerd", c, syncwire.DriverOptions{}), c
 }
 
+// startPair starts a computerd with token and a server store with a
+// driver (and its client) syncing the two.
+func startPair(t *testing.T, token string) (*computer.Daemon, *vfs.Store, *syncwire.Driver, *rpc.Client) {
+	t.Helper()
+	d := computertest.Start(t, computer.Config{Token: token})
+	server := serverStore(t)
+	drv, c := driver(t, d, server, token)
+	return d, server, drv, c
+}
+
 // pulledFile pulls once and reads path (store form) on the server.
 func pulledFile(t *testing.T, drv *syncwire.Driver, server *vfs.Store, path string) string {
 	t.Helper()
@@ -56,9 +66,7 @@ func pulledFile(t *testing.T, drv *syncwire.Driver, server *vfs.Store, path stri
 }
 
 func TestMountedPairSyncsBothWays(t *testing.T) {
-	d := computertest.Start(t, computer.Config{Token: "secret"})
-	server := serverStore(t)
-	drv, _ := driver(t, d, server, "secret")
+	d, server, drv, _ := startPair(t, "secret")
 	ctx := context.Background()
 
 	// Server to container: visible to cat inside the mount at once.
@@ -83,9 +91,7 @@ func TestMountedPairSyncsBothWays(t *testing.T) {
 }
 
 func TestPullSeesFileStillOpenInARunningProcess(t *testing.T) {
-	d := computertest.Start(t, computer.Config{})
-	server := serverStore(t)
-	drv, _ := driver(t, d, server, "")
+	d, server, drv, _ := startPair(t, "")
 	f, err := os.Create(filepath.Join(d.MountDir(), "open.log"))
 	if err != nil {
 		t.Fatal(err)
@@ -100,9 +106,7 @@ func TestPullSeesFileStillOpenInARunningProcess(t *testing.T) {
 }
 
 func TestExecRunsInsideTheMount(t *testing.T) {
-	d := computertest.Start(t, computer.Config{})
-	server := serverStore(t)
-	_, c := driver(t, d, server, "")
+	d, _, _, c := startPair(t, "")
 	sess, _, err := c.Session(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -227,9 +231,7 @@ func childDaemon(t *testing.T) {
 // with its directory in the mount would leave the vfork child waiting on the
 // mount while the collector waits on the forking thread (see execrun's shim).
 func TestExecsInsideTheMountSurviveGarbageCollection(t *testing.T) {
-	d := computertest.Start(t, computer.Config{})
-	server := serverStore(t)
-	drv, c := driver(t, d, server, "")
+	_, server, drv, c := startPair(t, "")
 	if err := server.MkdirPath(context.Background(), "sub/dir", 0o755, true); err != nil {
 		t.Fatal(err)
 	}
@@ -287,9 +289,7 @@ func TestExecsInsideTheMountSurviveGarbageCollection(t *testing.T) {
 // ones, not what the kernel cached (execs wait for the push's
 // invalidations to reach the kernel).
 func TestExecSeesPushedBytesAtOnce(t *testing.T) {
-	d := computertest.Start(t, computer.Config{})
-	server := serverStore(t)
-	drv, c := driver(t, d, server, "")
+	_, server, drv, c := startPair(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	sess, _, err := c.Session(ctx)
