@@ -18,24 +18,13 @@ import (
 	"time"
 
 	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/internal/testutil"
 	"github.com/wsync/wsync/vfs"
 )
 
 // Benchmarks of the sync pair on loopback, as in issue 3's Measure section.
 // Run: go test -run '^$' -bench . -benchtime 1x ./syncwire
 // (WSYNC_BENCH_DIR picks where the stores live, e.g. /dev/shm).
-
-func benchDir(b *testing.B) string {
-	if d := os.Getenv("WSYNC_BENCH_DIR"); d != "" {
-		dir, err := os.MkdirTemp(d, "syncwire-bench-")
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { os.RemoveAll(dir) })
-		return dir
-	}
-	return b.TempDir()
-}
 
 // populateRandom writes n files of size random bytes under dir on s, in
 // Local applies of up to 1000 entries (fast setup, not the measured part).
@@ -129,7 +118,7 @@ func vmHWM() uint64 {
 
 func benchPair(b *testing.B) *pair {
 	b.Helper()
-	dir := benchDir(b)
+	dir := testutil.BenchDir(b, "syncwire-bench-")
 	b.Setenv("TMPDIR", dir)
 	return newPair(b, DriverOptions{})
 }
@@ -245,7 +234,7 @@ func BenchmarkRsync(b *testing.B) {
 		b.Skip("rsync not installed")
 	}
 	for range b.N {
-		dir := benchDir(b)
+		dir := testutil.BenchDir(b, "syncwire-bench-")
 		small := filepath.Join(dir, "small")
 		large := filepath.Join(dir, "large")
 		writeTree(b, small, 10000, 10000, 2)

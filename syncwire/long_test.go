@@ -141,34 +141,25 @@ func TestHoleHashIsNeverAnObject(t *testing.T) {
 	s := session(t, c)
 	ctx := testutil.Context(t, 10*time.Second)
 	hole := []chunkstore.Hash{chunkstore.HoleHash}
-	for name, call := range map[string]func() error{
-		"has": func() error {
-			o, err := s.Open(ctx, MethodHasObjects, AppendHashes(nil, hole), false)
-			if err != nil {
-				return err
-			}
-			defer o.Close()
-			_, err = o.Reply(ctx)
+	// reply opens a call of m with body (a request stream ends with it) and
+	// waits for the reply.
+	reply := func(m rpc.Method, body []byte, stream bool) error {
+		o, err := s.Open(ctx, m, body, stream)
+		if err != nil {
 			return err
-		},
-		"fetch": func() error {
-			o, err := s.Open(ctx, MethodFetchObjects, AppendHashes(nil, hole), false)
-			if err != nil {
-				return err
-			}
-			defer o.Close()
-			_, err = o.Reply(ctx)
-			return err
-		},
-		"push": func() error {
-			o, err := s.Open(ctx, MethodPushObjects, PushObjectsRequest{Stage: 1, Hashes: hole}.appendTo(nil), true)
-			if err != nil {
-				return err
-			}
-			defer o.Close()
+		}
+		defer o.Close()
+		if stream {
 			o.CloseSend()
-			_, err = o.Reply(ctx)
-			return err
+		}
+		_, err = o.Reply(ctx)
+		return err
+	}
+	for name, call := range map[string]func() error{
+		"has":   func() error { return reply(MethodHasObjects, AppendHashes(nil, hole), false) },
+		"fetch": func() error { return reply(MethodFetchObjects, AppendHashes(nil, hole), false) },
+		"push": func() error {
+			return reply(MethodPushObjects, PushObjectsRequest{Stage: 1, Hashes: hole}.appendTo(nil), true)
 		},
 		"local fetch": func() error { return NewPeer(s).FetchObjects(ctx, hole, func(Object) error { return nil }) },
 		"local push": func() error {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/internal/testutil"
 	"github.com/wsync/wsync/watermark"
 )
 
@@ -16,20 +17,8 @@ import (
 // /dev/shm for tmpfs), else in the test's temp dir. Stores sync as in
 // production (NoSync off) unless WSYNC_BENCH_NOSYNC=1.
 
-func benchDir(b *testing.B) string {
-	if d := os.Getenv("WSYNC_BENCH_DIR"); d != "" {
-		dir, err := os.MkdirTemp(d, "vfsbench")
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(func() { os.RemoveAll(dir) })
-		return dir
-	}
-	return b.TempDir()
-}
-
 func benchStore(b *testing.B) *Store {
-	s, err := Open(ctx, filepath.Join(benchDir(b), "s.db"), Options{NoSync: os.Getenv("WSYNC_BENCH_NOSYNC") == "1"})
+	s, err := Open(ctx, filepath.Join(testutil.BenchDir(b, "vfsbench"), "s.db"), Options{NoSync: os.Getenv("WSYNC_BENCH_NOSYNC") == "1"})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -99,7 +88,7 @@ func BenchmarkSha256Only64MiB(b *testing.B) {
 }
 
 func BenchmarkPlainFileWrite64MiB(b *testing.B) {
-	dir := benchDir(b)
+	dir := testutil.BenchDir(b, "vfsbench")
 	data := pattern(write64, 3)
 	b.SetBytes(write64)
 	for i := range b.N {

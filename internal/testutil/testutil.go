@@ -5,6 +5,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -45,4 +46,19 @@ func WSServer(t testing.TB, h interface {
 		hs.Close()
 	})
 	return "ws" + strings.TrimPrefix(hs.URL, "http") + path
+}
+
+// BenchDir is a directory for a benchmark's stores, removed when it ends:
+// under WSYNC_BENCH_DIR when set (the medium to measure on, /dev/shm for
+// tmpfs, say; pattern as for os.MkdirTemp), else the benchmark's TempDir.
+func BenchDir(b *testing.B, pattern string) string {
+	if d := os.Getenv("WSYNC_BENCH_DIR"); d != "" {
+		dir, err := os.MkdirTemp(d, pattern)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { os.RemoveAll(dir) })
+		return dir
+	}
+	return b.TempDir()
 }
