@@ -76,17 +76,8 @@ func (s *Store) feedPage(ctx context.Context, after watermark.Cursor, through in
 		path string
 		rev  int64
 	}
-	var rs []row
-	for rows.Next() {
-		var r row
-		if err := rows.Scan(&r.path, &r.rev); err != nil {
-			rows.Close()
-			return pg, false, fmt.Errorf("changes: %w", err)
-		}
-		rs = append(rs, r)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	rs, err := scanRows(rows, func(r *sql.Rows, x *row) error { return r.Scan(&x.path, &x.rev) })
+	if err != nil {
 		return pg, false, fmt.Errorf("changes: %w", err)
 	}
 	res := newResolver(ctx, q)

@@ -116,6 +116,21 @@ func scanNode(sc interface{ Scan(...any) error }) (node, error) {
 	return n, err
 }
 
+// scanRows reads a query's whole answer, a T a row through scan, and
+// closes rows: for a caller that runs more statements before using it.
+func scanRows[T any](rows *sql.Rows, scan func(r *sql.Rows, x *T) error) ([]T, error) {
+	defer rows.Close()
+	var out []T
+	for rows.Next() {
+		var x T
+		if err := scan(rows, &x); err != nil {
+			return nil, err
+		}
+		out = append(out, x)
+	}
+	return out, rows.Err()
+}
+
 func (n *node) attr() Attr {
 	return Attr{
 		Ino: n.ino, Kind: n.kind, Mode: n.mode, Uid: n.uid, Gid: n.gid, Nlink: n.nlink, Size: n.size, Rdev: n.rdev,
@@ -283,17 +298,8 @@ func (t *wtx) nodePaths(ino Ino) ([]string, error) {
 		parent Ino
 		name   string
 	}
-	var names []pn
-	for rows.Next() {
-		var x pn
-		if err := rows.Scan(&x.parent, &x.name); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		names = append(names, x)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
+	names, err := scanRows(rows, func(r *sql.Rows, x *pn) error { return r.Scan(&x.parent, &x.name) })
+	if err != nil {
 		return nil, err
 	}
 	paths := make([]string, 0, len(names))

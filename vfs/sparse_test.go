@@ -158,9 +158,7 @@ func TestZeroChunksBecomeHoles(t *testing.T) {
 
 func openAt(t testing.TB, s *Store, path string) *Handle {
 	t.Helper()
-	a, err := s.Stat(ctx, path)
-	must(t, err)
-	return openIno(t, s, a.Ino)
+	return openIno(t, s, mustResolve(t, s, path))
 }
 
 func openIno(t testing.TB, s *Store, ino Ino) *Handle {
