@@ -52,6 +52,51 @@ func startPair(t *testing.T, token string) (*computer.Daemon, *vfs.Store, *syncw
 	return d, server, drv, c
 }
 
+// pushFile writes data to path (store form) on the server and pushes once.
+func pushFile(t *testing.T, ctx context.Context, drv *syncwire.Driver, server *vfs.Store, path, data string) {
+	t.Helper()
+	if _, err := server.WriteFile(ctx, path, []byte(data), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := drv.PushOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// session opens c's session, for execs.
+func session(t *testing.T, ctx context.Context, c *rpc.Client) *rpc.Session {
+	t.Helper()
+	sess, _, err := c.Session(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sess
+}
+
+// execOut runs req through sess and returns its output; an exit other than
+// 0 fails t.
+func execOut(t *testing.T, ctx context.Context, sess *rpc.Session, req execrpc.Request) string {
+	t.Helper()
+	st, err := execrpc.Start(ctx, sess, req)
+	if err != nil {
+		t.Fatalf("exec %q: %v", req.Argv, err)
+	}
+	defer st.Close()
+	var out string
+	for {
+		switch ev, err := st.Next(ctx); {
+		case errors.Is(err, io.EOF):
+			return out
+		case err != nil:
+			t.Fatalf("exec %q: %v", req.Argv, err)
+		case ev.Exit != nil && ev.Exit.Code != 0:
+			t.Fatalf("exec %q exited %+v", req.Argv, ev.Exit)
+		default:
+			out += string(ev.Data)
+		}
+	}
+}
+
 // pulledFile pulls once and reads path (store form) on the server.
 func pulledFile(t *testing.T, drv *syncwire.Driver, server *vfs.Store, path string) string {
 	t.Helper()
@@ -70,12 +115,7 @@ func TestMountedPairSyncsBothWays(t *testing.T) {
 	ctx := context.Background()
 
 	// Server to container: visible to cat inside the mount at once.
-	if _, err := server.WriteFile(ctx, "from-server.txt", []byte("hello container\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := drv.PushOnce(ctx); err != nil {
-		t.Fatal(err)
-	}
+	pushFile(t, ctx, drv, server, "from-server.txt", "hello container\n")
 	out, err := exec.Command("cat", filepath.Join(d.MountDir(), "from-server.txt")).Output()
 	if err != nil || string(out) != "hello container\n" {
 		t.Fatalf("cat in the mount = %q, %v", out, err)
@@ -107,28 +147,8 @@ func TestPullSeesFileStillOpenInARunningProcess(t *testing.T) {
 
 func TestExecRunsInsideTheMount(t *testing.T) {
 	d, _, _, c := startPair(t, "")
-	sess, _, err := c.Session(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := execrpc.Start(context.Background(), sess, execrpc.Request{Shell: "mkdir -p sub && cd sub && echo made > f && pwd"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stdout string
-	for {
-		ev, err := st.Next(context.Background())
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		stdout += string(ev.Data)
-		if ev.Exit != nil && ev.Exit.Code != 0 {
-			t.Fatalf("exit %+v", ev.Exit)
-		}
-	}
+	ctx := context.Background()
+	stdout := execOut(t, ctx, session(t, ctx, c), execrpc.Request{Shell: "mkdir -p sub && cd sub && echo made > f && pwd"})
 	if strings.TrimSpace(stdout) != filepath.Join(d.MountDir(), "sub") {
 		t.Errorf("pwd = %q, want the mount's sub directory", stdout)
 	}
@@ -251,36 +271,12 @@ func TestExecsInsideTheMountSurviveGarbageCollection(t *testing.T) {
 	defer func() { close(stop); <-gcDone }()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	sess, _, err := c.Session(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sess := session(t, ctx, c)
 	for i := range 200 {
 		// An upstream change in the working directory invalidates its
 		// cached entries and attributes, so the chdir must ask the mount.
-		if _, err := server.WriteFile(ctx, fmt.Sprintf("sub/dir/f%d", i), []byte("x"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := drv.PushOnce(ctx); err != nil {
-			t.Fatal(err)
-		}
-		st, err := execrpc.Start(ctx, sess, execrpc.Request{Argv: []string{"true"}, Cwd: "sub/dir"})
-		if err != nil {
-			t.Fatalf("exec %d: %v", i, err)
-		}
-		for {
-			ev, err := st.Next(ctx)
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatalf("exec %d: %v", i, err)
-			}
-			if ev.Exit != nil && ev.Exit.Code != 0 {
-				t.Fatalf("exec %d exited %+v", i, ev.Exit)
-			}
-		}
-		st.Close()
+		pushFile(t, ctx, drv, server, fmt.Sprintf("sub/dir/f%d", i), "x")
+		execOut(t, ctx, sess, execrpc.Request{Argv: []string{"true"}, Cwd: "sub/dir"})
 	}
 }
 
@@ -292,35 +288,11 @@ func TestExecSeesPushedBytesAtOnce(t *testing.T) {
 	_, server, drv, c := startPair(t, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	sess, _, err := c.Session(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	sess := session(t, ctx, c)
 	for i := range 50 {
 		want := fmt.Sprintf("version %d\n", i)
-		if _, err := server.WriteFile(ctx, "f", []byte(want), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := drv.PushOnce(ctx); err != nil {
-			t.Fatal(err)
-		}
-		st, err := execrpc.Start(ctx, sess, execrpc.Request{Argv: []string{"cat", "f"}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got string
-		for {
-			ev, err := st.Next(ctx)
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			got += string(ev.Data)
-		}
-		st.Close()
-		if got != want {
+		pushFile(t, ctx, drv, server, "f", want)
+		if got := execOut(t, ctx, sess, execrpc.Request{Argv: []string{"cat", "f"}}); got != want {
 			t.Fatalf("round %d: the command read %q, want %q (stale kernel cache)", i, got, want)
 		}
 	}

@@ -123,7 +123,7 @@ func TestHandleTruncateShrinkAndGrow(t *testing.T) {
 func TestTwoHandlesShareState(t *testing.T) {
 	s := newStore(t)
 	h1 := createFile(t, s, "f")
-	h2 := openIno(t, s, h1.Ino())
+	h2 := openAt(t, s, "f")
 	writeAt(t, h1, []byte("aaaa"), 0)
 	writeAt(t, h2, []byte("bb"), 4)
 	must(t, h1.Release(ctx))

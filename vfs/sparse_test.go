@@ -158,12 +158,7 @@ func TestZeroChunksBecomeHoles(t *testing.T) {
 
 func openAt(t testing.TB, s *Store, path string) *Handle {
 	t.Helper()
-	return openIno(t, s, mustResolve(t, s, path))
-}
-
-func openIno(t testing.TB, s *Store, ino Ino) *Handle {
-	t.Helper()
-	h, err := s.OpenHandle(ctx, ino)
+	h, err := s.OpenHandle(ctx, mustResolve(t, s, path))
 	must(t, err)
 	return h
 }
@@ -211,7 +206,7 @@ func TestRewriteWhileChunkIsStored(t *testing.T) {
 func TestGetAttrDuringCommitKeepsSize(t *testing.T) {
 	s := newStore(t)
 	h1 := createFile(t, s, "f")
-	h2 := openIno(t, s, h1.Ino())
+	h2 := openAt(t, s, "f")
 	var size int64
 	for i := range 1000 {
 		size += 100
