@@ -95,19 +95,6 @@ type Result struct {
 	Resets int
 }
 
-// add totals o into r.
-func (r *Result) add(o Result) {
-	r.Entries += o.Entries
-	r.Applied += o.Applied
-	r.Skipped += o.Skipped
-	r.Batches += o.Batches
-	r.Chunks += o.Chunks
-	r.ChunkBytes += o.ChunkBytes
-	r.DedupBytes += o.DedupBytes
-	r.WireBytes += o.WireBytes
-	r.Resets += o.Resets
-}
-
 // TickResult is a Tick's pull and push.
 type TickResult struct{ Pull, Push Result }
 
@@ -156,9 +143,9 @@ func (d *Driver) Tick(ctx context.Context) (TickResult, error) {
 }
 
 // Do runs fn in the driver's FIFO on a live session (redialled if the last
-// one died) whose watermarks are reconciled. Everything that moves entries
-// between the two stores goes through an Exchange, so every transfer keeps
-// the same rules and none overtakes another.
+// one died). Everything that moves entries between the two stores goes
+// through an Exchange, so every transfer keeps the same rules and none
+// overtakes another.
 func (d *Driver) Do(ctx context.Context, fn func(ctx context.Context, x *Exchange) error) error {
 	return d.do(ctx, "exchange", fn)
 }
@@ -166,29 +153,15 @@ func (d *Driver) Do(ctx context.Context, fn func(ctx context.Context, x *Exchang
 // do is Do counting a failure to get a session under op.
 func (d *Driver) do(ctx context.Context, op string, fn func(ctx context.Context, x *Exchange) error) error {
 	return d.q.Do(ctx, func() error {
-		x := &Exchange{d: d}
-		err := x.metered(ctx, &x.carry, func(ctx context.Context, res *Result) error {
-			sess, epoch, err := d.client.Session(ctx)
-			if err != nil {
-				return err
-			}
-			if id := sess.Local().ID; id != d.local.ID() {
-				// The peer keys the watermarks it keeps for us by this id.
-				return fmt.Errorf("%w: client announces store %q, the driver's store is %q", vfs.ErrInvalid, id, d.local.ID())
-			}
-			x.sess, x.s = sess, NewPeer(sess)
-			if epoch != d.reconciled && !d.opts.noReconcile {
-				if err := x.reconcile(ctx, res); err != nil {
-					return fmt.Errorf("reconcile: %w", err)
-				}
-			}
-			d.reconciled = epoch
-			return nil
-		})
+		sess, epoch, err := d.client.Session(ctx)
 		if err != nil {
 			return d.observe(op, err)
 		}
-		return fn(ctx, x)
+		if id := sess.Local().ID; id != d.local.ID() {
+			// The peer keys the watermarks it keeps for us by this id.
+			return d.observe(op, fmt.Errorf("%w: client announces store %q, the driver's store is %q", vfs.ErrInvalid, id, d.local.ID()))
+		}
+		return fn(ctx, &Exchange{d: d, sess: sess, s: NewPeer(sess), epoch: epoch})
 	})
 }
 
@@ -199,9 +172,11 @@ func (d *Driver) observe(op string, err error) error {
 	return err
 }
 
-// Exchange is one FIFO turn of a Driver: a live session to the peer with
-// reconciled watermarks. It owns the two shipping paths every transfer
-// takes, written once:
+// Exchange is one FIFO turn of a Driver on a live session to the peer. Its
+// first transfer on a new session reconciles the watermarks with the
+// peer's (re-baselining a peer that lost state); a snapshot bootstrap,
+// which sets them itself, comes before it. It owns the two shipping paths
+// every transfer takes, written once:
 //
 //   - send (local entries to the peer): cut batches of at most BatchEntries
 //     entries and BatchMissingBytes missing chunk bytes; probe the peer for
@@ -218,12 +193,10 @@ func (d *Driver) observe(op string, err error) error {
 // Push and Pull run them over the two feeds; Send and Receive over entries
 // a caller chose (convergence repair).
 type Exchange struct {
-	d    *Driver
-	sess *rpc.Session
-	s    Peer
-	// carry is what the turn's reconcile did, reported with its first
-	// operation.
-	carry Result
+	d     *Driver
+	sess  *rpc.Session
+	s     Peer
+	epoch uint64 // the session's, from rpc.Client.Session
 }
 
 // Session is the exchange's session, for calls of other packages'
@@ -236,7 +209,7 @@ func (x *Exchange) Peer() string { return x.d.peer }
 // Push sends every local change after the push cursor to the peer.
 func (x *Exchange) Push(ctx context.Context) (Result, error) {
 	var res Result
-	err := x.metered(ctx, &res, x.push)
+	err := x.transfer(ctx, &res, x.push)
 	return res, x.d.observe("push", err)
 }
 
@@ -249,7 +222,7 @@ func (x *Exchange) Pull(ctx context.Context) (Result, error) {
 // PullIgnoring is Pull leaving out the paths of ignore instead.
 func (x *Exchange) PullIgnoring(ctx context.Context, ignore []string) (Result, error) {
 	var res Result
-	err := x.metered(ctx, &res, func(ctx context.Context, res *Result) error {
+	err := x.transfer(ctx, &res, func(ctx context.Context, res *Result) error {
 		err := x.pullFeed(ctx, ignore, res, false)
 		if errors.Is(err, errRetryPull) {
 			err = x.pullFeed(ctx, ignore, res, true)
@@ -264,7 +237,7 @@ func (x *Exchange) PullIgnoring(ctx context.Context, ignore []string) (Result, e
 // the feed.
 func (x *Exchange) Send(ctx context.Context, entries []vfs.ChangeEntry) (Result, error) {
 	var res Result
-	err := x.metered(ctx, &res, func(ctx context.Context, res *Result) error {
+	err := x.transfer(ctx, &res, func(ctx context.Context, res *Result) error {
 		ws, err := x.d.local.Watermarks(ctx, x.d.peer)
 		if err != nil {
 			return err
@@ -280,7 +253,7 @@ func (x *Exchange) Send(ctx context.Context, entries []vfs.ChangeEntry) (Result,
 // where it is: these entries are not the feed.
 func (x *Exchange) Receive(ctx context.Context, next func(ctx context.Context, max int) ([]vfs.ChangeEntry, error)) (Result, error) {
 	var res Result
-	err := x.metered(ctx, &res, func(ctx context.Context, res *Result) error {
+	err := x.transfer(ctx, &res, func(ctx context.Context, res *Result) error {
 		ws, err := x.d.local.Watermarks(ctx, x.d.peer)
 		if err != nil {
 			return err
@@ -293,16 +266,18 @@ func (x *Exchange) Receive(ctx context.Context, next func(ctx context.Context, m
 	return res, x.d.observe("receive", err)
 }
 
-// metered runs op with its frame bytes counted into res, and hands res
-// whatever the turn's reconcile did.
-func (x *Exchange) metered(ctx context.Context, res *Result, op func(context.Context, *Result) error) error {
+// transfer runs op with its frame bytes counted into res, reconciling the
+// watermarks first when no transfer has on this session yet.
+func (x *Exchange) transfer(ctx context.Context, res *Result, op func(context.Context, *Result) error) error {
 	var wc rpc.WireCounter
 	ctx = rpc.WithWireCounter(ctx, &wc)
 	defer func() { res.WireBytes += wc.In.Load() + wc.Out.Load() }()
-	if res != &x.carry {
-		res.add(x.carry)
-		x.carry = Result{}
+	if x.epoch != x.d.reconciled && !x.d.opts.noReconcile {
+		if err := x.reconcile(ctx, res); err != nil {
+			return fmt.Errorf("reconcile: %w", err)
+		}
 	}
+	x.d.reconciled = x.epoch
 	return op(ctx, res)
 }
 
