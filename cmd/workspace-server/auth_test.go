@@ -62,7 +62,7 @@ func TestWorkspacesCreateSendsTokenByValue(t *testing.T) {
 // WSYNC_ALLOW_ENDPOINT) restricts the endpoints a created workspace may
 // name.
 func TestServeTokenAndAllowEndpoint(t *testing.T) {
-	withHooks(t, nil, nil)
+	withHooks(t, newRemote, absentComputerd)
 	empty := filepath.Join(t.TempDir(), "empty")
 	os.WriteFile(empty, nil, 0o600)
 	r := run(t.Context(), []string{"serve", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--computerd", "ws://127.0.0.1:9/sync",

@@ -12,13 +12,13 @@
 // names the errno ("(ENOENT)") on stderr. The verbs call the Go client,
 // package workspace/client.
 //
-// # serve and its hooks
+// # serve and its seams
 //
 // serve.go builds the workspace.Manager and the api.Server and shuts both
-// down on SIGTERM or SIGINT. The sync driver and the embedded computerd are
-// linked through the hooks of hooks.go (newRemote, startEmbedded), which a
-// separate file sets from an init func; without them serve still serves the
-// files API and says why sync and exec fail.
+// down on SIGTERM or SIGINT. It reaches the sync driver and the embedded
+// computerd through the seams of hooks.go (newRemote, startEmbedded), which
+// the CLI tests replace with a fake remote and a computerd that is not
+// there.
 //
 // # Tests
 //

@@ -11,16 +11,7 @@ import (
 
 	"github.com/wsync/wsync/computer"
 	"github.com/wsync/wsync/fusefs"
-	"github.com/wsync/wsync/workspace"
-	"github.com/wsync/wsync/workspace/remote"
 )
-
-// This file links the real sync driver and the embedded computerd into
-// serve (see hooks.go).
-func init() {
-	newRemote = func(log *slog.Logger) workspace.RemoteFactory { return remote.Factory(log) }
-	startEmbedded = embeddedComputerd
-}
 
 // embeddedComputerd runs computerd in this process: its mount at mountDir,
 // its store under dataDir/computerd (on disk, so a restart keeps the

@@ -73,11 +73,7 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 
 	endpoint, ctoken := *computerd, ""
 	stopEmbedded := func() error { return nil }
-	switch {
-	case endpoint != "":
-	case startEmbedded == nil:
-		log.Error("no --computerd given and this build has no embedded computerd: the files API works, but exec, push, pull, tick and verify fail on the default workspace")
-	default:
+	if endpoint == "" {
 		ep, tok, stop, err := startEmbedded(ctx, *mount, *data)
 		if err != nil {
 			return c.fail(fmt.Errorf("embedded computerd: %w", err))
@@ -85,12 +81,7 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		endpoint, ctoken, stopEmbedded = ep, tok, stop
 		log.Info("embedded computerd running", "mount", *mount, "endpoint", ep)
 	}
-	var factory workspace.RemoteFactory
-	if newRemote != nil {
-		factory = newRemote(root)
-	} else {
-		log.Error("this build has no sync driver: exec, push, pull, tick and verify fail with ENOTCONN")
-	}
+	factory := newRemote(root)
 
 	code = serve(ctx, c, root, *listen, token, workspace.Options{
 		DataDir:          *data,
