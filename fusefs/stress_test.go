@@ -24,10 +24,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wsync/wsync/chunkstore"
 	"github.com/wsync/wsync/internal/fusetest"
+	"github.com/wsync/wsync/syncwire"
+	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
-	"github.com/wsync/wsync/watermark"
 )
 
 // The multi-process stress run: several worker processes (this test
@@ -514,8 +514,9 @@ func fsckStore(t *testing.T, s *vfs.Store) {
 	}
 }
 
-// pullStore applies src's whole change feed to a new in-memory store, as
-// a pull does, copying the chunks.
+// pullStore pulls src's whole change feed into a new in-memory store
+// with the real pull (a syncwire driver over an in-process session), ignoring
+// nothing.
 func pullStore(t *testing.T, src *vfs.Store) *vfs.Store {
 	t.Helper()
 	ctx := context.Background()
@@ -524,42 +525,15 @@ func pullStore(t *testing.T, src *vfs.Store) *vfs.Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { dst.Close() })
-	var batch []vfs.ChangeEntry
-	flush := func() {
-		if len(batch) == 0 {
-			return
-		}
-		stage := dst.Chunks().NewStage()
-		defer stage.Release()
-		for _, e := range batch {
-			for _, ref := range e.Chunks {
-				if ref.Hash == (chunkstore.Hash{}) {
-					continue // a hole
-				}
-				b, err := src.ReadChunk(ctx, ref.Hash)
-				if err != nil {
-					t.Fatalf("pull: read chunk of %s: %v", e.Path, err)
-				}
-				if err := stage.Put(ctx, ref.Hash, b); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-		if _, err := dst.Apply(ctx, batch, vfs.ApplyOptions{Source: vfs.Upstream, Stage: stage}); err != nil {
-			t.Fatalf("pull: apply: %v", err)
-		}
-		batch = batch[:0]
+	srv := syncwire.NewServer(src, rpc.ServerOptions{})
+	c := rpc.NewClient(rpc.ClientOptions{Config: rpc.Config{ID: dst.ID()}, Dial: func(context.Context) (rpc.Conn, error) {
+		client, _ := srv.Pipe()
+		return client, nil
+	}})
+	t.Cleanup(func() { c.Close(); srv.Close() })
+	if _, err := syncwire.NewDriver(dst, "container", c, syncwire.DriverOptions{Ignore: []string{}}).PullOnce(ctx); err != nil {
+		t.Fatalf("pull: %v", err)
 	}
-	for e, err := range src.Changes(ctx, watermark.Cursor{}, watermark.At(src.CurrentRev()), vfs.Ignore{}) {
-		if err != nil {
-			t.Fatalf("pull: feed: %v", err)
-		}
-		batch = append(batch, e)
-		if len(batch) == 256 {
-			flush()
-		}
-	}
-	flush()
 	return dst
 }
 
