@@ -18,7 +18,7 @@ import (
 	"github.com/wsync/wsync/workspace"
 )
 
-// Benchmarks of the whole pair (SPEC section 7, issue 5), with real
+// Benchmarks of the whole pair (docs/PERFORMANCE.md, issue 5), with real
 // binaries and a real mount:
 //
 //	sudo go test -run '^$' -bench . -benchtime 1x ./tests
@@ -172,7 +172,7 @@ func vmHWM(b *testing.B, pid int) int64 {
 
 // BenchmarkOneGiB: an exec writes 1 GiB (16 files of 64 MiB of random
 // bytes) through the mount, and the pull brings it to the server. Reports
-// computerd's and the server's peak RSS (SPEC: both under 128 MiB) and the
+// computerd's and the server's peak RSS (the bar: both under 128 MiB) and the
 // pull's throughput.
 func BenchmarkOneGiB(b *testing.B) {
 	for range b.N {

@@ -22,10 +22,10 @@ var (
 	// vfs.ErrNotExist: ignored paths are invisible to the files API.
 	ErrIgnored = fmt.Errorf("path is ignored: %w", vfs.ErrNotExist)
 	// ErrNoRemote: the workspace has no computerd to sync with (no endpoint,
-	// or this build has no sync driver).
+	// or no remote could be built for it).
 	ErrNoRemote = errors.New("workspace has no remote")
-	// ErrNotSupported: the remote does not implement the call (Verify before
-	// the convergence work lands).
+	// ErrNotSupported: the remote does not implement the call (a fake that
+	// cannot verify).
 	ErrNotSupported = errors.New("not supported by the remote")
 	// ErrPushFailed wraps the push error of an exec bracket: nothing was
 	// spawned.

@@ -150,7 +150,7 @@ func TestFilesRoundTrip(t *testing.T) {
 	st, b, _ = e.req(t, "GET", ws+"/files/src/a%20b.txt", nil, "Range", "bytes=100-")
 	wantStatus(t, "Range past the end", st, 416, b)
 
-	// stat: exactly the SPEC's keys.
+	// stat: exactly the keys docs/API.md lists.
 	st, b, _ = e.req(t, "GET", ws+"/fs/stat?path=/src/a%20b.txt", nil)
 	wantStatus(t, "stat", st, 200, b)
 	var obj map[string]any
