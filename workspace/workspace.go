@@ -105,7 +105,7 @@ func (w *Workspace) remoteFor() (Remote, error) {
 		return nil, fmt.Errorf("workspace %q: %w: no computerd endpoint", w.cfg.Name, ErrNoRemote)
 	}
 	if w.m.opts.Remote == nil {
-		return nil, fmt.Errorf("workspace %q: %w: this server has no sync driver", w.cfg.Name, ErrNoRemote)
+		return nil, fmt.Errorf("workspace %q: %w: the manager has no RemoteFactory", w.cfg.Name, ErrNoRemote)
 	}
 	return cached(w.m, &w.remoteMu, &w.remote, func() (Remote, error) {
 		r, err := w.m.opts.Remote(w)
