@@ -3,12 +3,15 @@ package converge
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/wsync/wsync/internal/testutil"
+	"github.com/wsync/wsync/syncwire"
+	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/watermark"
 )
@@ -209,4 +212,28 @@ func TestUnusableStagingRemovedWhenAPushApplies(t *testing.T) {
 	})
 	must(t, r.resp.Close())
 	assertNoStaging(t, p)
+}
+
+// A staging not yet verified, met at start beside a store that cannot say
+// whether it holds a tree (Empty fails; here the store is closed), is kept
+// and the failure logged: removing it on a guess would cost a resumable
+// bootstrap.
+func TestRecoveryKeepsStagingWhenStoreCannotAnswer(t *testing.T) {
+	server, cont, r := snapRig(t, genEntries(3_000))
+	interruptBootstrap(t, server, r.session(t))
+	p := StagingPath(cont)
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("no staging after the interrupted bootstrap: %v", err)
+	}
+	r.resp.Close()
+	must(t, cont.Close())
+	var logs strings.Builder
+	resp := Register(syncwire.NewServer(cont, rpc.ServerOptions{}), cont, slog.New(slog.NewTextHandler(&logs, nil)))
+	t.Cleanup(func() { resp.Close() })
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("staging removed although the store could not say it holds a tree: %v", err)
+	}
+	if !strings.Contains(logs.String(), "emptiness is unknown") {
+		t.Errorf("the failure was not logged:\n%s", logs.String())
+	}
 }

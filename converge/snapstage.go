@@ -539,6 +539,8 @@ const maxLocalResumes = 2
 //     resumes from the staged count.
 //   - not verified, live store not empty: no bootstrap will ever begin
 //     here again (the sender bootstraps empty stores only), so removed.
+//   - not verified, and the live store cannot say whether it is empty
+//     (Empty fails): kept, and the failure logged.
 func (s *snapReceiver) recoverStaging(ctx context.Context) {
 	p := StagingPath(s.r.store)
 	if p == "" {
@@ -583,7 +585,13 @@ func (s *snapReceiver) recoverStaging(ctx context.Context) {
 		return
 	}
 	empty, err := s.r.store.Empty(ctx)
-	if err == nil && empty {
+	if err != nil {
+		// The store cannot say whether it holds a tree: keep the staging
+		// (a resumable bootstrap) rather than drop it on a guess.
+		log.Warn("snapshot staging kept: the store's emptiness is unknown", "err", err)
+		return
+	}
+	if empty {
 		return
 	}
 	log.Info("snapshot staging can no longer install; removed", "root", m.root, "staged", m.staged, "total", m.total)
@@ -621,7 +629,11 @@ func (s *snapReceiver) settle(ctx context.Context) {
 		return
 	}
 	empty, err := s.r.store.Empty(ctx)
-	if err != nil || empty {
+	if err != nil {
+		s.r.log.Warn("snapshot staging kept: the store's emptiness is unknown", "err", err)
+		return
+	}
+	if empty {
 		return
 	}
 	s.r.log.Info("snapshot staging can no longer install (the store holds a tree); removed")

@@ -42,3 +42,11 @@ var (
 		Help: "Peer calls refused with EBUSY (over MaxCalls or the handler bound).",
 	})
 )
+
+// The stream bytes peers' streams hold in this process's memory, received
+// and not yet consumed (at most one window a stream): the figure the
+// hostile-peer tests bound.
+var _ = promauto.NewGaugeFunc(prometheus.GaugeOpts{
+	Name: "wsync_syncwire_stream_buffered_bytes",
+	Help: "Stream bytes received from peers and not yet consumed, across every session.",
+}, func() float64 { return float64(bufferedAll.Load()) })

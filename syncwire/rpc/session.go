@@ -1150,7 +1150,8 @@ func (q *recvQueue) recv(ctx context.Context) ([]byte, error) {
 }
 
 // bufferedAll is the stream bytes received and not yet consumed across
-// every session of the process.
+// every session of the process (the wsync_syncwire_stream_buffered_bytes
+// gauge).
 var bufferedAll atomic.Int64
 
 // BufferedBytes is the stream bytes received and not yet consumed across
