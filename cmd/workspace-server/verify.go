@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 
@@ -29,9 +28,7 @@ func runVerify(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 		converged = rep.Converged
 		switch {
 		case *asJSON:
-			enc := json.NewEncoder(stdout)
-			enc.SetIndent("", "  ")
-			enc.Encode(rep)
+			return c.writeJSON(rep)
 		case rep.Converged:
 			fmt.Fprintf(stdout, "converged (root %s)\n", rep.ServerRoot)
 		default:
