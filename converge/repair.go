@@ -130,20 +130,26 @@ func (rp *repairer) run(diffs []Difference) error {
 			return err
 		}
 	}
-	// The peer's entries first, as a Tick pulls before it pushes.
-	res, err := rp.x.Receive(rp.ctx, func(ctx context.Context, max int) ([]vfs.ChangeEntry, error) {
-		if len(pull) == 0 {
-			return nil, io.EOF
+	// The peer's entries first, as a Tick pulls before it pushes. A side
+	// with nothing to ship makes no transfer.
+	if len(pull) > 0 {
+		res, err := rp.x.Receive(rp.ctx, func(ctx context.Context, max int) ([]vfs.ChangeEntry, error) {
+			if len(pull) == 0 {
+				return nil, io.EOF
+			}
+			part := pull[:min(max, len(pull))]
+			pull = pull[len(part):]
+			return peerEntries(ctx, rp.sess, &rp.st, part)
+		})
+		rp.count(res, &rp.rr.Pulled)
+		if err != nil {
+			return err
 		}
-		part := pull[:min(max, len(pull))]
-		pull = pull[len(part):]
-		return peerEntries(ctx, rp.sess, &rp.st, part)
-	})
-	rp.count(res, &rp.rr.Pulled)
-	if err != nil {
-		return err
 	}
-	res, err = rp.x.Send(rp.ctx, push)
+	if len(push) == 0 {
+		return nil
+	}
+	res, err := rp.x.Send(rp.ctx, push)
 	rp.count(res, &rp.rr.Pushed)
 	return err
 }

@@ -123,7 +123,10 @@ func (r *Remote) runtimeID(ctx context.Context) string {
 	return s.Peer().RuntimeID.String()
 }
 
-func report(res syncwire.Result, start time.Time, runtime string) workspace.SyncReport {
+// Report is a driver's result as the workspace API reports a sync: the
+// entries it applied, the chunks that crossed the wire, the container's
+// runtime, the time since start.
+func Report(res syncwire.Result, start time.Time, runtime string) workspace.SyncReport {
 	return workspace.SyncReport{
 		Entries: res.Applied, Skipped: res.Skipped, Objects: res.Chunks, Bytes: res.ChunkBytes,
 		Batches: res.Batches, Rebaselined: res.Resets > 0, RuntimeID: runtime, Duration: time.Since(start),
@@ -143,7 +146,7 @@ func (r *Remote) Push(ctx context.Context) (workspace.SyncReport, error) {
 			return err
 		}
 		res, err := x.Push(ctx)
-		rep = report(res, start, x.Session().Peer().RuntimeID.String())
+		rep = Report(res, start, x.Session().Peer().RuntimeID.String())
 		if booted {
 			rep.Entries += boot.Total
 			rep.Objects += boot.Chunks
@@ -184,7 +187,7 @@ func (r *Remote) bootstrap(ctx context.Context, x *syncwire.Exchange) (converge.
 func (r *Remote) Pull(ctx context.Context, ignore []string) (workspace.SyncReport, error) {
 	start := time.Now()
 	res, err := r.drv.PullIgnoring(ctx, ignore)
-	return report(res, start, r.runtimeID(ctx)), r.note(err)
+	return Report(res, start, r.runtimeID(ctx)), r.note(err)
 }
 
 // maxReattach bounds how often one Exec re-attaches after lost sessions.
@@ -314,7 +317,7 @@ func (r *Remote) Verify(ctx context.Context) (workspace.VerifyReport, error) {
 	if err != nil {
 		return workspace.VerifyReport{}, r.note(fmt.Errorf("verify: %w", err))
 	}
-	return verdict(rep), r.note(nil)
+	return Verdict(rep), r.note(nil)
 }
 
 // Repair is verify --repair: it walks both trees as Verify does, re-sends
@@ -332,11 +335,11 @@ func (r *Remote) Repair(ctx context.Context) (workspace.VerifyReport, error) {
 	}
 	r.log.Info("repaired drift", "paths", len(rr.Before.Differences), "server_wins", rr.LocalWins,
 		"container_wins", rr.PeerWins, "pushed", rr.Pushed, "pulled", rr.Pulled, "converged", rr.After.Converged)
-	return verdict(rr.After), r.note(nil)
+	return Verdict(rr.After), r.note(nil)
 }
 
-// verdict is a convergence report as the workspace API shows it.
-func verdict(rep converge.Report) workspace.VerifyReport {
+// Verdict is a convergence report as the workspace API shows it.
+func Verdict(rep converge.Report) workspace.VerifyReport {
 	return workspace.VerifyReport{
 		Converged: rep.Converged, ServerRoot: rep.LocalRoot.String(), ContainerRoot: rep.PeerRoot.String(),
 		Differences: rep.Paths(), CheckedAt: time.Now(),

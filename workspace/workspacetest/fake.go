@@ -20,6 +20,7 @@ import (
 	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/workspace"
+	"github.com/wsync/wsync/workspace/remote"
 )
 
 // RunFunc plays a command in the fake container: it may change the
@@ -73,9 +74,8 @@ func NewFake(server, container *vfs.Store, run RunFunc) *Fake {
 	f.client = rpc.NewClient(rpc.ClientOptions{
 		Config: rpc.Config{ID: server.ID()},
 		Dial: func(context.Context) (rpc.Conn, error) {
-			a, b := rpc.Pipe()
-			go f.srv.ServeConn(context.Background(), b)
-			return a, nil
+			client, _ := f.srv.Pipe()
+			return client, nil
 		},
 	})
 	f.drv = syncwire.NewDriver(server, fakePeer, f.client, syncwire.DriverOptions{})
@@ -163,7 +163,7 @@ func (f *Fake) Push(ctx context.Context) (workspace.SyncReport, error) {
 	}
 	start := time.Now()
 	res, err := f.drv.PushOnce(ctx)
-	return f.report(res, start), err
+	return remote.Report(res, start, f.runtime), err
 }
 
 // Pull runs the real pull from the container store, leaving out ignore.
@@ -176,14 +176,7 @@ func (f *Fake) Pull(ctx context.Context, ignore []string) (workspace.SyncReport,
 	}
 	start := time.Now()
 	res, err := f.drv.PullIgnoring(ctx, ignore)
-	return f.report(res, start), err
-}
-
-func (f *Fake) report(res syncwire.Result, start time.Time) workspace.SyncReport {
-	return workspace.SyncReport{
-		Entries: res.Applied, Skipped: res.Skipped, Objects: res.Chunks, Bytes: res.ChunkBytes,
-		Batches: res.Batches, Rebaselined: res.Resets > 0, RuntimeID: f.runtime, Duration: time.Since(start),
-	}
+	return remote.Report(res, start, f.runtime), err
 }
 
 // Exec runs the RunFunc against the container store.
@@ -254,10 +247,7 @@ func (f *Fake) Verify(ctx context.Context) (workspace.VerifyReport, error) {
 	if err != nil {
 		return workspace.VerifyReport{}, err
 	}
-	return workspace.VerifyReport{
-		Converged: rep.Converged, ServerRoot: rep.LocalRoot.String(), ContainerRoot: rep.PeerRoot.String(),
-		Differences: rep.Paths(), CheckedAt: time.Now().UTC(),
-	}, nil
+	return remote.Verdict(rep), nil
 }
 
 // Commands is the default RunFunc: a tiny command language over the
