@@ -12,6 +12,7 @@ import (
 	"github.com/wsync/wsync/computer"
 	"github.com/wsync/wsync/internal/computertest"
 	"github.com/wsync/wsync/vfs"
+	"github.com/wsync/wsync/workspace"
 	"github.com/wsync/wsync/workspace/remote"
 )
 
@@ -25,7 +26,7 @@ func TestRemoteVerifyAndRepairWithMount(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { server.Close() })
-	rem := remote.New(server, d.SyncURL(), "secret", nil, slog.New(slog.DiscardHandler))
+	rem := remote.New(server, remote.Options{Runtime: workspace.Runtime{Endpoint: d.SyncURL()}, Token: "secret", Logger: slog.New(slog.DiscardHandler)})
 	t.Cleanup(func() { rem.Close() })
 
 	for _, p := range []string{"a.txt", "src/b.go", "src/c.go"} {

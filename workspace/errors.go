@@ -21,6 +21,14 @@ var (
 	// ErrIgnored: the path is hidden by the workspace's ignore list. It is a
 	// vfs.ErrNotExist: ignored paths are invisible to the files API.
 	ErrIgnored = fmt.Errorf("path is ignored: %w", vfs.ErrNotExist)
+	// ErrNoRuntime: the workspace has no runtime of the name. It is a
+	// vfs.ErrNotExist, answered ENORUNTIME.
+	ErrNoRuntime = fmt.Errorf("no such runtime: %w", vfs.ErrNotExist)
+	// ErrRuntimeExists: Attach of a name already attached. A vfs.ErrExist.
+	ErrRuntimeExists = fmt.Errorf("runtime already attached: %w", vfs.ErrExist)
+	// ErrBadRuntime: a runtime name outside [a-z0-9][a-z0-9_-]{0,62}, or a
+	// reserved one. A vfs.ErrInvalid.
+	ErrBadRuntime = fmt.Errorf("bad runtime name: %w", vfs.ErrInvalid)
 	// ErrNoRemote: the workspace has no computerd to sync with (no endpoint,
 	// or no remote could be built for it).
 	ErrNoRemote = errors.New("workspace has no remote")
@@ -121,6 +129,7 @@ var apiCodes = []apiCode{
 	{code: "EOPNOTSUPP", status: http.StatusNotImplemented, err: ErrNotSupported, alias: []error{vfs.ErrNotSupp}},
 	{code: "ESHUTDOWN", status: http.StatusServiceUnavailable, err: ErrClosed},
 	{code: "EAUTH", status: http.StatusUnauthorized, err: ErrUnauthorized},
+	{code: "ENORUNTIME", status: http.StatusNotFound, err: ErrNoRuntime},
 	{code: "ENOENT", status: http.StatusNotFound, err: vfs.ErrNotExist},
 	{code: "EEXIST", status: http.StatusConflict, err: vfs.ErrExist},
 	{code: "ENOTEMPTY", status: http.StatusConflict, err: vfs.ErrNotEmpty},

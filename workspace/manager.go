@@ -121,23 +121,17 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 		}
 		m.log.Warn("registry named a token file outside the workspace's directory; it is not read: re-create the workspace with its token", "workspace", name)
 	}
+	cfg, ok := Config{Name: DefaultName, Created: time.Now().UTC()}, false
 	for _, c := range cfgs {
+		if c.Name == DefaultName {
+			cfg, ok = c, true // bound to the flags below
+			continue
+		}
 		m.ws[c.Name] = m.newWorkspace(c)
-	}
-	def, ok := m.ws[DefaultName]
-	var cfg Config
-	if ok {
-		cfg = def.cfg
-	} else {
-		cfg = Config{Name: DefaultName, Created: time.Now().UTC()}
 	}
 	changed := !ok || len(dropped) > 0 || cfg.Endpoint != opts.DefaultEndpoint || cfg.HasToken
 	cfg.Endpoint, cfg.HasToken, cfg.tokenFile, cfg.token = opts.DefaultEndpoint, false, opts.DefaultTokenFile, opts.DefaultToken
-	w := m.newWorkspace(cfg)
-	if def != nil {
-		w.pending = def.pending
-	}
-	m.ws[DefaultName] = w
+	m.ws[DefaultName] = m.newWorkspace(cfg)
 	if changed {
 		if err := m.saveLocked(); err != nil {
 			return nil, err
@@ -147,33 +141,51 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 	return m, nil
 }
 
-// newWorkspace builds a workspace from its registration; a pending pull
-// the registry held becomes the workspace's live record.
+// newWorkspace builds a workspace from its registration: its default
+// runtime and the attached ones, each with the pending pull the registry
+// held for it.
 func (m *Manager) newWorkspace(c Config) *Workspace {
-	pending := c.Pending
-	c.Pending = nil
-	if pending != nil {
-		metricPending.Inc()
+	pending, attached := c.PendingPulls, c.Runtimes
+	c.PendingPulls, c.Runtimes = nil, nil
+	w := &Workspace{
+		m:        m,
+		cfg:      c,
+		dir:      filepath.Join(m.opts.DataDir, c.Name),
+		ignore:   vfs.NewIgnore(c.Ignore),
+		log:      m.log.With("workspace", c.Name),
+		runtimes: make(map[string]*runtimeState, 1+len(attached)),
 	}
-	return &Workspace{
-		m:       m,
-		cfg:     c,
-		dir:     filepath.Join(m.opts.DataDir, c.Name),
-		ignore:  vfs.NewIgnore(c.Ignore),
-		log:     m.log.With("workspace", c.Name),
-		pending: pending,
+	w.runtimes[DefaultRuntime] = w.newRuntime(w.defaultRuntime(), pending[DefaultRuntime])
+	for _, rt := range attached {
+		w.runtimes[rt.Name] = w.newRuntime(rt, pending[rt.Name])
 	}
+	return w
 }
 
-// saveLocked writes the registry: every registration with its live pending
-// record. Lock order: m.mu, then each w.stateMu.
+// pendingPulls is the live pending pull of each runtime that owes one.
+func (w *Workspace) pendingPulls() map[string]*PendingPull {
+	w.stateMu.Lock()
+	defer w.stateMu.Unlock()
+	var out map[string]*PendingPull
+	for name, rs := range w.runtimes {
+		if rs.pending != nil {
+			if out == nil {
+				out = make(map[string]*PendingPull)
+			}
+			out[name] = clonePtr(rs.pending)
+		}
+	}
+	return out
+}
+
+// saveLocked writes the registry: every registration with its attached
+// runtimes and their live pending records. Lock order: m.mu, then each
+// w.stateMu.
 func (m *Manager) saveLocked() error {
 	cfgs := make([]Config, 0, len(m.ws))
 	for _, w := range m.ws {
-		c := w.cfg
-		w.stateMu.Lock()
-		c.Pending = clonePtr(w.pending)
-		w.stateMu.Unlock()
+		c := w.Config()
+		c.PendingPulls = w.pendingPulls()
 		cfgs = append(cfgs, c)
 	}
 	return saveRegistry(m.opts.DataDir, cfgs)
@@ -203,7 +215,7 @@ func (m *Manager) Workspaces() []Info {
 	defer m.mu.Unlock()
 	out := make([]Info, 0, len(m.ws))
 	for _, w := range m.ws {
-		out = append(out, w.cfg.Info())
+		out = append(out, w.Info())
 	}
 	slices.SortFunc(out, func(a, b Info) int { return strings.Compare(a.Name, b.Name) })
 	return out
@@ -233,12 +245,8 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Workspace, erro
 		}
 	}
 	if o.Endpoint != "" {
-		hostport, err := checkEndpoint(o.Endpoint)
-		if err != nil {
+		if err := m.checkEndpointAllowed(o.Endpoint); err != nil {
 			return nil, fmt.Errorf("create workspace %q: %w", o.Name, err)
-		}
-		if !m.endpointAllowed(hostport) {
-			return nil, fmt.Errorf("create workspace %q: %w: endpoint %s is not allowed by this server (serve --allow-endpoint)", o.Name, ErrEndpointNotAllowed, hostport)
 		}
 	}
 	if len(o.Ignore) > vfs.MaxIgnore {
@@ -343,6 +351,20 @@ func checkEndpoint(ep string) (string, error) {
 		return "", fmt.Errorf("%w: endpoint %q: bad port", vfs.ErrInvalid, ep)
 	}
 	return net.JoinHostPort(host, port), nil
+}
+
+// checkEndpointAllowed checks an endpoint a caller gave (a workspace's or
+// an attached runtime's): well formed (checkEndpoint), and allowed by
+// Options.AllowEndpoints (ErrEndpointNotAllowed).
+func (m *Manager) checkEndpointAllowed(ep string) error {
+	hostport, err := checkEndpoint(ep)
+	if err != nil {
+		return err
+	}
+	if !m.endpointAllowed(hostport) {
+		return fmt.Errorf("%w: endpoint %s is not allowed by this server (serve --allow-endpoint)", ErrEndpointNotAllowed, hostport)
+	}
+	return nil
 }
 
 // endpointAllowed matches host:port against Options.AllowEndpoints.

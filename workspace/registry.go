@@ -41,10 +41,18 @@ type Config struct {
 	// ["node_modules"], an empty list ignores nothing.
 	Ignore  []string  `json:"ignore"`
 	Created time.Time `json:"created"`
-	// Pending is the pull that failed and is owed before the next push
-	// (see the package doc, "Pending pulls"). Kept here so it survives a
-	// restart.
-	Pending *PendingPull `json:"pending,omitempty"`
+	// Runtimes are the runtimes attached to the workspace besides its
+	// default one (whose endpoint and token are the fields above), by name.
+	// Their tokens are kept in the workspace's directory, never here.
+	Runtimes []Runtime `json:"runtimes,omitempty"`
+	// PendingPulls are the pulls that failed and are owed before the next
+	// push, by runtime name (see the package doc, "Pending pulls"). Kept
+	// here so they survive a restart.
+	PendingPulls map[string]*PendingPull `json:"pending_pulls,omitempty"`
+
+	// LegacyPending is the pending pull of a version 2 registry, the
+	// default runtime's. Load moves it to PendingPulls; never written.
+	LegacyPending *PendingPull `json:"pending,omitempty"`
 
 	// LegacyTokenFile is the token_file of a version 1 registry. Load keeps
 	// it only when it is the workspace's own token file (then HasToken);
@@ -66,12 +74,15 @@ type Info struct {
 	// HasToken: a computerd token is configured (its value is never shown).
 	HasToken bool      `json:"computerd_token"`
 	Created  time.Time `json:"created"`
+	// Runtimes are the attached runtimes (the default one is the fields
+	// above).
+	Runtimes []Runtime `json:"runtimes,omitempty"`
 }
 
 // Info is the registration as the API shows it.
 func (c Config) Info() Info {
 	return Info{Name: c.Name, Endpoint: c.Endpoint, Ignore: slices.Clone(c.Ignore),
-		HasToken: c.HasToken || c.tokenFile != "" || c.token != "", Created: c.Created}
+		HasToken: c.HasToken || c.tokenFile != "" || c.token != "", Created: c.Created, Runtimes: slices.Clone(c.Runtimes)}
 }
 
 // tokenPath is where a workspace's own computerd token is kept.
@@ -86,7 +97,8 @@ type registryFile struct {
 }
 
 // registryVersion 2: tokens by value only (computerd_token), pending pulls.
-const registryVersion = 2
+// 3: attached runtimes, pending pulls by runtime.
+const registryVersion = 3
 
 func registryPath(dataDir string) string { return filepath.Join(dataDir, "workspaces.json") }
 
@@ -122,6 +134,20 @@ func loadRegistry(dataDir string) (cfgs []Config, dropped []string, err error) {
 				dropped = append(dropped, c.Name)
 			}
 			rf.Workspaces[i].LegacyTokenFile = ""
+		}
+		if p := c.LegacyPending; p != nil {
+			if rf.Workspaces[i].PendingPulls == nil {
+				rf.Workspaces[i].PendingPulls = make(map[string]*PendingPull)
+			}
+			if rf.Workspaces[i].PendingPulls[DefaultRuntime] == nil {
+				rf.Workspaces[i].PendingPulls[DefaultRuntime] = p
+			}
+			rf.Workspaces[i].LegacyPending = nil
+		}
+		for _, rt := range c.Runtimes {
+			if err := ValidateRuntimeName(rt.Name); err != nil {
+				return nil, nil, fmt.Errorf("load registry: workspace %q: %w", c.Name, err)
+			}
 		}
 	}
 	return rf.Workspaces, dropped, nil

@@ -54,11 +54,13 @@ type Remote interface {
 	Verify(ctx context.Context) (VerifyReport, error)
 }
 
-// RemoteFactory builds the Remote of a workspace. The Manager calls it
-// lazily, on the first call that needs the remote, and keeps the result; an
+// RemoteFactory builds the Remote of one runtime of a workspace: it syncs
+// the workspace's store with rt's computerd as the peer rt.Peer(). The
+// Manager calls it lazily, on the first call that needs the remote, and
+// keeps the result until the runtime is detached or the Manager closes; an
 // error is returned to that caller and the next call tries again. A
-// workspace without an endpoint never reaches the factory (ErrNoRemote).
-type RemoteFactory func(ws *Workspace) (Remote, error)
+// runtime without an endpoint never reaches the factory (ErrNoRemote).
+type RemoteFactory func(ws *Workspace, rt Runtime) (Remote, error)
 
 // SyncReport is what one push or pull moved.
 type SyncReport struct {

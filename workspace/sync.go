@@ -17,10 +17,22 @@ const (
 	SyncPending  = "pending"  // it failed; the next sync or pull retries it
 )
 
-// TickReport is what a tick (pull, then push) moved.
+// TickReport is what a tick (pull from every runtime, then push to every
+// runtime) moved. Pulled and Pushed are the default runtime's, as before a
+// workspace had several; Runtimes has each runtime the tick synced.
 type TickReport struct {
-	Pulled SyncReport `json:"pulled"`
-	Pushed SyncReport `json:"pushed"`
+	Pulled   SyncReport    `json:"pulled"`
+	Pushed   SyncReport    `json:"pushed"`
+	Runtimes []RuntimeTick `json:"runtimes,omitempty"`
+}
+
+// RuntimeTick is what a tick moved for one runtime; Error is why its pull
+// or push failed.
+type RuntimeTick struct {
+	Runtime string     `json:"runtime"`
+	Pulled  SyncReport `json:"pulled"`
+	Pushed  SyncReport `json:"pushed"`
+	Error   string     `json:"error,omitempty"`
 }
 
 // ExecReport is the outcome of an exec bracket: push, command, pull.
@@ -38,61 +50,154 @@ type ExecReport struct {
 	SyncError string `json:"sync_error,omitempty"`
 }
 
-// Push runs a push through the FIFO. While a pull is pending (the
-// container has changes the server has not pulled), the push first
-// completes that pull in the same turn; if the pull fails again the push
-// fails with ErrPendingPull and the container is not written, so a push
-// never replaces what the container wrote and the server has not seen.
+// Target is one runtime of a workspace as the target of the calls that
+// sync with one: push, pull, exec, verify, repair, status. The
+// Workspace's own methods of those names are its default runtime's.
+type Target struct {
+	w    *Workspace
+	name string
+}
+
+// On names the runtime the calls of the Target go to; "" is the default
+// runtime. The name is resolved by each call: one the workspace does not
+// have fails it with ErrNoRuntime.
+func (w *Workspace) On(runtime string) Target {
+	if runtime == "" {
+		runtime = DefaultRuntime
+	}
+	return Target{w: w, name: runtime}
+}
+
+// Push is On(DefaultRuntime).Push.
 func (w *Workspace) Push(ctx context.Context) (SyncReport, error) {
+	return w.On(DefaultRuntime).Push(ctx)
+}
+
+// Pull is On(DefaultRuntime).Pull.
+func (w *Workspace) Pull(ctx context.Context) (SyncReport, error) {
+	return w.On(DefaultRuntime).Pull(ctx)
+}
+
+// Verify is On(DefaultRuntime).Verify.
+func (w *Workspace) Verify(ctx context.Context) (VerifyReport, error) {
+	return w.On(DefaultRuntime).Verify(ctx)
+}
+
+// Repair is On(DefaultRuntime).Repair.
+func (w *Workspace) Repair(ctx context.Context) (VerifyReport, error) {
+	return w.On(DefaultRuntime).Repair(ctx)
+}
+
+// Exec is On(DefaultRuntime).Exec.
+func (w *Workspace) Exec(ctx context.Context, spec ExecSpec, out func(ExecEvent)) (ExecReport, error) {
+	return w.On(DefaultRuntime).Exec(ctx, spec, out)
+}
+
+// Push runs a push to the runtime through the FIFO. While a pull from it
+// is pending (its container has changes the server has not pulled), the
+// push first completes that pull in the same turn; if the pull fails again
+// the push fails with ErrPendingPull and the container is not written, so
+// a push never replaces what the container wrote and the server has not
+// seen.
+func (t Target) Push(ctx context.Context) (SyncReport, error) {
 	var rep SyncReport
-	err := w.inTurn(ctx, "", func(r Remote) (err error) {
-		rep, err = w.settledPush(ctx, r)
+	err := t.w.inTurn(ctx, "", t.name, func(rs *runtimeState, r Remote) (err error) {
+		rep, err = t.w.settledPush(ctx, rs, r)
 		return err
 	})
 	return rep, err
 }
 
-// Pull runs a pull through the FIFO with the workspace's ignore list. A
-// successful pull from the runtime that ran a command with a pending pull
-// clears it.
-func (w *Workspace) Pull(ctx context.Context) (SyncReport, error) {
+// Pull runs a pull from the runtime through the FIFO with the workspace's
+// ignore list. A successful pull from the container runtime that ran a
+// command with a pending pull clears it.
+func (t Target) Pull(ctx context.Context) (SyncReport, error) {
 	var rep SyncReport
-	err := w.inTurn(ctx, "", func(r Remote) (err error) {
-		rep, err = w.pull(ctx, r, PendingPull{})
+	var rs *runtimeState
+	err := t.w.inTurn(ctx, "", t.name, func(s *runtimeState, r Remote) (err error) {
+		rs = s
+		rep, err = t.w.pull(ctx, rs, r, PendingPull{})
 		return err
 	})
 	if err == nil {
-		w.verifyAfterSync(ctx)
+		t.w.verifyAfterSync(ctx, rs)
 	}
 	return rep, err
 }
 
-// Tick pulls, then pushes, in one FIFO turn: absorbing the container's
-// writes first keeps a push from racing them. A failed pull skips the push.
+// Tick syncs every runtime that has an endpoint in one FIFO turn: it pulls
+// from each (the default runtime first, then by name), then pushes to each,
+// so what one container wrote reaches the others in the same turn and a
+// push never races a container's writes. A runtime whose pull failed is
+// not pushed to; the others are. The error joins the runtimes' failures.
 func (w *Workspace) Tick(ctx context.Context) (TickReport, error) {
 	var rep TickReport
-	err := w.inTurn(ctx, "tick", func(r Remote) (err error) {
-		if rep.Pulled, err = w.pull(ctx, r, PendingPull{}); err != nil {
-			return err
+	w.stateMu.Lock()
+	all := w.sortedLocked()
+	w.stateMu.Unlock()
+	var rss []*runtimeState
+	for _, rs := range all {
+		if rs.rt.Endpoint != "" {
+			rss = append(rss, rs)
 		}
-		rep.Pushed, err = w.push(ctx, r)
-		return err
+	}
+	if len(rss) == 0 {
+		rss = all[:1] // the default runtime: remoteFor says why there is no remote
+	}
+	rems := make([]Remote, len(rss))
+	for i, rs := range rss {
+		r, err := w.remoteFor(rs)
+		if err != nil {
+			return rep, err
+		}
+		rems[i] = r
+	}
+	var synced []*runtimeState
+	err := w.q.Do(ctx, func() error {
+		rep.Runtimes = make([]RuntimeTick, len(rss))
+		errs := make([]error, len(rss))
+		for i, rs := range rss {
+			rep.Runtimes[i].Runtime = rs.rt.Name
+			rep.Runtimes[i].Pulled, errs[i] = w.pull(ctx, rs, rems[i], PendingPull{})
+		}
+		for i, rs := range rss {
+			if errs[i] == nil {
+				rep.Runtimes[i].Pushed, errs[i] = w.push(ctx, rs, rems[i])
+			}
+			if errs[i] != nil {
+				rep.Runtimes[i].Error = errs[i].Error()
+				if !rs.rt.isDefault() {
+					errs[i] = fmt.Errorf("runtime %q: %w", rs.rt.Name, errs[i])
+				}
+			} else {
+				synced = append(synced, rs)
+			}
+			if rs.rt.isDefault() {
+				rep.Pulled, rep.Pushed = rep.Runtimes[i].Pulled, rep.Runtimes[i].Pushed
+			}
+		}
+		return errors.Join(errs...)
 	})
-	if err == nil {
-		w.verifyAfterSync(ctx)
+	metricSyncs.WithLabelValues("tick", result(err)).Inc()
+	for _, rs := range synced {
+		w.verifyAfterSync(ctx, rs)
 	}
 	return rep, err
 }
 
-// inTurn runs fn with the workspace's remote in one FIFO turn. With a
-// metric name the turn's outcome is counted under it (a workspace without
-// a remote is not: it never queued).
-func (w *Workspace) inTurn(ctx context.Context, metric string, fn func(r Remote) error) error {
-	r, err := w.remoteFor()
+// inTurn runs fn with the runtime's remote in one FIFO turn. With a metric
+// name the turn's outcome is counted under it (a runtime without a remote
+// is not: it never queued).
+func (w *Workspace) inTurn(ctx context.Context, metric, runtime string, fn func(rs *runtimeState, r Remote) error) error {
+	rs, err := w.state(runtime)
 	if err != nil {
 		return err
 	}
-	err = w.q.Do(ctx, func() error { return fn(r) })
+	r, err := w.remoteFor(rs)
+	if err != nil {
+		return err
+	}
+	err = w.q.Do(ctx, func() error { return fn(rs, r) })
 	if metric != "" {
 		metricSyncs.WithLabelValues(metric, result(err)).Inc()
 	}
@@ -101,17 +206,21 @@ func (w *Workspace) inTurn(ctx context.Context, metric string, fn func(r Remote)
 
 // settledPush is a push that first completes a pending pull (settlePending):
 // it never replaces what the container wrote and the server has not seen.
-func (w *Workspace) settledPush(ctx context.Context, r Remote) (SyncReport, error) {
-	if err := w.settlePending(ctx, r); err != nil {
+func (w *Workspace) settledPush(ctx context.Context, rs *runtimeState, r Remote) (SyncReport, error) {
+	if err := w.settlePending(ctx, rs, r); err != nil {
 		return SyncReport{}, err
 	}
-	return w.push(ctx, r)
+	return w.push(ctx, rs, r)
 }
 
-// Verify asks the remote for a convergence verdict, through the FIFO so it
-// never compares a tree halfway through a sync.
-func (w *Workspace) Verify(ctx context.Context) (VerifyReport, error) {
-	return w.verify(ctx, false)
+// Verify asks the runtime's remote for a convergence verdict, through the
+// FIFO so it never compares a tree halfway through a sync.
+func (t Target) Verify(ctx context.Context) (VerifyReport, error) {
+	rs, err := t.w.state(t.name)
+	if err != nil {
+		return VerifyReport{}, err
+	}
+	return t.w.verify(ctx, rs, false)
 }
 
 // Repairer is a Remote that can also repair drift (verify --repair): walk
@@ -121,30 +230,35 @@ type Repairer interface {
 	Repair(ctx context.Context) (VerifyReport, error)
 }
 
-// Repair is verify --repair, through the FIFO like every sync.
-func (w *Workspace) Repair(ctx context.Context) (VerifyReport, error) {
-	return w.verify(ctx, true)
+// Repair is verify --repair against the runtime, through the FIFO like
+// every sync.
+func (t Target) Repair(ctx context.Context) (VerifyReport, error) {
+	rs, err := t.w.state(t.name)
+	if err != nil {
+		return VerifyReport{}, err
+	}
+	return t.w.verify(ctx, rs, true)
 }
 
-// verifyAfterSync checks convergence after a sync when the server asks for
-// it (Options.VerifyAfterSync). Drift is logged and reported by Status; it
-// does not fail the sync.
-func (w *Workspace) verifyAfterSync(ctx context.Context) {
+// verifyAfterSync checks the runtime's convergence after a sync when the
+// server asks for it (Options.VerifyAfterSync). Drift is logged and
+// reported by Status; it does not fail the sync.
+func (w *Workspace) verifyAfterSync(ctx context.Context, rs *runtimeState) {
 	if !w.m.opts.VerifyAfterSync {
 		return
 	}
-	rep, err := w.verify(ctx, false)
+	rep, err := w.verify(ctx, rs, false)
 	switch {
 	case errors.Is(err, ErrNotSupported):
 	case err != nil:
-		w.log.Warn("verify after sync", "err", err)
+		rs.log.Warn("verify after sync", "err", err)
 	case !rep.Converged:
-		w.log.Warn("diverged after sync", "differences", rep.Differences)
+		rs.log.Warn("diverged after sync", "differences", rep.Differences)
 	}
 }
 
-func (w *Workspace) verify(ctx context.Context, repair bool) (VerifyReport, error) {
-	r, err := w.remoteFor()
+func (w *Workspace) verify(ctx context.Context, rs *runtimeState, repair bool) (VerifyReport, error) {
+	r, err := w.remoteFor(rs)
 	if err != nil {
 		return VerifyReport{}, err
 	}
@@ -161,7 +275,7 @@ func (w *Workspace) verify(ctx context.Context, repair bool) (VerifyReport, erro
 		if repair {
 			// A repair re-sends the server's side of differing paths: it
 			// writes to the container like a push.
-			if err := w.settlePending(ctx, r); err != nil {
+			if err := w.settlePending(ctx, rs, r); err != nil {
 				return err
 			}
 		}
@@ -180,90 +294,90 @@ func (w *Workspace) verify(ctx context.Context, repair bool) (VerifyReport, erro
 		metricDiverged.Inc()
 	}
 	w.stateMu.Lock()
-	w.lastVerify = clonePtr(&rep)
+	rs.lastVerify = clonePtr(&rep)
 	w.stateMu.Unlock()
 	return rep, nil
 }
 
 // push and pull run inside a FIFO turn.
 
-func (w *Workspace) push(ctx context.Context, r Remote) (SyncReport, error) {
+func (w *Workspace) push(ctx context.Context, rs *runtimeState, r Remote) (SyncReport, error) {
 	start := time.Now()
 	rep, err := r.Push(ctx)
-	w.record("push", start, rep, err)
+	w.record(rs, "push", start, rep, err)
 	return rep, err
 }
 
 // pull runs a pull inside a FIFO turn. A failed pull leaves a pending
 // record (owed, for the exec owed.ExecID ran on owed.RuntimeID when it
-// follows a command) that fences pushes until a pull succeeds; a
-// successful one settles the record.
-func (w *Workspace) pull(ctx context.Context, r Remote, owed PendingPull) (SyncReport, error) {
+// follows a command) that fences pushes to the runtime until a pull from
+// it succeeds; a successful one settles the record.
+func (w *Workspace) pull(ctx context.Context, rs *runtimeState, r Remote, owed PendingPull) (SyncReport, error) {
 	start := time.Now()
 	rep, err := r.Pull(ctx, w.IgnoreList())
-	w.record("pull", start, rep, err)
+	w.record(rs, "pull", start, rep, err)
 	if err != nil {
 		if owed.RuntimeID == "" {
 			owed.RuntimeID = rep.RuntimeID
 		}
 		owed.Error, owed.Since = err.Error(), time.Now().UTC()
-		if serr := w.markPending(owed); serr != nil {
+		if serr := w.markPending(rs, owed); serr != nil {
 			err = errors.Join(err, serr)
 		}
 		return rep, err
 	}
 	w.stateMu.Lock()
-	w.pulled = true
+	rs.pulled = true
 	w.stateMu.Unlock()
-	w.resolvePending(rep.RuntimeID)
+	w.resolvePending(rs, rep.RuntimeID)
 	return rep, nil
 }
 
-func (w *Workspace) record(op string, start time.Time, rep SyncReport, err error) {
+func (w *Workspace) record(rs *runtimeState, op string, start time.Time, rep SyncReport, err error) {
 	d := time.Since(start)
 	metricSyncs.WithLabelValues(op, result(err)).Inc()
 	metricSyncSeconds.WithLabelValues(op).Observe(d.Seconds())
 	rec := &SyncRecord{At: start.UTC(), Report: rep}
 	if err != nil {
 		rec.Error = err.Error()
-		w.log.Warn(op+" failed", "err", err, "duration", d)
+		rs.log.Warn(op+" failed", "err", err, "duration", d)
 	} else {
 		metricEntries.WithLabelValues(op).Add(float64(rep.Entries))
 		metricBytes.WithLabelValues(op).Add(float64(rep.Bytes))
-		w.log.Debug(op, "entries", rep.Entries, "objects", rep.Objects, "bytes", rep.Bytes, "duration", d, "rebaselined", rep.Rebaselined)
+		rs.log.Debug(op, "entries", rep.Entries, "objects", rep.Objects, "bytes", rep.Bytes, "duration", d, "rebaselined", rep.Rebaselined)
 	}
 	w.stateMu.Lock()
 	if op == "push" {
-		w.lastPush = rec
+		rs.lastPush = rec
 	} else {
-		w.lastPull = rec
+		rs.lastPull = rec
 	}
 	w.stateMu.Unlock()
 }
 
 // settlePending runs inside a FIFO turn before anything that writes to
-// the container: with a pull pending, or none yet since the workspace was
-// opened (a server that stopped mid-command never recorded the pull it
-// owed), it pulls first, and when that fails it refuses with
-// ErrPendingPull (wrapping the pull's error).
-func (w *Workspace) settlePending(ctx context.Context, r Remote) error {
+// the runtime's container: with a pull from it pending, or none yet since
+// the workspace was opened (a server that stopped mid-command never
+// recorded the pull it owed), it pulls first, and when that fails it
+// refuses with ErrPendingPull (wrapping the pull's error).
+func (w *Workspace) settlePending(ctx context.Context, rs *runtimeState, r Remote) error {
 	w.stateMu.Lock()
-	owed := w.pending != nil || !w.pulled
+	owed := rs.pending != nil || !rs.pulled
 	w.stateMu.Unlock()
 	if !owed {
 		return nil
 	}
-	if _, err := w.pull(ctx, r, PendingPull{}); err != nil {
+	if _, err := w.pull(ctx, rs, r, PendingPull{}); err != nil {
 		return fmt.Errorf("%w: %w", ErrPendingPull, err)
 	}
 	return nil
 }
 
-// markPending records (or updates) the pending pull and persists it in the
-// registry, so the fence survives a restart. The first failure's time is
-// kept; the exec and runtime are the latest known.
-func (w *Workspace) markPending(p PendingPull) error {
-	return w.updatePending(func(old *PendingPull) *PendingPull {
+// markPending records (or updates) the runtime's pending pull and
+// persists it in the registry, so the fence survives a restart. The first
+// failure's time is kept; the exec and runtime are the latest known.
+func (w *Workspace) markPending(rs *runtimeState, p PendingPull) error {
+	return w.updatePending(rs, func(old *PendingPull) *PendingPull {
 		if old != nil {
 			p.Since = old.Since
 			if p.ExecID == "" {
@@ -274,14 +388,15 @@ func (w *Workspace) markPending(p PendingPull) error {
 	})
 }
 
-// resolvePending settles the pending pull after a successful pull from
-// runtime. The same runtime (or an unknown one): the command's writes are
-// in. Another runtime: the container restarted since the command ran; what
-// it wrote is whatever the new runtime still holds (that pull fetched it),
-// and the record is reported as abandoned rather than completed.
-func (w *Workspace) resolvePending(runtime string) {
+// resolvePending settles the runtime's pending pull after a successful
+// pull from its container runtime runtimeID. The same container runtime
+// (or an unknown one): the command's writes are in. Another: the container
+// restarted since the command ran; what it wrote is whatever the new
+// container runtime still holds (that pull fetched it), and the record is
+// reported as abandoned rather than completed.
+func (w *Workspace) resolvePending(rs *runtimeState, runtimeID string) {
 	var done *PendingPull
-	err := w.updatePending(func(old *PendingPull) *PendingPull {
+	err := w.updatePending(rs, func(old *PendingPull) *PendingPull {
 		done = old
 		return nil
 	})
@@ -291,27 +406,27 @@ func (w *Workspace) resolvePending(runtime string) {
 	if err != nil {
 		// The pull committed; a registry that still says pending costs one
 		// extra pull after a restart, nothing more.
-		w.log.Warn("pending pull completed but the registry still records it", "err", err)
+		rs.log.Warn("pending pull completed but the registry still records it", "err", err)
 	}
-	if done.RuntimeID != "" && runtime != "" && done.RuntimeID != runtime {
+	if done.RuntimeID != "" && runtimeID != "" && done.RuntimeID != runtimeID {
 		w.stateMu.Lock()
-		w.abandoned = done
+		rs.abandoned = done
 		w.stateMu.Unlock()
-		w.log.Warn("pending pull abandoned: container runtime changed", "exec", done.ExecID, "ran_on", done.RuntimeID, "now", runtime)
+		rs.log.Warn("pending pull abandoned: container runtime changed", "exec", done.ExecID, "ran_on", done.RuntimeID, "now", runtimeID)
 		return
 	}
-	w.log.Info("pending pull completed", "exec", done.ExecID)
+	rs.log.Info("pending pull completed", "exec", done.ExecID)
 }
 
-// updatePending replaces the pending record with f(old) and, when it
-// changed, writes the registry. Lock order: m.mu, then stateMu.
-func (w *Workspace) updatePending(f func(old *PendingPull) *PendingPull) error {
+// updatePending replaces the runtime's pending record with f(old) and,
+// when it changed, writes the registry. Lock order: m.mu, then stateMu.
+func (w *Workspace) updatePending(rs *runtimeState, f func(old *PendingPull) *PendingPull) error {
 	w.m.mu.Lock()
 	defer w.m.mu.Unlock()
 	w.stateMu.Lock()
-	old := w.pending
-	w.pending = f(old)
-	now := w.pending
+	old := rs.pending
+	rs.pending = f(old)
+	now := rs.pending
 	w.stateMu.Unlock()
 	switch {
 	case old == nil && now == nil:
@@ -330,7 +445,7 @@ func (w *Workspace) updatePending(f func(old *PendingPull) *PendingPull) error {
 	return nil
 }
 
-// Exec runs the seed's exec bracket: push (through the FIFO; a failure
+// Exec runs the seed's exec bracket on the runtime: push (through the FIFO; a failure
 // fails the exec and nothing is spawned), the command (outside the FIFO,
 // output passed to out as the container produces it), then a pull through
 // the FIFO. The pull runs even if ctx ends while the command runs, bounded
@@ -343,7 +458,8 @@ func (w *Workspace) updatePending(f func(old *PendingPull) *PendingPull) error {
 // The error is non-nil when the push failed (wrapping ErrPushFailed) or the
 // remote could not run the command or report its end; in the second case
 // the pull still ran and the report says how it went.
-func (w *Workspace) Exec(ctx context.Context, spec ExecSpec, out func(ExecEvent)) (ExecReport, error) {
+func (t Target) Exec(ctx context.Context, spec ExecSpec, out func(ExecEvent)) (ExecReport, error) {
+	w := t.w
 	start := time.Now()
 	var rep ExecReport
 	if (len(spec.Argv) == 0) == (spec.Shell == "") {
@@ -363,12 +479,16 @@ func (w *Workspace) Exec(ctx context.Context, spec ExecSpec, out func(ExecEvent)
 			return rep, fmt.Errorf("exec: %w: env entry %q is not K=V", vfs.ErrInvalid, e)
 		}
 	}
-	r, err := w.remoteFor()
+	rs, err := w.state(t.name)
+	if err != nil {
+		return rep, err
+	}
+	r, err := w.remoteFor(rs)
 	if err != nil {
 		return rep, err
 	}
 	err = w.q.Do(ctx, func() error {
-		rep.Pushed, err = w.settledPush(ctx, r)
+		rep.Pushed, err = w.settledPush(ctx, rs, r)
 		return err
 	})
 	if err != nil {
@@ -392,20 +512,20 @@ func (w *Workspace) Exec(ctx context.Context, spec ExecSpec, out func(ExecEvent)
 	pullErr := w.q.Do(pctx, func() error {
 		var err error
 		ran = true
-		rep.Pulled, err = w.pull(pctx, r, PendingPull{ExecID: res.ExecID, RuntimeID: runtime})
+		rep.Pulled, err = w.pull(pctx, rs, r, PendingPull{ExecID: res.ExecID, RuntimeID: runtime})
 		return err
 	})
 	if pullErr != nil {
 		rep.Sync, rep.SyncError = SyncPending, pullErr.Error()
 		if !ran {
 			// The FIFO turn never came (PullTimeout): pull recorded nothing.
-			if err := w.markPending(PendingPull{ExecID: res.ExecID, RuntimeID: runtime, Error: pullErr.Error(), Since: time.Now().UTC()}); err != nil {
+			if err := w.markPending(rs, PendingPull{ExecID: res.ExecID, RuntimeID: runtime, Error: pullErr.Error(), Since: time.Now().UTC()}); err != nil {
 				rep.SyncError += "; " + err.Error()
 			}
 		}
 	} else {
 		rep.Sync = SyncComplete
-		w.verifyAfterSync(pctx)
+		w.verifyAfterSync(pctx, rs)
 	}
 	metricExecSeconds.Observe(time.Since(start).Seconds())
 	if execErr != nil {
@@ -413,7 +533,7 @@ func (w *Workspace) Exec(ctx context.Context, spec ExecSpec, out func(ExecEvent)
 		return rep, fmt.Errorf("exec: %w", execErr)
 	}
 	metricExecs.WithLabelValues("ok").Inc()
-	w.log.Info("exec", "exec", res.ExecID, "code", res.ExitCode, "signal", res.Signal,
+	rs.log.Info("exec", "exec", res.ExecID, "code", res.ExitCode, "signal", res.Signal,
 		"pushed", rep.Pushed.Entries, "pulled", rep.Pulled.Entries, "sync", rep.Sync, "duration", time.Since(start))
 	return rep, nil
 }

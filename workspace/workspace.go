@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -12,16 +11,16 @@ import (
 	"sync"
 	"time"
 
-	"github.com/wsync/wsync/internal/bearer"
 	"github.com/wsync/wsync/internal/fifo"
 	"github.com/wsync/wsync/vfs"
 )
 
-// Workspace is one registered workspace: its store, its remote, the FIFO
-// that serialises its sync phases, and what the last syncs did.
+// Workspace is one registered workspace: its store, its runtimes (each
+// with its remote), the FIFO that serialises their sync phases, and what
+// the last syncs did.
 type Workspace struct {
 	m      *Manager
-	cfg    Config
+	cfg    Config // Runtimes and pending pulls live in runtimes
 	dir    string
 	ignore vfs.Ignore
 	log    *slog.Logger
@@ -31,30 +30,24 @@ type Workspace struct {
 	storeMu sync.Mutex
 	store   *vfs.Store
 
-	remoteMu sync.Mutex
-	remote   Remote
-
-	stateMu sync.Mutex
-	// pulled: a pull succeeded since this process opened the workspace.
-	// Until then the server cannot know what the container wrote while it
-	// was down (or during a command it was running when it stopped), so the
-	// first push pulls first, as with a pending pull.
-	pulled     bool
-	pending    *PendingPull
-	abandoned  *PendingPull // the last pending pull given up on (runtime changed)
-	lastPush   *SyncRecord
-	lastPull   *SyncRecord
-	lastVerify *VerifyReport
+	stateMu  sync.Mutex
+	runtimes map[string]*runtimeState // by name; DefaultRuntime always
 }
 
 // Name is the workspace's name.
 func (w *Workspace) Name() string { return w.cfg.Name }
 
-// Config is the workspace's registration.
-func (w *Workspace) Config() Config { return w.cfg }
+// Config is the workspace's registration, its attached runtimes included.
+func (w *Workspace) Config() Config {
+	c := w.cfg
+	w.stateMu.Lock()
+	c.Runtimes = w.attachedLocked()
+	w.stateMu.Unlock()
+	return c
+}
 
 // Info is the registration as the API shows it: no token, no path.
-func (w *Workspace) Info() Info { return w.cfg.Info() }
+func (w *Workspace) Info() Info { return w.Config().Info() }
 
 // Dir is the workspace's directory under the data dir.
 func (w *Workspace) Dir() string { return w.dir }
@@ -65,24 +58,44 @@ func (w *Workspace) IgnoreList() []string { return slices.Clone(w.cfg.Ignore) }
 // Ignore is the matcher of the files API.
 func (w *Workspace) Ignore() vfs.Ignore { return w.ignore }
 
-// Token returns the bearer token for the workspace's computerd: the one
-// given by value at creation (kept in the workspace's directory), the
-// operator's --computerd-token-file for the default workspace, or the
-// embedded computerd's in-memory token. No token is "" with a nil error; a
-// token file that became empty is an error, never "no auth".
+// Token returns the bearer token for the computerd of the workspace's
+// default runtime: the one given by value at creation (kept in the
+// workspace's directory), the operator's --computerd-token-file for the
+// default workspace, or the embedded computerd's in-memory token. No token
+// is "" with a nil error; a token file that became empty is an error,
+// never "no auth".
 func (w *Workspace) Token() (string, error) {
-	file := w.cfg.tokenFile
-	if w.cfg.HasToken {
-		file = tokenPath(w.m.opts.DataDir, w.cfg.Name)
+	rs, err := w.state(DefaultRuntime)
+	if err != nil {
+		return "", err
 	}
-	if file == "" {
-		return w.cfg.token, nil
-	}
-	tok, err := bearer.ReadFile(file)
+	tok, err := rs.rt.Token()
 	if err != nil {
 		return "", fmt.Errorf("workspace %q: %w", w.cfg.Name, err)
 	}
 	return tok, nil
+}
+
+// newRuntime builds the state of one of the workspace's runtimes; pending
+// is the pull the registry says it owes.
+func (w *Workspace) newRuntime(rt Runtime, pending *PendingPull) *runtimeState {
+	if rt.HasToken && rt.tokenFile == "" {
+		rt.tokenFile = runtimeTokenPath(w.m.opts.DataDir, w.cfg.Name, rt.Name)
+	}
+	if pending != nil {
+		metricPending.Inc()
+	}
+	return &runtimeState{rt: rt, log: w.log.With("runtime", rt.Name), pending: pending}
+}
+
+// defaultRuntime is the workspace's primary runtime, from its registration.
+func (w *Workspace) defaultRuntime() Runtime {
+	rt := Runtime{Name: DefaultRuntime, Endpoint: w.cfg.Endpoint, Created: w.cfg.Created,
+		HasToken: w.cfg.HasToken || w.cfg.tokenFile != "" || w.cfg.token != "", tokenFile: w.cfg.tokenFile, token: w.cfg.token}
+	if w.cfg.HasToken {
+		rt.tokenFile = tokenPath(w.m.opts.DataDir, w.cfg.Name)
+	}
+	return rt
 }
 
 // Store returns the workspace's store, opening it on first use.
@@ -99,18 +112,21 @@ func (w *Workspace) Store(ctx context.Context) (*vfs.Store, error) {
 	})
 }
 
-// remoteFor returns the workspace's remote, building it on first use.
-func (w *Workspace) remoteFor() (Remote, error) {
-	if w.cfg.Endpoint == "" {
+// remoteFor returns the runtime's remote, building it on first use.
+func (w *Workspace) remoteFor(rs *runtimeState) (Remote, error) {
+	if rs.rt.Endpoint == "" {
 		return nil, fmt.Errorf("workspace %q: %w: no computerd endpoint", w.cfg.Name, ErrNoRemote)
 	}
 	if w.m.opts.Remote == nil {
 		return nil, fmt.Errorf("workspace %q: %w: the manager has no RemoteFactory", w.cfg.Name, ErrNoRemote)
 	}
-	return cached(w.m, &w.remoteMu, &w.remote, func() (Remote, error) {
-		r, err := w.m.opts.Remote(w)
+	return cached(w.m, &rs.remoteMu, &rs.remote, func() (Remote, error) {
+		r, err := w.m.opts.Remote(w, rs.rt)
 		if err != nil {
-			return nil, fmt.Errorf("workspace %q: remote: %w", w.cfg.Name, err)
+			if rs.rt.isDefault() {
+				return nil, fmt.Errorf("workspace %q: remote: %w", w.cfg.Name, err)
+			}
+			return nil, fmt.Errorf("workspace %q: runtime %q: remote: %w", w.cfg.Name, rs.rt.Name, err)
 		}
 		return r, nil
 	})
@@ -138,12 +154,12 @@ func cached[T comparable](m *Manager, mu *sync.Mutex, v *T, build func() (T, err
 
 func (w *Workspace) close() error {
 	var errs []error
-	w.remoteMu.Lock()
-	if c, ok := w.remote.(io.Closer); ok {
-		errs = append(errs, c.Close())
+	w.stateMu.Lock()
+	rss := w.sortedLocked()
+	w.stateMu.Unlock()
+	for _, rs := range rss {
+		errs = append(errs, rs.close())
 	}
-	w.remote = nil
-	w.remoteMu.Unlock()
 	w.storeMu.Lock()
 	if w.store != nil {
 		errs = append(errs, w.store.Close())
@@ -175,16 +191,26 @@ type StoreStatus struct {
 	CurrentRev int64  `json:"current_rev"`
 }
 
-// Status is a workspace's state for `workspace-server status`.
+// Status is a workspace's state for `workspace-server status`. The fields
+// from Endpoint to LastVerify describe one runtime (Runtime: the default
+// unless the call named another), as they did before a workspace had
+// several; Runtimes describes each.
 type Status struct {
-	Workspace string        `json:"workspace"`
-	Endpoint  string        `json:"endpoint,omitempty"`
-	Ignore    []string      `json:"ignore"`
-	Store     StoreStatus   `json:"store"`
-	Remote    *RemoteStatus `json:"remote,omitempty"`
+	Workspace string      `json:"workspace"`
+	Runtime   string      `json:"runtime"`
+	Endpoint  string      `json:"endpoint,omitempty"`
+	Ignore    []string    `json:"ignore"`
+	Store     StoreStatus `json:"store"`
+	RuntimeSync
+	Queued   int             `json:"queued"`
+	Runtimes []RuntimeStatus `json:"runtimes"`
+}
+
+// RuntimeSync is one runtime's sync state.
+type RuntimeSync struct {
+	Remote *RemoteStatus `json:"remote,omitempty"`
 	// RemoteError says why Remote is missing.
 	RemoteError string       `json:"remote_error,omitempty"`
-	Queued      int          `json:"queued"`
 	Pending     *PendingPull `json:"pending,omitempty"`
 	// Abandoned is the last pending pull given up because the container's
 	// runtime changed before it could be retried.
@@ -194,14 +220,39 @@ type Status struct {
 	LastVerify *VerifyReport `json:"last_verify,omitempty"`
 }
 
+// RuntimeStatus is one runtime in Status.Runtimes: its registration, the
+// peer the server's store keeps its watermarks under, the side its
+// conflict copies are named after, and its sync state.
+type RuntimeStatus struct {
+	Name     string `json:"name"`
+	Endpoint string `json:"endpoint,omitempty"`
+	HasToken bool   `json:"computerd_token"`
+	Peer     string `json:"peer"`
+	Side     string `json:"side"`
+	RuntimeSync
+}
+
 // statusTimeout bounds the remote's answer to Status.
 const statusTimeout = 5 * time.Second
 
-// Status reports the workspace's state. It is a pure read: it does not wait
-// for the FIFO. An unreachable remote is reported in RemoteError, not as an
-// error; only a store that cannot be opened is.
+// Status reports the workspace's state, with the default runtime's at the
+// top level. See Target.Status.
 func (w *Workspace) Status(ctx context.Context) (Status, error) {
-	st := Status{Workspace: w.cfg.Name, Endpoint: w.cfg.Endpoint, Ignore: w.ignore.List(), Queued: w.q.Queued()}
+	return w.On(DefaultRuntime).Status(ctx)
+}
+
+// Status reports the workspace's state, with the target runtime's at the
+// top level. It is a pure read: it does not wait for the FIFO. An
+// unreachable remote is reported in RemoteError, not as an error; only a
+// store that cannot be opened, or a runtime the workspace does not have, is.
+// The runtimes' remotes are asked at once, each bounded by statusTimeout.
+func (t Target) Status(ctx context.Context) (Status, error) {
+	w := t.w
+	target, err := w.state(t.name)
+	if err != nil {
+		return Status{}, err
+	}
+	st := Status{Workspace: w.cfg.Name, Runtime: target.rt.Name, Endpoint: target.rt.Endpoint, Ignore: w.ignore.List(), Queued: w.q.Queued()}
 	slices.Sort(st.Ignore)
 	s, err := w.Store(ctx)
 	if err != nil {
@@ -209,22 +260,40 @@ func (w *Workspace) Status(ctx context.Context) (Status, error) {
 	}
 	st.Store = StoreStatus{StoreID: s.ID(), CurrentRev: s.CurrentRev()}
 	w.stateMu.Lock()
-	st.Pending, st.Abandoned = clonePtr(w.pending), clonePtr(w.abandoned)
-	st.LastPush, st.LastPull, st.LastVerify = clonePtr(w.lastPush), clonePtr(w.lastPull), clonePtr(w.lastVerify)
-	w.stateMu.Unlock()
-	r, err := w.remoteFor()
-	if err != nil {
-		st.RemoteError = err.Error()
-		return st, nil
+	rss := w.sortedLocked()
+	st.Runtimes = make([]RuntimeStatus, len(rss))
+	for i, rs := range rss {
+		st.Runtimes[i] = RuntimeStatus{Name: rs.rt.Name, Endpoint: rs.rt.Endpoint, HasToken: rs.rt.HasToken,
+			Peer: rs.rt.Peer(), Side: rs.rt.Side(), RuntimeSync: RuntimeSync{
+				Pending: clonePtr(rs.pending), Abandoned: clonePtr(rs.abandoned),
+				LastPush: clonePtr(rs.lastPush), LastPull: clonePtr(rs.lastPull), LastVerify: clonePtr(rs.lastVerify),
+			}}
 	}
+	w.stateMu.Unlock()
 	rctx, cancel := context.WithTimeout(ctx, statusTimeout)
 	defer cancel()
-	rs, err := r.Status(rctx)
-	if err != nil {
-		st.RemoteError = err.Error()
-		return st, nil
+	var wg sync.WaitGroup
+	for i, rs := range rss {
+		wg.Go(func() {
+			rst := &st.Runtimes[i].RuntimeSync
+			r, err := w.remoteFor(rs)
+			if err == nil {
+				var x RemoteStatus
+				if x, err = r.Status(rctx); err == nil {
+					rst.Remote = &x
+				}
+			}
+			if err != nil {
+				rst.RemoteError = err.Error()
+			}
+		})
 	}
-	st.Remote = &rs
+	wg.Wait()
+	for _, rs := range st.Runtimes {
+		if rs.Name == target.rt.Name {
+			st.RuntimeSync = rs.RuntimeSync
+		}
+	}
 	return st, nil
 }
 

@@ -428,10 +428,10 @@ func TestServeUsesHooks(t *testing.T) {
 	stopped := make(chan struct{})
 	withHooks(t,
 		func(*slog.Logger) workspace.RemoteFactory {
-			return func(ws *workspace.Workspace) (workspace.Remote, error) {
-				gotEndpoint = ws.Config().Endpoint
-				gotToken, _ = ws.Token()
-				return remotes.Factory(ws)
+			return func(ws *workspace.Workspace, rt workspace.Runtime) (workspace.Remote, error) {
+				gotEndpoint = rt.Endpoint
+				gotToken, _ = rt.Token()
+				return remotes.Factory(ws, rt)
 			}
 		},
 		func(ctx context.Context, mountDir, dataDir string) (string, string, func() error, error) {

@@ -20,7 +20,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, ws *workspace.Work
 		return
 	}
 	fw := &frameWriter{w: w, rc: http.NewResponseController(w)}
-	rep, err := ws.Exec(r.Context(), spec, func(ev workspace.ExecEvent) {
+	rep, err := target(r, ws).Exec(r.Context(), spec, func(ev workspace.ExecEvent) {
 		fw.frame(ExecFrame{Type: ev.Stream, Data: ev.Data})
 	})
 	switch {

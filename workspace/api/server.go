@@ -97,11 +97,14 @@ func (s *Server) routes() {
 	mux.HandleFunc("POST "+ws+"/fs/symlink", s.withWS(s.symlink))
 	mux.HandleFunc("POST "+ws+"/fs/chmod", s.withWS(s.chmod))
 	mux.HandleFunc("POST "+ws+"/exec", s.withWS(s.exec))
-	mux.HandleFunc("POST "+ws+"/push", s.withWS(report((*workspace.Workspace).Push)))
-	mux.HandleFunc("POST "+ws+"/pull", s.withWS(report((*workspace.Workspace).Pull)))
+	mux.HandleFunc("POST "+ws+"/push", s.withWS(onRuntime(workspace.Target.Push)))
+	mux.HandleFunc("POST "+ws+"/pull", s.withWS(onRuntime(workspace.Target.Pull)))
 	mux.HandleFunc("POST "+ws+"/tick", s.withWS(report((*workspace.Workspace).Tick)))
-	mux.HandleFunc("GET "+ws+"/status", s.withWS(report((*workspace.Workspace).Status)))
+	mux.HandleFunc("GET "+ws+"/status", s.withWS(onRuntime(workspace.Target.Status)))
 	mux.HandleFunc("POST "+ws+"/verify", s.withWS(s.verify))
+	mux.HandleFunc("GET "+ws+"/runtimes", s.withWS(s.listRuntimes))
+	mux.HandleFunc("POST "+ws+"/runtimes", s.withWS(s.attachRuntime))
+	mux.HandleFunc("DELETE "+ws+"/runtimes/{name}", s.withWS(s.detachRuntime))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fmt.Errorf("no route for %s %s: %w", r.Method, r.URL.Path, vfs.ErrNotExist))
 	})
@@ -213,12 +216,9 @@ func (s *Server) createWorkspace(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errTokenFile)
 		return
 	}
-	if req.ComputerdToken != nil {
-		if *req.ComputerdToken == "" {
-			writeError(w, fmt.Errorf("computerd_token: %w: the token is empty", vfs.ErrInvalid))
-			return
-		}
-		req.CreateOptions.ComputerdToken = *req.ComputerdToken
+	if err := tokenByValue(req.ComputerdToken, &req.CreateOptions.ComputerdToken); err != nil {
+		writeError(w, err)
+		return
 	}
 	ws, err := s.m.Create(r.Context(), req.CreateOptions)
 	if err != nil {
@@ -226,6 +226,19 @@ func (s *Server) createWorkspace(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusCreated, ws.Info())
+}
+
+// tokenByValue sets *dst to a computerd_token given in a request body
+// (nil: absent, *dst unchanged); one present but empty is refused.
+func tokenByValue(tok *string, dst *string) error {
+	if tok == nil {
+		return nil
+	}
+	if *tok == "" {
+		return fmt.Errorf("computerd_token: %w: the token is empty", vfs.ErrInvalid)
+	}
+	*dst = *tok
+	return nil
 }
 
 // errTokenFile answers a create request that names a token file (or the
@@ -236,8 +249,8 @@ func (s *Server) getWorkspace(w http.ResponseWriter, r *http.Request, ws *worksp
 	writeJSON(w, http.StatusOK, ws.Info())
 }
 
-// report answers with what call returns for the workspace (push, pull,
-// tick, status): the report as JSON, or the error.
+// report answers with what call returns for the workspace (tick): the
+// report as JSON, or the error.
 func report[T any](call func(*workspace.Workspace, context.Context) (T, error)) func(http.ResponseWriter, *http.Request, *workspace.Workspace) {
 	return func(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
 		v, err := call(ws, r.Context())
@@ -245,11 +258,26 @@ func report[T any](call func(*workspace.Workspace, context.Context) (T, error)) 
 	}
 }
 
+// onRuntime is report for a call on the runtime ?runtime= names (push,
+// pull, status).
+func onRuntime[T any](call func(workspace.Target, context.Context) (T, error)) func(http.ResponseWriter, *http.Request, *workspace.Workspace) {
+	return func(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
+		v, err := call(target(r, ws), r.Context())
+		respond(w, v, err)
+	}
+}
+
+// target is the runtime ?runtime= names (absent: the default one).
+func target(r *http.Request, ws *workspace.Workspace) workspace.Target {
+	return ws.On(r.URL.Query().Get("runtime"))
+}
+
 // verify answers the convergence verdict; ?repair=1 repairs drift first.
 func (s *Server) verify(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
-	op := ws.Verify
+	t := target(r, ws)
+	op := t.Verify
 	if v := r.URL.Query().Get("repair"); v == "1" || v == "true" {
-		op = ws.Repair
+		op = t.Repair
 	}
 	rep, err := op(r.Context())
 	respond(w, rep, err)

@@ -144,10 +144,12 @@ func (c *Client) CreateWorkspace(ctx context.Context, o workspace.CreateOptions)
 	return out, err
 }
 
-// Workspace is a client scoped to one workspace.
+// Workspace is a client scoped to one workspace, and to one of its
+// runtimes for the calls that sync with one (On).
 type Workspace struct {
-	c    *Client
-	name string
+	c       *Client
+	name    string
+	runtime string // "": the default runtime
 }
 
 // Workspace returns the client of workspace name. The name is checked here,
@@ -156,6 +158,46 @@ func (c *Client) Workspace(name string) *Workspace { return &Workspace{c: c, nam
 
 // Name is the workspace's name.
 func (w *Workspace) Name() string { return w.name }
+
+// On returns the workspace's client whose push, pull, exec, verify,
+// repair and status calls go to the runtime named runtime ("" or
+// "default": the default runtime). Tick syncs every runtime either way.
+func (w *Workspace) On(runtime string) *Workspace {
+	c := *w
+	c.runtime = runtime
+	return &c
+}
+
+// onRuntime adds the runtime On named to a call's query.
+func (w *Workspace) onRuntime(q url.Values) url.Values {
+	if w.runtime == "" || w.runtime == workspace.DefaultRuntime {
+		return q
+	}
+	if q == nil {
+		q = url.Values{}
+	}
+	q.Set("runtime", w.runtime)
+	return q
+}
+
+// Runtimes lists the workspace's runtimes, the default one first.
+func (w *Workspace) Runtimes(ctx context.Context) ([]workspace.Runtime, error) {
+	return decoded[[]workspace.Runtime](ctx, w, http.MethodGet, "/runtimes", nil, nil)
+}
+
+// Attach attaches a runtime. Its computerd token travels by value
+// (o.ComputerdToken); the server never echoes it.
+func (w *Workspace) Attach(ctx context.Context, o workspace.AttachOptions) (workspace.Runtime, error) {
+	return decoded[workspace.Runtime](ctx, w, http.MethodPost, "/runtimes", nil, o)
+}
+
+// Detach detaches the runtime named name.
+func (w *Workspace) Detach(ctx context.Context, name string) error {
+	if err := workspace.ValidateRuntimeName(name); err != nil {
+		return err
+	}
+	return w.call(ctx, http.MethodDelete, "/runtimes/"+name, nil, nil, nil)
+}
 
 func (w *Workspace) prefix() (string, error) {
 	if err := workspace.ValidateName(w.name); err != nil {
@@ -306,33 +348,33 @@ func (w *Workspace) Chmod(ctx context.Context, path string, mode uint32) (worksp
 
 // Push pushes the server's changes to the container.
 func (w *Workspace) Push(ctx context.Context) (workspace.SyncReport, error) {
-	return decoded[workspace.SyncReport](ctx, w, http.MethodPost, "/push", nil, nil)
+	return decoded[workspace.SyncReport](ctx, w, http.MethodPost, "/push", w.onRuntime(nil), nil)
 }
 
 // Pull pulls the container's changes (and retries a pending pull).
 func (w *Workspace) Pull(ctx context.Context) (workspace.SyncReport, error) {
-	return decoded[workspace.SyncReport](ctx, w, http.MethodPost, "/pull", nil, nil)
+	return decoded[workspace.SyncReport](ctx, w, http.MethodPost, "/pull", w.onRuntime(nil), nil)
 }
 
-// Tick pulls, then pushes.
+// Tick pulls from every runtime, then pushes to every runtime.
 func (w *Workspace) Tick(ctx context.Context) (workspace.TickReport, error) {
 	return decoded[workspace.TickReport](ctx, w, http.MethodPost, "/tick", nil, nil)
 }
 
 // Status reports the workspace's sync state.
 func (w *Workspace) Status(ctx context.Context) (workspace.Status, error) {
-	return decoded[workspace.Status](ctx, w, http.MethodGet, "/status", nil, nil)
+	return decoded[workspace.Status](ctx, w, http.MethodGet, "/status", w.onRuntime(nil), nil)
 }
 
 // Verify asks for a convergence verdict.
 func (w *Workspace) Verify(ctx context.Context) (workspace.VerifyReport, error) {
-	return decoded[workspace.VerifyReport](ctx, w, http.MethodPost, "/verify", nil, nil)
+	return decoded[workspace.VerifyReport](ctx, w, http.MethodPost, "/verify", w.onRuntime(nil), nil)
 }
 
 // Repair is verify --repair: the remote repairs the drift it finds and the
 // verdict after the repair comes back.
 func (w *Workspace) Repair(ctx context.Context) (workspace.VerifyReport, error) {
-	return decoded[workspace.VerifyReport](ctx, w, http.MethodPost, "/verify", url.Values{"repair": {"1"}}, nil)
+	return decoded[workspace.VerifyReport](ctx, w, http.MethodPost, "/verify", w.onRuntime(url.Values{"repair": {"1"}}), nil)
 }
 
 // decoded makes a call and returns its answer, decoded.
@@ -357,7 +399,7 @@ func (w *Workspace) Exec(ctx context.Context, spec workspace.ExecSpec, out func(
 	if err != nil {
 		return rep, err
 	}
-	resp, err := w.c.do(ctx, http.MethodPost, p+"/exec", nil, bytes.NewReader(b), http.Header{"Content-Type": {"application/json"}})
+	resp, err := w.c.do(ctx, http.MethodPost, p+"/exec", w.onRuntime(nil), bytes.NewReader(b), http.Header{"Content-Type": {"application/json"}})
 	if err != nil {
 		return rep, err
 	}

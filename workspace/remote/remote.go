@@ -24,13 +24,14 @@ import (
 	"github.com/wsync/wsync/workspace"
 )
 
-// Peer is the name the server's watermarks for its computerd are kept
-// under.
-const Peer = "computerd"
+// Peer is the name the server's watermarks for its default runtime's
+// computerd are kept under (workspace.Runtime.Peer names every runtime's).
+const Peer = workspace.DefaultPeer
 
-// Remote drives one workspace's computerd.
+// Remote drives one computerd of a workspace: one of its runtimes.
 type Remote struct {
 	store  *vfs.Store
+	rt     workspace.Runtime
 	ignore []string // the workspace's ignore list: verify and repair compare under it
 	client *rpc.Client
 	drv    *syncwire.Driver
@@ -42,34 +43,54 @@ type Remote struct {
 
 var _ workspace.Remote = (*Remote)(nil)
 
-// Factory builds Remotes for the workspaces of a Manager.
+// Factory builds Remotes for the runtimes of a Manager's workspaces.
 func Factory(log *slog.Logger) workspace.RemoteFactory {
 	if log == nil {
 		log = slog.Default()
 	}
-	return func(ws *workspace.Workspace) (workspace.Remote, error) {
+	return func(ws *workspace.Workspace, rt workspace.Runtime) (workspace.Remote, error) {
 		ctx := context.Background()
 		store, err := ws.Store(ctx)
 		if err != nil {
 			return nil, err
 		}
-		token, err := ws.Token()
+		token, err := rt.Token()
 		if err != nil {
 			return nil, err
 		}
-		return New(store, ws.Config().Endpoint, token, ws.IgnoreList(), log.With("workspace", ws.Name())), nil
+		return New(store, Options{Runtime: rt, Token: token, Ignore: ws.IgnoreList(),
+			Logger: log.With("workspace", ws.Name(), "runtime", rt.Name)}), nil
 	}
 }
 
-// New builds a Remote for store against the computerd at url.
-func New(store *vfs.Store, url, token string, ignore []string, log *slog.Logger) *Remote {
+// Options configures New.
+type Options struct {
+	// Runtime is the computerd to drive: its Endpoint is dialled, its
+	// Peer() names the server's watermarks for it, its Side() the side of
+	// its conflict copies. The zero Runtime's peer is the default's.
+	Runtime workspace.Runtime
+	// Token is the computerd's bearer token ("" for none).
+	Token string
+	// Ignore is the workspace's ignore list (nil: the default): verify and
+	// repair compare both trees under it.
+	Ignore []string
+	Logger *slog.Logger
+}
+
+// New builds a Remote for store against the computerd of o.Runtime.
+func New(store *vfs.Store, o Options) *Remote {
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
 	cfg := rpc.Config{ID: store.ID(), Logger: log}
-	c := rpc.NewClient(rpc.ClientOptions{Config: cfg, URL: url, Token: token})
+	c := rpc.NewClient(rpc.ClientOptions{Config: cfg, URL: o.Runtime.Endpoint, Token: o.Token})
 	return &Remote{
 		store:  store,
-		ignore: ignore,
+		rt:     o.Runtime,
+		ignore: o.Ignore,
 		client: c,
-		drv:    syncwire.NewDriver(store, Peer, c, syncwire.DriverOptions{Logger: log}),
+		drv:    syncwire.NewDriver(store, o.Runtime.Peer(), c, syncwire.DriverOptions{Logger: log}),
 		log:    log,
 	}
 }
@@ -273,7 +294,7 @@ func (r *Remote) Exec(ctx context.Context, spec workspace.ExecSpec, out func(wor
 // alone when computerd is unreachable.
 func (r *Remote) Status(ctx context.Context) (workspace.RemoteStatus, error) {
 	var st workspace.RemoteStatus
-	local, err := r.store.Watermarks(ctx, Peer)
+	local, err := r.store.Watermarks(ctx, r.rt.Peer())
 	if err != nil {
 		return st, err
 	}

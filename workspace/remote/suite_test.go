@@ -9,6 +9,7 @@ import (
 	"github.com/wsync/wsync/computer"
 	"github.com/wsync/wsync/internal/computertest"
 	"github.com/wsync/wsync/vfs"
+	"github.com/wsync/wsync/workspace"
 	"github.com/wsync/wsync/workspace/remote"
 	"github.com/wsync/wsync/workspace/remotetest"
 )
@@ -25,7 +26,7 @@ func TestRemoteKeepsTheContract(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		r := remote.New(server, d.SyncURL(), token, nil, slog.New(slog.DiscardHandler))
+		r := remote.New(server, remote.Options{Runtime: workspace.Runtime{Endpoint: d.SyncURL()}, Token: token, Logger: slog.New(slog.DiscardHandler)})
 		t.Cleanup(func() {
 			r.Close()
 			server.Close()

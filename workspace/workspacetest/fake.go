@@ -44,6 +44,7 @@ type Fake struct {
 	resp   *converge.Responder
 	client *rpc.Client
 	drv    *syncwire.Driver
+	peer   string // the server's name for the container: its runtime's Peer()
 
 	mu        sync.Mutex
 	run       RunFunc
@@ -58,17 +59,19 @@ type Fake struct {
 
 var _ workspace.Remote = (*Fake)(nil)
 
-// fakePeer is the name the server store keeps the container's watermarks
-// under, as workspace/remote's.
-const fakePeer = "computerd"
-
-// NewFake joins server and container. run nil is Commands. Close releases
-// the session between them.
+// NewFake joins server and container as the workspace's default runtime.
+// run nil is Commands. Close releases the session between them.
 func NewFake(server, container *vfs.Store, run RunFunc) *Fake {
+	return NewFakeOf(server, container, workspace.Runtime{}, run)
+}
+
+// NewFakeOf joins server and container as the runtime rt: the server store
+// keeps the container's watermarks under rt.Peer(), as workspace/remote's.
+func NewFakeOf(server, container *vfs.Store, rt workspace.Runtime, run RunFunc) *Fake {
 	if run == nil {
 		run = Commands
 	}
-	f := &Fake{Server: server, Container: container, run: run, runtime: "fake-runtime-1"}
+	f := &Fake{Server: server, Container: container, run: run, runtime: "fake-runtime-1", peer: rt.Peer()}
 	f.srv = syncwire.NewServer(container, rpc.ServerOptions{})
 	f.resp = converge.Register(f.srv, container, slog.New(slog.DiscardHandler))
 	f.client = rpc.NewClient(rpc.ClientOptions{
@@ -78,7 +81,7 @@ func NewFake(server, container *vfs.Store, run RunFunc) *Fake {
 			return client, nil
 		},
 	})
-	f.drv = syncwire.NewDriver(server, fakePeer, f.client, syncwire.DriverOptions{})
+	f.drv = syncwire.NewDriver(server, f.peer, f.client, syncwire.DriverOptions{})
 	return f
 }
 
@@ -204,7 +207,7 @@ func (f *Fake) Exec(ctx context.Context, spec workspace.ExecSpec, out func(works
 func (f *Fake) Status(ctx context.Context) (workspace.RemoteStatus, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	sw, err := f.Server.Watermarks(ctx, fakePeer)
+	sw, err := f.Server.Watermarks(ctx, f.peer)
 	if err != nil {
 		return workspace.RemoteStatus{}, err
 	}
@@ -352,24 +355,28 @@ func Commands(ctx context.Context, c *vfs.Store, spec workspace.ExecSpec, out fu
 	return res, nil
 }
 
-// Remotes is a workspace.RemoteFactory that gives every workspace its own
-// Fake, with a container store under Dir.
+// Remotes is a workspace.RemoteFactory that gives every runtime of every
+// workspace its own Fake, with a container store under Dir.
 type Remotes struct {
 	Dir string
 	Run RunFunc // nil: Commands
 
-	mu    sync.Mutex
-	fakes map[string]*Fake
+	mu         sync.Mutex
+	fakes      map[string]*Fake // by workspace, and "/runtime" for an attached runtime
+	containers []*vfs.Store     // every one opened, for Close
 }
 
 // Factory is the workspace.RemoteFactory.
-func (r *Remotes) Factory(ws *workspace.Workspace) (workspace.Remote, error) {
+func (r *Remotes) Factory(ws *workspace.Workspace, rt workspace.Runtime) (workspace.Remote, error) {
 	ctx := context.Background()
 	server, err := ws.Store(ctx)
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(r.Dir, ws.Name())
+	key, dir := fakeKey(ws.Name(), rt.Name), filepath.Join(r.Dir, ws.Name())
+	if key != ws.Name() {
+		dir = filepath.Join(dir, "runtimes", rt.Name)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
@@ -377,23 +384,35 @@ func (r *Remotes) Factory(ws *workspace.Workspace) (workspace.Remote, error) {
 	if err != nil {
 		return nil, err
 	}
-	f := NewFake(server, c, r.Run)
+	f := NewFakeOf(server, c, rt, r.Run)
 	f.Ignore = ws.IgnoreList()
 	r.mu.Lock()
 	if r.fakes == nil {
 		r.fakes = make(map[string]*Fake)
 	}
-	r.fakes[ws.Name()] = f
+	r.fakes[key] = f
+	r.containers = append(r.containers, c)
 	r.mu.Unlock()
 	return f, nil
 }
 
-// Fake returns the fake built for the workspace name (nil before its first
-// remote call).
-func (r *Remotes) Fake(name string) *Fake {
+func fakeKey(ws, runtime string) string {
+	if runtime == "" || runtime == workspace.DefaultRuntime {
+		return ws
+	}
+	return ws + "/" + runtime
+}
+
+// Fake returns the fake built for the default runtime of the workspace
+// name (nil before its first remote call).
+func (r *Remotes) Fake(name string) *Fake { return r.FakeOf(name, workspace.DefaultRuntime) }
+
+// FakeOf returns the fake built for the runtime of the workspace ws (nil
+// before its first remote call).
+func (r *Remotes) FakeOf(ws, runtime string) *Fake {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.fakes[name]
+	return r.fakes[fakeKey(ws, runtime)]
 }
 
 // Close closes the container stores.
@@ -401,9 +420,10 @@ func (r *Remotes) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var errs []error
-	for _, f := range r.fakes {
-		errs = append(errs, f.Container.Close())
+	for _, c := range r.containers {
+		errs = append(errs, c.Close())
 	}
+	r.containers = nil
 	return errors.Join(errs...)
 }
 
