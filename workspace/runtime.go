@@ -312,7 +312,10 @@ func (w *Workspace) Detach(ctx context.Context, name string) error {
 			return fmt.Errorf("detach runtime %q: %w", name, err)
 		}
 		w.m.mu.Unlock()
-		if rs.pending != nil {
+		w.stateMu.Lock()
+		owed := rs.pending != nil
+		w.stateMu.Unlock()
+		if owed {
 			metricPending.Dec()
 		}
 		errs := []error{rs.close()}

@@ -113,6 +113,7 @@ type clientFlags struct {
 	server    string
 	workspace string
 	tokenFile string
+	runtime   string // the verbs that sync with one runtime (runtimeFlag)
 }
 
 func (c *command) clientFlags() *clientFlags {
@@ -121,6 +122,12 @@ func (c *command) clientFlags() *clientFlags {
 	c.fs.StringVar(&cf.workspace, "workspace", env("WSYNC_WORKSPACE", workspace.DefaultName), "workspace name (env WSYNC_WORKSPACE)")
 	c.fs.StringVar(&cf.tokenFile, "token-file", env("WSYNC_TOKEN_FILE", ""), "file holding the server's API token (env WSYNC_TOKEN_FILE; default "+defaultTokenFile+" if present, or WSYNC_TOKEN)")
 	return cf
+}
+
+// runtimeFlag adds --runtime to a verb that syncs with one runtime of the
+// workspace (exec, push, pull, verify, status).
+func (c *command) runtimeFlag(cf *clientFlags) {
+	c.fs.StringVar(&cf.runtime, "runtime", env("WSYNC_RUNTIME", workspace.DefaultRuntime), "the workspace's runtime to sync with (env WSYNC_RUNTIME; see `workspace-server runtimes`)")
 }
 
 // token finds the API token: --token-file, else WSYNC_TOKEN, else the file
@@ -159,7 +166,7 @@ func (cf *clientFlags) open() (*client.Workspace, error) {
 	if err := workspace.ValidateName(cf.workspace); err != nil {
 		return nil, err
 	}
-	return c.Workspace(cf.workspace), nil
+	return c.Workspace(cf.workspace).On(cf.runtime), nil
 }
 
 // clientVerb is the shape of a verb that makes one call on the workspace:

@@ -21,10 +21,12 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 const maxStdin = 15 << 20
 
 func runExec(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	c := newCommand("exec", "exec [--cwd DIR] [--env K=V]... [--timeout 30s] [--user UID[:GID]] [-n] -- CMD [ARG...]",
+	c := newCommand("exec", "exec [--runtime NAME] [--cwd DIR] [--env K=V]... [--timeout 30s] [--user UID[:GID]] [-n] -- CMD [ARG...]",
 		"  workspace-server exec --cwd /src --env CI=1 --timeout 5m -- make test\n"+
-			"  workspace-server exec -- sh -c 'npm install && npm run build'\n", stdout, stderr)
+			"  workspace-server exec -- sh -c 'npm install && npm run build'\n"+
+			"  workspace-server exec --runtime gpu -- nvidia-smi\n", stdout, stderr)
 	cf := c.clientFlags()
+	c.runtimeFlag(cf)
 	cwd := c.fs.String("cwd", "", "working directory, a workspace path (default the workspace root)")
 	var envs multiFlag
 	c.fs.Var(&envs, "env", "K=V added to the command's environment (repeatable)")

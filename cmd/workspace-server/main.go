@@ -27,11 +27,14 @@ Verbs (clients of a running server):
   mv SRC DST                 symlink TARGET PATH
   push | pull | tick | status [--json] | verify [--json]
   workspaces [--json]        workspaces create NAME [--computerd URL] [--computerd-token-file FILE]
+  runtimes [--json]          runtimes attach NAME --endpoint URL [--computerd-token-file FILE]
+                             runtimes detach NAME
 
 Client flags (after the verb), with their environment twins:
   --server URL       WSYNC_SERVER      (default http://127.0.0.1:8080)
   --workspace NAME   WSYNC_WORKSPACE   (default "default")
   --token-file FILE  WSYNC_TOKEN_FILE  (default ./data/token, which serve writes; WSYNC_TOKEN holds a token itself)
+  --runtime NAME     WSYNC_RUNTIME     (exec, push, pull, verify, status; default "default")
 
 Exit codes: 0 success, 1 an error (named by its errno), 2 bad usage; exec exits with the
 command's code (128+n when killed by signal n); verify exits 3 when the sides differ.
@@ -64,6 +67,7 @@ var verbs = map[string]verb{
 	"status":     runStatus,
 	"verify":     runVerify,
 	"workspaces": runWorkspaces,
+	"runtimes":   runRuntimes,
 }
 
 func main() {

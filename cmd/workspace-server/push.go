@@ -11,7 +11,7 @@ import (
 )
 
 func runPush(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	return runSync(ctx, "push", "send the server's changes to the container", args, stdout, stderr,
+	return runSync(ctx, "push", "send the server's changes to the container", true, args, stdout, stderr,
 		func(ctx context.Context, ws *client.Workspace) (any, string, error) {
 			rep, err := ws.Push(ctx)
 			return rep, "pushed " + describe(rep), err
@@ -19,7 +19,7 @@ func runPush(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 }
 
 func runPull(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	return runSync(ctx, "pull", "fetch the container's changes (and retry a pending pull)", args, stdout, stderr,
+	return runSync(ctx, "pull", "fetch the container's changes (and retry a pending pull)", true, args, stdout, stderr,
 		func(ctx context.Context, ws *client.Workspace) (any, string, error) {
 			rep, err := ws.Pull(ctx)
 			return rep, "pulled " + describe(rep), err
@@ -27,10 +27,19 @@ func runPull(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 }
 
 // runSync is push, pull and tick: one call, a one-line summary or --json.
-func runSync(ctx context.Context, name, what string, args []string, stdout, stderr io.Writer,
+// perRuntime: the call syncs with one runtime, which --runtime names.
+func runSync(ctx context.Context, name, what string, perRuntime bool, args []string, stdout, stderr io.Writer,
 	call func(context.Context, *client.Workspace) (any, string, error)) int {
-	c := newCommand(name, name+" [--json]", "  workspace-server "+name+"    # "+what+"\n", stdout, stderr)
+	synopsis, example := name+" [--json]", "  workspace-server "+name+"    # "+what+"\n"
+	if perRuntime {
+		synopsis = name + " [--runtime NAME] [--json]"
+		example += "  workspace-server " + name + " --runtime gpu\n"
+	}
+	c := newCommand(name, synopsis, example, stdout, stderr)
 	cf := c.clientFlags()
+	if perRuntime {
+		c.runtimeFlag(cf)
+	}
 	asJSON := c.fs.Bool("json", false, "print the report as JSON")
 	return c.clientVerb(ctx, args, cf, noArgs, func(ctx context.Context, ws *client.Workspace, _ []string) error {
 		stop := func() {}

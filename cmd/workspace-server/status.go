@@ -12,8 +12,9 @@ import (
 )
 
 func runStatus(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	c := newCommand("status", "status [--json]", "  workspace-server status\n  workspace-server status --json | jq .remote.container.current_rev\n", stdout, stderr)
+	c := newCommand("status", "status [--runtime NAME] [--json]", "  workspace-server status\n  workspace-server status --json | jq .remote.container.current_rev\n  workspace-server status --runtime gpu\n", stdout, stderr)
 	cf := c.clientFlags()
+	c.runtimeFlag(cf)
 	asJSON := c.fs.Bool("json", false, "print the status as JSON")
 	return c.clientVerb(ctx, args, cf, noArgs, func(ctx context.Context, ws *client.Workspace, _ []string) error {
 		st, err := ws.Status(ctx)

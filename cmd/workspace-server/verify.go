@@ -9,10 +9,12 @@ import (
 )
 
 func runVerify(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	c := newCommand("verify", "verify [--repair] [--json]",
+	c := newCommand("verify", "verify [--runtime NAME] [--repair] [--json]",
 		"  workspace-server verify && echo same    # exit 0: converged, 3: the sides differ\n"+
-			"  workspace-server verify --repair        # re-send the winning side of every differing path\n", stdout, stderr)
+			"  workspace-server verify --repair        # re-send the winning side of every differing path\n"+
+			"  workspace-server verify --runtime gpu   # compare with an attached runtime's container\n", stdout, stderr)
 	cf := c.clientFlags()
+	c.runtimeFlag(cf)
 	asJSON := c.fs.Bool("json", false, "print the verdict as JSON (the exit code still tells)")
 	repair := c.fs.Bool("repair", false, "repair the drift (the server wins unless only the container changed a path since the last sync), then report")
 	converged := false
