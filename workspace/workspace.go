@@ -79,7 +79,7 @@ func (w *Workspace) Token() (string, error) {
 // newRuntime builds the state of one of the workspace's runtimes; pending
 // is the pull the registry says it owes.
 func (w *Workspace) newRuntime(rt Runtime, pending *PendingPull) *runtimeState {
-	if rt.HasToken && rt.tokenFile == "" {
+	if !rt.isDefault() && rt.HasToken {
 		rt.tokenFile = runtimeTokenPath(w.m.opts.DataDir, w.cfg.Name, rt.Name)
 	}
 	if pending != nil {
