@@ -486,6 +486,12 @@ func Bootstrap(ctx context.Context, local *vfs.Store, sess *rpc.Session, opts Bo
 	ws.Push = watermark.At(t.Rev)
 	// The revs the install stamped hold our own entries.
 	ws.Fetch = vfs.BounceRun{From: before, To: after}.Skip(ws.Fetch)
+	// The peer's store was replaced: the merge bases kept for it describe
+	// what it no longer holds (the push cursor, which now covers the whole
+	// snapshot, makes our state the base of every path).
+	if err := local.ForgetBases(ctx, opts.Peer); err != nil {
+		return rep, err
+	}
 	if err := local.SetWatermarks(ctx, opts.Peer, ws); err != nil {
 		return rep, err
 	}

@@ -37,6 +37,10 @@ type DriverOptions struct {
 	BatchEntries      int
 	BatchMissingBytes int64
 	Logger            *slog.Logger
+	// Conflicts turns on conflict detection in the receive path and keeps
+	// the merge bases in the send path: set on the server's driver
+	// (vfs.ApplyOptions.Conflicts). Nil: last writer wins, no bases.
+	Conflicts *vfs.ConflictOptions
 
 	// noReconcile skips reconcile-on-connect (tests of the invariant path).
 	noReconcile bool
@@ -93,6 +97,13 @@ type Result struct {
 	WireBytes int64
 	// Resets counts watermarks reset to re-baseline the peer.
 	Resets int
+	// Conflicts are the conflicts the receive path recorded
+	// (DriverOptions.Conflicts).
+	Conflicts []vfs.Conflict
+	// Deferred counts the entries the peer's fence held back on the send
+	// path: it had changes there we had not fetched. They go again after
+	// the next pull.
+	Deferred int
 }
 
 // TickResult is a Tick's pull and push.
@@ -420,7 +431,7 @@ func (x *Exchange) send(ctx context.Context, entries iter.Seq2[vfs.ChangeEntry, 
 				return err
 			}
 		}
-		resp, err := x.s.Push(ctx, PushRequest{SenderRev: max(through.Rev, 1), SenderCursor: cursor, Stage: stageID}, batch)
+		resp, err := x.s.Push(ctx, PushRequest{SenderRev: max(through.Rev, 1), SenderCursor: cursor, Stage: stageID, Fence: ws.Fetch}, batch)
 		if err != nil {
 			return err
 		}
@@ -429,6 +440,7 @@ func (x *Exchange) send(ctx context.Context, entries iter.Seq2[vfs.ChangeEntry, 
 		res.Entries += len(batch)
 		res.Applied += resp.Applied
 		res.Skipped += resp.Skipped
+		res.Deferred += len(resp.Deferred)
 		res.Chunks += st.Chunks
 		res.ChunkBytes += st.RawBytes
 		res.DedupBytes += refBytes - st.RawBytes
@@ -449,8 +461,12 @@ func (x *Exchange) send(ctx context.Context, entries iter.Seq2[vfs.ChangeEntry, 
 		// them, skip them in our fetch cursor. (The peer also keeps them as
 		// its bounce run, so a lost reply does not bring them back.)
 		ws.Fetch = vfs.BounceRun{From: resp.RevBefore, To: resp.RevAfter}.Skip(ws.Fetch)
-		if err := d.local.SetWatermarks(ctx, d.peer, *ws); err != nil {
+		if err := d.local.Delivered(ctx, d.peer, *ws, batch, resp.Deferred, d.opts.Conflicts != nil); err != nil {
 			return err
+		}
+		if len(resp.Deferred) > 0 {
+			metricEntries.WithLabelValues("deferred").Add(float64(len(resp.Deferred)))
+			d.log.Info("peer held back entries with changes we have not fetched", "deferred", len(resp.Deferred), "first", resp.Deferred[0])
 		}
 		if last {
 			return nil
@@ -693,10 +709,11 @@ func (x *Exchange) applyBatch(ctx context.Context, f *fetchedBatch, feed bool, w
 		last := f.batch[len(f.batch)-1]
 		ws.Fetch = watermark.Within(last.Rev, last.Path)
 	}
-	ar, err := x.d.local.Apply(ctx, f.batch, vfs.ApplyOptions{Source: vfs.Upstream, Stage: f.stage, Peer: x.d.peer, Watermarks: ws, Bounce: true})
+	ar, err := x.d.local.Apply(ctx, f.batch, vfs.ApplyOptions{Source: vfs.Upstream, Stage: f.stage, Peer: x.d.peer, Watermarks: ws, Bounce: true, Conflicts: x.d.opts.Conflicts})
 	if err != nil {
 		return fmt.Errorf("apply received batch: %w", err)
 	}
+	res.Conflicts = append(res.Conflicts, ar.Conflicts...)
 	crashpoint.Hit("syncwire.pull.applied")
 	res.Batches++
 	res.Entries += len(f.batch)

@@ -140,6 +140,10 @@ func (f *fakeBackend) SetWatermarks(ctx context.Context, peer string, set waterm
 	return nil
 }
 
+func (f *fakeBackend) Delivered(ctx context.Context, peer string, set watermark.Set, sent []vfs.ChangeEntry, deferred []string, bases bool) error {
+	return f.SetWatermarks(ctx, peer, set)
+}
+
 func (f *fakeBackend) Bounce(ctx context.Context, peer string) (vfs.BounceRun, error) {
 	return vfs.BounceRun{}, nil
 }

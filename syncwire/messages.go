@@ -94,6 +94,10 @@ type PushRequest struct {
 	SenderCursor watermark.Cursor
 	// Stage names the chunks PushObjects sent for this batch (0: none).
 	Stage uint64
+	// Fence is how far the sender has fetched the receiver's feed: a sync
+	// peer's entry that would replace a receiver's change after it waits
+	// (PushResponse.Deferred) instead of overwriting it. Protocol 3.
+	Fence watermark.Cursor
 }
 
 func (r PushRequest) appendTo(b []byte) ([]byte, error) {
@@ -101,6 +105,7 @@ func (r PushRequest) appendTo(b []byte) ([]byte, error) {
 	e.rev(r.SenderRev)
 	e.cursor(r.SenderCursor)
 	e.PutUvarint(r.Stage)
+	e.cursor(r.Fence)
 	return e.Bytes(), e.Err()
 }
 
@@ -111,6 +116,7 @@ func DecodePushRequest(p []byte) (PushRequest, error) {
 	r.SenderRev = d.rev()
 	r.SenderCursor = d.cursor()
 	r.Stage = d.Uvarint()
+	r.Fence = d.cursor()
 	return r, d.Done()
 }
 
@@ -123,6 +129,9 @@ type PushResponse struct {
 	Applied, Skipped    int
 	// AppliedPush is the receiver's applied-push cursor after the batch.
 	AppliedPush watermark.Cursor
+	// Deferred are the paths of the batch's entries the receiver's fence
+	// held back (PushRequest.Fence), in batch order. Protocol 3.
+	Deferred []string
 }
 
 func (r PushResponse) appendTo(b []byte) ([]byte, error) {
@@ -132,6 +141,10 @@ func (r PushResponse) appendTo(b []byte) ([]byte, error) {
 	e.PutUvarint(uint64(r.Applied))
 	e.PutUvarint(uint64(r.Skipped))
 	e.cursor(r.AppliedPush)
+	e.PutUvarint(uint64(len(r.Deferred)))
+	for _, p := range r.Deferred {
+		e.PutString(p)
+	}
 	return e.Bytes(), e.Err()
 }
 
@@ -144,6 +157,18 @@ func DecodePushResponse(p []byte) (PushResponse, error) {
 	r.Applied = int(d.Bounded("applied", MaxPushEntries))
 	r.Skipped = int(d.Bounded("skipped", MaxPushEntries))
 	r.AppliedPush = d.cursor()
+	if n := d.Count("deferred paths", MaxPushEntries, 2); n > 0 {
+		r.Deferred = make([]string, 0, n)
+		for range n {
+			p := d.String("deferred path", vfs.MaxPathLen)
+			if d.Err() == nil {
+				if err := vfs.ValidatePath(p); err != nil {
+					d.Fail("deferred path %q: %v", p, err)
+				}
+			}
+			r.Deferred = append(r.Deferred, p)
+		}
+	}
 	if d.Err() == nil && r.RevAfter < r.RevBefore {
 		d.Fail("rev after %d < rev before %d", r.RevAfter, r.RevBefore)
 	}

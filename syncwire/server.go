@@ -27,6 +27,10 @@ type Backend interface {
 	Chunks() *chunkstore.Store
 	Watermarks(ctx context.Context, peer string) (watermark.Set, error)
 	SetWatermarks(ctx context.Context, peer string, set watermark.Set) error
+	// Delivered is SetWatermarks after a push batch the peer acknowledged,
+	// with the merge bases of what it applied (bases) and new revs for
+	// what its fence deferred, in one transaction.
+	Delivered(ctx context.Context, peer string, set watermark.Set, sent []vfs.ChangeEntry, deferred []string, bases bool) error
 	// Bounce is the peer's bounce run: revs stamped by applies of its
 	// entries (ApplyOptions.Bounce), never sent back to it.
 	Bounce(ctx context.Context, peer string) (vfs.BounceRun, error)
@@ -222,6 +226,10 @@ func (s *Server) push(ctx context.Context, c *rpc.Incoming) error {
 		// them, in the apply's transaction, as its bounce run, so our feed
 		// skips them even if this reply never reaches it.
 		opts.Bounce = true
+		// What we changed after the sender's fetch cursor is not
+		// overwritten: those entries wait for the sender's next pull.
+		fence := req.Fence
+		opts.Fence = &fence
 	}
 	var res vfs.ApplyResult
 	if len(entries) == 0 {
@@ -233,7 +241,7 @@ func (s *Server) push(ctx context.Context, c *rpc.Incoming) error {
 		return err
 	}
 	crashpoint.Hit("syncwire.push.applied")
-	resp := PushResponse{Applied: res.Applied, Skipped: res.Skipped, AppliedPush: ws.AppliedPush}
+	resp := PushResponse{Applied: res.Applied, Skipped: res.Skipped, AppliedPush: ws.AppliedPush, Deferred: res.Deferred}
 	if res.LastRev > 0 {
 		resp.RevBefore, resp.RevAfter = res.RevBefore, res.LastRev
 	} else {

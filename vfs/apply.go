@@ -36,6 +36,16 @@ type ApplyOptions struct {
 	// the revs the batch stamps in the peer's bounce run (BounceRun), in the
 	// same transaction, so they are not sent back to it.
 	Bounce bool
+	// Conflicts, for a sync peer's batch on the server (needs Bounce),
+	// detects conflicts against the merge bases kept for Peer, resolves
+	// them by its policy, records them, and keeps the bases (conflict.go).
+	Conflicts *ConflictOptions
+	// Fence, for a sync peer's batch on a container, protects local changes
+	// the peer has not fetched: Fence is how far the peer has our feed. An
+	// entry whose path, non-directory ancestor or replaced subtree holds a
+	// change after it (other than the peer's own entries, in its bounce
+	// run) is not applied but listed in ApplyResult.Deferred.
+	Fence *watermark.Cursor
 }
 
 // ApplyResult reports what a batch did.
@@ -45,6 +55,11 @@ type ApplyResult struct {
 	FirstRev  int64 // first rev stamped (0 when none)
 	LastRev   int64 // last rev stamped (0 when none)
 	RevBefore int64 // the store's rev before the batch
+	// Conflicts are the conflicts the batch recorded (ApplyOptions.Conflicts).
+	Conflicts []Conflict
+	// Deferred are the paths of the entries the fence held back
+	// (ApplyOptions.Fence), in batch order.
+	Deferred []string
 }
 
 // Apply applies a batch of entries in one transaction, each entry in a
@@ -66,6 +81,9 @@ func (s *Store) Apply(ctx context.Context, entries []ChangeEntry, opts ApplyOpti
 	if opts.Bounce && opts.Watermarks == nil {
 		return res, fmt.Errorf("apply: %w: bounce without watermarks", ErrInvalid)
 	}
+	if (opts.Conflicts != nil || opts.Fence != nil) && !opts.Bounce {
+		return res, fmt.Errorf("apply: %w: conflict detection and fences are for a sync peer's batch (bounce)", ErrInvalid)
+	}
 	for i := range entries {
 		if err := entries[i].Validate(); err != nil {
 			return res, &EntryError{Index: i, Rev: entries[i].Rev, Path: entries[i].Path, Err: err}
@@ -80,9 +98,22 @@ func (s *Store) Apply(ctx context.Context, entries []ChangeEntry, opts ApplyOpti
 		}
 		t.missing = missing
 		t.batch = namesByDir(entries)
+		if err := t.startSync(entries, opts); err != nil {
+			return err
+		}
 		for i := range entries {
 			e := &entries[i]
 			t.nextMutation()
+			if t.fence != nil {
+				held, err := t.fenced(e)
+				if err != nil {
+					return &EntryError{Index: i, Rev: e.Rev, Path: e.Path, Err: err}
+				}
+				if held {
+					res.Deferred = append(res.Deferred, e.Path)
+					continue
+				}
+			}
 			if _, err := t.tx.ExecContext(ctx, `SAVEPOINT entry`); err != nil {
 				return err
 			}
@@ -113,11 +144,22 @@ func (s *Store) Apply(ctx context.Context, entries []ChangeEntry, opts ApplyOpti
 				return err
 			}
 		}
+		if t.cf != nil {
+			// After the bounce run: what the peer must receive again
+			// gets revs outside it.
+			if err := t.finishConflicts(t.cf); err != nil {
+				return err
+			}
+			res.Conflicts = t.cf.found
+		}
 		inval = t.inval
 		return nil
 	})
 	if err != nil {
 		return ApplyResult{}, err
+	}
+	for _, c := range res.Conflicts {
+		metricConflicts.WithLabelValues(string(c.Policy), c.Kind).Inc()
 	}
 	s.markStale(inval)
 	s.notify(inval)
@@ -128,6 +170,9 @@ func (s *Store) Apply(ctx context.Context, entries []ChangeEntry, opts ApplyOpti
 func (t *wtx) applyEntry(e *ChangeEntry) (bool, error) {
 	dir, name := splitPath(e.Path)
 	parent, err := t.ensureDir(dir, e.Kind == EntryDelete)
+	if errors.Is(err, errSkipEntry) {
+		return false, nil
+	}
 	if err != nil || parent == 0 {
 		return false, err
 	}
@@ -139,6 +184,12 @@ func (t *wtx) applyEntry(e *ChangeEntry) (bool, error) {
 	exists := err == nil
 	if err != nil && !errors.Is(err, ErrNotExist) {
 		return false, err
+	}
+	if t.cf != nil {
+		done, changed, err := t.detect(e, parent, name, &cur, &exists)
+		if err != nil || done {
+			return changed, err
+		}
 	}
 	owner := NewAttr{Mode: e.Mode, Uid: t.s.opts.Owner.Uid, Gid: t.s.opts.Owner.Gid}
 	// create puts a new node in place of what stands at the path.
@@ -348,6 +399,14 @@ func (t *wtx) ensureDir(path string, lookupOnly bool) (Ino, error) {
 	ino, err := t.walkDirs(path, func(dir Ino, name, walked string, n node, found bool) (Ino, error) {
 		if lookupOnly {
 			return 0, nil
+		}
+		if found && t.cf != nil {
+			// A node of ours in the way of the peer's directory.
+			kept, err := t.inTheWay(dir, name, walked, n)
+			if err != nil {
+				return 0, err
+			}
+			found = !kept
 		}
 		if found {
 			if err := t.removeAt(dir, name, walked, n); err != nil {

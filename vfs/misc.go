@@ -41,8 +41,9 @@ func (s *Store) SetWatermarks(ctx context.Context, peer string, set watermark.Se
 }
 
 // setWatermarks writes peer's watermarks. A push cursor lowered below the
-// stored one is a re-baseline (the peer lost state): the bounce run kept
-// for the peer is forgotten with it, so the re-push carries every entry.
+// stored one is a re-baseline (the peer lost state): the bounce run and
+// the merge bases kept for the peer are forgotten with it, so the re-push
+// carries every entry and no base claims what the peer no longer holds.
 func (t *wtx) setWatermarks(peer string, set watermark.Set) error {
 	var old []byte
 	err := t.tx.QueryRowContext(t.ctx, `SELECT push FROM watermarks WHERE peer = ?`, peer).Scan(&old)
@@ -72,6 +73,7 @@ func (t *wtx) setWatermarks(peer string, set watermark.Set) error {
 		if _, err := t.exec(`UPDATE watermarks SET bounce_from = 0, bounce_to = 0 WHERE peer = ?`, peer); err != nil {
 			return fmt.Errorf("set watermarks %q: %w", peer, err)
 		}
+		return t.forgetBases(peer)
 	}
 	return nil
 }

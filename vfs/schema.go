@@ -19,6 +19,7 @@ var migrations = []sqlitemigrate.Step{
 	migrateV3,
 	migrateV4,
 	migrateV5,
+	migrateV6,
 }
 
 // SchemaVersion is the schema version this build writes.
@@ -107,6 +108,41 @@ func migrateV5(ctx context.Context, tx *sql.Tx) error {
 	for _, c := range []string{"bounce_from", "bounce_to"} {
 		if _, err := tx.ExecContext(ctx, `ALTER TABLE watermarks ADD COLUMN `+c+` INTEGER NOT NULL DEFAULT 0`); err != nil {
 			return fmt.Errorf("v5: %w", err)
+		}
+	}
+	return nil
+}
+
+// migrateV6 adds the merge bases kept per peer and path, and the conflict
+// records (conflict.go).
+func migrateV6(ctx context.Context, tx *sql.Tx) error {
+	stmts := []string{
+		`CREATE TABLE bases(
+			peer TEXT NOT NULL,
+			path TEXT NOT NULL,
+			state BLOB NOT NULL,
+			PRIMARY KEY(peer, path)
+		) WITHOUT ROWID`,
+		`CREATE TABLE conflicts(
+			id INTEGER PRIMARY KEY AUTOINCREMENT,
+			path TEXT NOT NULL,
+			peer TEXT NOT NULL,
+			side TEXT NOT NULL,
+			at INTEGER NOT NULL,
+			policy TEXT NOT NULL,
+			kind TEXT NOT NULL,
+			server TEXT NOT NULL,
+			container TEXT NOT NULL,
+			copy TEXT NOT NULL,
+			copy_side TEXT NOT NULL,
+			resolved INTEGER NOT NULL DEFAULT 0,
+			resolution TEXT NOT NULL DEFAULT ''
+		)`,
+		`CREATE INDEX conflicts_open ON conflicts(resolved, id)`,
+	}
+	for _, s := range stmts {
+		if _, err := tx.ExecContext(ctx, s); err != nil {
+			return fmt.Errorf("v6: %w", err)
 		}
 	}
 	return nil

@@ -330,6 +330,10 @@ type wtx struct {
 	batch map[string][]string
 	// missing are the chunks an Apply batch names that are not present.
 	missing map[chunkstore.Hash]struct{}
+	// cf and fence are an Apply batch's conflict detection and fence
+	// (ApplyOptions.Conflicts and Fence).
+	cf    *conflictSet
+	fence *fenceSet
 }
 
 // update runs fn in one write transaction and commits it.

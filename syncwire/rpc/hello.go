@@ -14,10 +14,13 @@ const ProtocolName = "wsync"
 // The protocol versions this build speaks. Version 2 (issue 9): hole refs
 // in manifests, long file entries split into entry parts, PushObjects
 // announcing its hashes, and the EBUSY answer to a call over the limit.
-// Version 1 peers cannot follow those, so 2 is the only one spoken.
+// Version 3 (issue 11): a push carries the sender's fetch cursor as a
+// fence and its answer the entries the fence held back; a version 2
+// receiver would overwrite changes the server has not pulled, so 3 is the
+// only one spoken.
 const (
-	ProtocolMinVersion = 2
-	ProtocolMaxVersion = 2
+	ProtocolMinVersion = 3
+	ProtocolMaxVersion = 3
 )
 
 // RuntimeID identifies this process start in every handshake.
