@@ -83,6 +83,9 @@ var routes = []struct{ method, path, body string }{
 	{"POST", "/v1/workspaces/default/tick", ""},
 	{"GET", "/v1/workspaces/default/status", ""},
 	{"POST", "/v1/workspaces/default/verify", ""},
+	{"GET", "/v1/workspaces/default/runtimes", ""},
+	{"POST", "/v1/workspaces/default/runtimes", `{"name":"b","endpoint":"ws://127.0.0.1:9/sync"}`},
+	{"DELETE", "/v1/workspaces/default/runtimes/b", ""},
 	{"GET", "/v1/nothing-here", ""},
 }
 

@@ -124,3 +124,42 @@ func TestExecStreamsAndSyncs(t *testing.T) {
 		t.Fatalf("status %+v %v", st, err)
 	}
 }
+
+func TestRuntimes(t *testing.T) {
+	ws, srv := newClient(t)
+	ctx := context.Background()
+	if _, err := ws.Attach(ctx, workspace.AttachOptions{Name: "b", Endpoint: "ws://127.0.0.1:9/sync", ComputerdToken: "tok"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ws.Attach(ctx, workspace.AttachOptions{Name: "b", Endpoint: "ws://127.0.0.1:9/sync"}); !errors.Is(err, vfs.ErrExist) {
+		t.Fatalf("attach twice: %v", err)
+	}
+	list, err := ws.Runtimes(ctx)
+	if err != nil || len(list) != 2 || list[1].Name != "b" || list[1].Peer() != "computerd@b" {
+		t.Fatalf("runtimes: %+v %v", list, err)
+	}
+	if _, err := ws.WriteFile(ctx, "/f", strings.NewReader("x"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := ws.On("b").Push(ctx); err != nil || rep.Entries != 1 {
+		t.Fatalf("push to b: %+v %v", rep, err)
+	}
+	if srv.Remotes.Fake("default") != nil {
+		t.Fatal("a push to b reached the default runtime")
+	}
+	if st, err := ws.On("b").Status(ctx); err != nil || st.Runtime != "b" || st.LastPush == nil {
+		t.Fatalf("status of b: %+v %v", st, err)
+	}
+	if _, err := ws.On("nope").Pull(ctx); !errors.Is(err, workspace.ErrNoRuntime) || workspace.ErrnoName(err) != "ENORUNTIME" {
+		t.Fatalf("pull from an unknown runtime: %v", err)
+	}
+	if _, err := ws.On("nope").Exec(ctx, workspace.ExecSpec{Argv: []string{"echo"}}, nil); !errors.Is(err, workspace.ErrNoRuntime) {
+		t.Fatalf("exec on an unknown runtime: %v", err)
+	}
+	if err := ws.Detach(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if err := ws.Detach(ctx, "b"); !errors.Is(err, workspace.ErrNoRuntime) {
+		t.Fatalf("detach twice: %v", err)
+	}
+}
