@@ -32,10 +32,24 @@
 // caller gave, not the address it resolves to: list addresses to pin
 // addresses.
 //
+// # Runtimes
+//
+// A workspace syncs with its default runtime (the endpoint and token
+// above) and with the runtimes attached to it (Attach, Detach, Runtimes),
+// each a computerd with its own endpoint and token (kept in
+// <data>/<name>/runtimes/<runtime>.token, mode 0600, never in the
+// registry). Each is its own sync peer of the store (Runtime.Peer:
+// "computerd" for the default, "computerd@NAME" for an attached one) with
+// its own Remote, built on first use by the RemoteFactory and closed on
+// detach, and its own pending pull. The calls that sync with one runtime
+// name it through Workspace.On; the Workspace's own Push, Pull, Exec,
+// Verify, Repair and Status are the default runtime's. Tick pulls from
+// every runtime, then pushes to every runtime, in one FIFO turn.
+//
 // # The FIFO
 //
-// Push, pull, tick, verify and the two sync phases of an exec go through one
-// FIFO per workspace, in arrival order (seed "Concurrent mutators"). A call
+// Push, pull, tick, verify and the two sync phases of an exec, whatever
+// runtime they sync with, go through one FIFO per workspace, in arrival order (seed "Concurrent mutators"). A call
 // that fails releases its turn like any other, so nothing queued behind it
 // is poisoned. The command of an exec does not hold the FIFO while it runs:
 // overlapping execs and explicit syncs interleave between phases. Pure
