@@ -120,7 +120,7 @@ func benchPair(b *testing.B) *pair {
 	b.Helper()
 	dir := testutil.BenchDir(b, "syncwire-bench-")
 	b.Setenv("TMPDIR", dir)
-	return newPair(b, DriverOptions{})
+	return newPair(b, DriverOptions{Conflicts: &vfs.ConflictOptions{}}) // as the server runs it
 }
 
 func reportSync(b *testing.B, what string, d time.Duration, res Result, bytes int64) {
