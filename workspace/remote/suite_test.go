@@ -31,6 +31,13 @@ func TestRemoteKeepsTheContract(t *testing.T) {
 			r.Close()
 			server.Close()
 		})
-		return remotetest.Harness{Remote: r, Server: server, Container: d.Store()}
+		attach := func(t *testing.T, rt workspace.Runtime) (workspace.Remote, *vfs.Store) {
+			d := computertest.Start(t, computer.Config{Token: token})
+			rt.Endpoint = d.SyncURL()
+			r := remote.New(server, remote.Options{Runtime: rt, Token: token, Logger: slog.New(slog.DiscardHandler)})
+			t.Cleanup(func() { r.Close() })
+			return r, d.Store()
+		}
+		return remotetest.Harness{Remote: r, Server: server, Container: d.Store(), Attach: attach}
 	})
 }

@@ -11,7 +11,8 @@
 // container's back and leaves out the paths of the ignore list it is given
 // (nil: the default, node_modules; empty: nothing); entries applied from
 // one side are not sent back to it; repeating a push or a pull moves
-// nothing; a closed remote reports errors; Exec returns the command's
+// nothing; a closed remote reports errors; two runtimes of one server
+// store are separate peers, each with its own watermarks; Exec returns the command's
 // output and exit code; Verify tells a converged pair from a drifted one
 // (skipped when the remote answers workspace.ErrNotSupported); Status
 // reports both stores' positions.
@@ -45,6 +46,10 @@ type Harness struct {
 	// Container is the store of the container side: the suite writes the
 	// container's changes into it and reads what a push brought.
 	Container *vfs.Store
+	// Attach builds a second Remote on Server, for the runtime rt with a
+	// container store of its own (which it returns), as a workspace does
+	// for an attached runtime. Its cleanup t owns.
+	Attach func(t *testing.T, rt workspace.Runtime) (workspace.Remote, *vfs.Store)
 }
 
 // Suite runs the contract, each case on a harness of its own from
@@ -63,6 +68,7 @@ func Suite(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"Exec", testExec},
 		{"Verify", testVerify},
 		{"Status", testStatus},
+		{"RuntimesAreSeparatePeers", testRuntimes},
 	} {
 		t.Run(c.name, func(t *testing.T) { c.run(t, newHarness(t)) })
 	}
@@ -331,5 +337,40 @@ func testStatus(t *testing.T, h Harness) {
 	}
 	if !st.Server.Fetch.Watermark().Covers(watermark.At(h.Container.CurrentRev())) {
 		t.Errorf("status fetch cursor %+v short of the container's rev %d after a pull and a push", st.Server.Fetch, h.Container.CurrentRev())
+	}
+}
+
+// testRuntimes: a second runtime is a peer of its own. A push to one does
+// not advance the other's watermarks, so each container gets every change
+// once, and what one container wrote reaches the other through the server.
+func testRuntimes(t *testing.T, h Harness) {
+	ctx := ctxOf(t)
+	rt := workspace.Runtime{Name: "b"}
+	other, container := h.Attach(t, rt)
+	write(t, h.Server, "shared/s", "server")
+	push(t, h)
+	if _, err := other.Push(ctx); err != nil {
+		t.Fatalf("push to b: %v", err)
+	}
+	has(t, "container", h.Container, "shared/s", "server")
+	has(t, "b", container, "shared/s", "server")
+	write(t, container, "from-b", "b")
+	if _, err := other.Pull(ctx, nil); err != nil {
+		t.Fatalf("pull from b: %v", err)
+	}
+	push(t, h)
+	has(t, "container", h.Container, "from-b", "b")
+	rep, err := other.Push(ctx)
+	if err != nil {
+		t.Fatalf("push to b again: %v", err)
+	}
+	if rep.Entries != 0 {
+		t.Errorf("b was sent back %d entries it wrote", rep.Entries)
+	}
+	for _, peer := range []string{workspace.DefaultPeer, rt.Peer()} {
+		wm, err := h.Server.Watermarks(ctx, peer)
+		if err != nil || wm.Push.Rev == 0 || wm.Push.Rev != h.Server.CurrentRev() {
+			t.Errorf("server's watermarks for %s: %+v %v, want a push cursor at rev %d", peer, wm, err, h.Server.CurrentRev())
+		}
 	}
 }

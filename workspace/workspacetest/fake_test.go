@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/wsync/wsync/vfs"
+	"github.com/wsync/wsync/workspace"
 	"github.com/wsync/wsync/workspace/remotetest"
 	"github.com/wsync/wsync/workspace/workspacetest"
 )
@@ -15,7 +16,11 @@ import (
 func TestFakeKeepsTheRemoteContract(t *testing.T) {
 	remotetest.Suite(t, func(t *testing.T) remotetest.Harness {
 		server, container := openStore(t, "server.db"), openStore(t, "container.db")
-		return remotetest.Harness{Remote: workspacetest.NewFake(server, container, nil), Server: server, Container: container}
+		attach := func(t *testing.T, rt workspace.Runtime) (workspace.Remote, *vfs.Store) {
+			c := openStore(t, rt.Name+".db")
+			return workspacetest.NewFakeOf(server, c, rt, nil), c
+		}
+		return remotetest.Harness{Remote: workspacetest.NewFake(server, container, nil), Server: server, Container: container, Attach: attach}
 	})
 }
 
