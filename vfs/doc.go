@@ -37,11 +37,24 @@
 // (content, mode and mtime for files; target for symlinks; mode for
 // directories) is skipped and stamps nothing. Missing parents are created;
 // a different node type at a path, or a non-directory where a parent
-// directory must be, is replaced along with its subtree (last writer wins).
-// Symlinks are never followed. A failing entry rolls back the whole batch
-// and comes back as an *EntryError. Watermarks can be written in the same
-// transaction, and so can the peer's bounce run (BounceRun: the revs the
-// batch stamped hold the peer's entries, not to be sent back to it).
+// directory must be, is replaced along with its subtree. Symlinks are never
+// followed. A failing entry rolls back the whole batch and comes back as an
+// *EntryError. Watermarks can be written in the same transaction, and so can
+// the peer's bounce run (BounceRun: the revs the batch stamped hold the
+// peer's entries, not to be sent back to it).
+//
+// # Conflicts and fences
+//
+// Without options the replacement above is last writer wins. On the server
+// a sync peer's batch runs conflict detection (ApplyOptions.Conflicts,
+// conflict.go): per peer and path the store keeps the merge base, the state
+// both last held, and a path both sides changed differently since is a
+// conflict, resolved by a ConflictPolicy (keep-both writes the other
+// version beside the name) and recorded (Store.Conflicts). On a container a
+// sync peer's batch is fenced (ApplyOptions.Fence, fence.go): an entry that
+// would replace a local change the peer has not fetched is not applied but
+// listed in ApplyResult.Deferred. docs/ARCHITECTURE.md, "Conflicts", has the
+// rules.
 //
 // # Write handles
 //
