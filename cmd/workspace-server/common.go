@@ -130,6 +130,24 @@ func (c *command) runtimeFlag(cf *clientFlags) {
 	c.fs.StringVar(&cf.runtime, "runtime", env("WSYNC_RUNTIME", workspace.DefaultRuntime), "the workspace's runtime to sync with (env WSYNC_RUNTIME; see `workspace-server runtimes`)")
 }
 
+// computerdTokenFlag adds --computerd-token-file (workspaces create,
+// runtimes attach): a file read here, on the client, whose token is sent
+// to the server by value. The function it returns reads it ("" without the
+// flag; an empty file is an error, never "no auth").
+func (c *command) computerdTokenFlag() func() (string, error) {
+	file := c.fs.String("computerd-token-file", "", "file, read here, holding that computerd's token (sent to the server by value)")
+	return func() (string, error) {
+		if *file == "" {
+			return "", nil
+		}
+		tok, err := bearer.ReadFile(*file)
+		if err != nil {
+			return "", fmt.Errorf("--computerd-token-file: %w", err)
+		}
+		return tok, nil
+	}
+}
+
 // token finds the API token: --token-file, else WSYNC_TOKEN, else the file
 // serve writes by default. A token given but empty (an empty file, a
 // WSYNC_TOKEN set to nothing) is an error, never sent as "no token".

@@ -7,7 +7,6 @@ import (
 	"io"
 	"text/tabwriter"
 
-	"github.com/wsync/wsync/internal/bearer"
 	"github.com/wsync/wsync/workspace"
 	"github.com/wsync/wsync/workspace/client"
 )
@@ -56,7 +55,7 @@ func runRuntimesAttach(ctx context.Context, args []string, stdout, stderr io.Wri
 		"  workspace-server runtimes attach gpu --endpoint ws://10.0.0.8:45678/sync --computerd-token-file /etc/wsync/gpu.token\n", stdout, stderr)
 	cf := c.clientFlags()
 	endpoint := c.fs.String("endpoint", "", "the runtime's computerd sync URL (ws://HOST:45678/sync)")
-	tokenFile := c.fs.String("computerd-token-file", "", "file, read here, holding that computerd's token (sent to the server by value)")
+	token := c.computerdTokenFlag()
 	check := func(pos []string) error {
 		if len(pos) != 1 {
 			return errors.New("want NAME")
@@ -67,15 +66,11 @@ func runRuntimesAttach(ctx context.Context, args []string, stdout, stderr io.Wri
 		return workspace.ValidateRuntimeName(pos[0])
 	}
 	return c.clientVerb(ctx, args, cf, check, func(ctx context.Context, ws *client.Workspace, pos []string) error {
-		o := workspace.AttachOptions{Name: pos[0], Endpoint: *endpoint}
-		if *tokenFile != "" {
-			tok, err := bearer.ReadFile(*tokenFile)
-			if err != nil {
-				return fmt.Errorf("--computerd-token-file: %w", err)
-			}
-			o.ComputerdToken = tok
+		tok, err := token()
+		if err != nil {
+			return err
 		}
-		_, err := ws.Attach(ctx, o)
+		_, err = ws.Attach(ctx, workspace.AttachOptions{Name: pos[0], Endpoint: *endpoint, ComputerdToken: tok})
 		return err
 	})
 }

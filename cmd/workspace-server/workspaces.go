@@ -7,7 +7,6 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/wsync/wsync/internal/bearer"
 	"github.com/wsync/wsync/workspace"
 )
 
@@ -59,7 +58,7 @@ func runWorkspacesCreate(ctx context.Context, args []string, stdout, stderr io.W
 		"  workspace-server workspaces create proj --computerd ws://10.0.0.7:45678/sync --computerd-token-file /etc/wsync/proj.token\n", stdout, stderr)
 	cf := c.clientFlags()
 	endpoint := c.fs.String("computerd", "", "the workspace's computerd sync URL (ws://HOST:45678/sync)")
-	tokenFile := c.fs.String("computerd-token-file", "", "file, read here, holding that computerd's token (sent to the server by value)")
+	token := c.computerdTokenFlag()
 	ignore := c.fs.String("ignore", "", `comma-separated ignore list replacing the default "node_modules" ("-" ignores nothing)`)
 	pos, code, ok := c.parse(args, true)
 	if !ok {
@@ -71,14 +70,11 @@ func runWorkspacesCreate(ctx context.Context, args []string, stdout, stderr io.W
 	if err := workspace.ValidateName(pos[0]); err != nil {
 		return c.usageError("%v", err)
 	}
-	o := workspace.CreateOptions{Name: pos[0], Endpoint: *endpoint}
-	if *tokenFile != "" {
-		tok, err := bearer.ReadFile(*tokenFile)
-		if err != nil {
-			return c.fail(fmt.Errorf("--computerd-token-file: %w", err))
-		}
-		o.ComputerdToken = tok
+	tok, err := token()
+	if err != nil {
+		return c.fail(err)
 	}
+	o := workspace.CreateOptions{Name: pos[0], Endpoint: *endpoint, ComputerdToken: tok}
 	switch *ignore {
 	case "":
 	case "-":
