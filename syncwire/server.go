@@ -228,8 +228,15 @@ func (s *Server) push(ctx context.Context, c *rpc.Incoming) error {
 		opts.Bounce = true
 		// What we changed after the sender's fetch cursor is not
 		// overwritten: those entries wait for the sender's next pull.
+		// Dirty open files commit first, so what running processes wrote
+		// counts as changed.
 		fence := req.Fence
 		opts.Fence = &fence
+		if len(entries) > 0 {
+			if err := b.FlushAll(ctx); err != nil {
+				return fmt.Errorf("push: flush: %w", err)
+			}
+		}
 	}
 	var res vfs.ApplyResult
 	if len(entries) == 0 {
