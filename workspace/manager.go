@@ -35,6 +35,10 @@ type Options struct {
 	DefaultEndpoint  string
 	DefaultTokenFile string
 	DefaultToken     string
+	// DefaultConflictPolicy is the default workspace's conflict policy
+	// (serve --conflict-policy): when set, applied on every Open and
+	// persisted; empty keeps what the registry holds (keep-both at first).
+	DefaultConflictPolicy vfs.ConflictPolicy
 	// AllowEndpoints restricts the endpoints a workspace created through
 	// Create may name: globs (path.Match) over the endpoint's host:port,
 	// the port filled in from the scheme when absent ("10.0.0.*:45678",
@@ -107,6 +111,9 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 			return nil, fmt.Errorf("open workspaces: default computerd: %w", err)
 		}
 	}
+	if _, err := vfs.ParseConflictPolicy(string(opts.DefaultConflictPolicy)); err != nil {
+		return nil, fmt.Errorf("open workspaces: default workspace: %w", err)
+	}
 	m := &Manager{opts: opts, log: log.With("component", "workspace"), ws: make(map[string]*Workspace)}
 	if err := os.MkdirAll(opts.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("open workspaces: %w", err)
@@ -131,6 +138,9 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 	}
 	changed := !ok || len(dropped) > 0 || cfg.Endpoint != opts.DefaultEndpoint || cfg.HasToken
 	cfg.Endpoint, cfg.HasToken, cfg.tokenFile, cfg.token = opts.DefaultEndpoint, false, opts.DefaultTokenFile, opts.DefaultToken
+	if p := opts.DefaultConflictPolicy; p != "" && p != cfg.ConflictPolicy {
+		cfg.ConflictPolicy, changed = p, true
+	}
 	m.ws[DefaultName] = m.newWorkspace(cfg)
 	if changed {
 		if err := m.saveLocked(); err != nil {
@@ -232,6 +242,9 @@ type CreateOptions struct {
 	// fsync + rename), never echoed, logged or put in the registry.
 	ComputerdToken string   `json:"computerd_token,omitempty"`
 	Ignore         []string `json:"ignore"`
+	// ConflictPolicy is how the server settles a path both sides changed:
+	// keep-both (the default, "" too), server-wins or container-wins.
+	ConflictPolicy vfs.ConflictPolicy `json:"conflict_policy,omitempty"`
 }
 
 // Create registers a new workspace and persists the registry.
@@ -249,6 +262,10 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Workspace, erro
 			return nil, fmt.Errorf("create workspace %q: %w", o.Name, err)
 		}
 	}
+	policy, err := vfs.ParseConflictPolicy(string(o.ConflictPolicy))
+	if err != nil {
+		return nil, fmt.Errorf("create workspace %q: %w", o.Name, err)
+	}
 	if len(o.Ignore) > vfs.MaxIgnore {
 		return nil, fmt.Errorf("create workspace %q: %w: %d ignore entries (at most %d)", o.Name, vfs.ErrInvalid, len(o.Ignore), vfs.MaxIgnore)
 	}
@@ -265,7 +282,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Workspace, erro
 	if _, ok := m.ws[o.Name]; ok {
 		return nil, fmt.Errorf("%w: %q", ErrWorkspaceExists, o.Name)
 	}
-	cfg := Config{Name: o.Name, Endpoint: o.Endpoint, HasToken: o.ComputerdToken != "", Ignore: o.Ignore, Created: time.Now().UTC()}
+	cfg := Config{Name: o.Name, Endpoint: o.Endpoint, HasToken: o.ComputerdToken != "", Ignore: o.Ignore, Created: time.Now().UTC(), ConflictPolicy: policy}
 	w := m.newWorkspace(cfg)
 	if err := os.MkdirAll(w.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create workspace %q: %w", o.Name, err)

@@ -1,6 +1,7 @@
 package workspace
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/wsync/wsync/vfs"
 )
 
 // DefaultName is the workspace bound to the server's own computerd.
@@ -41,6 +44,9 @@ type Config struct {
 	// ["node_modules"], an empty list ignores nothing.
 	Ignore  []string  `json:"ignore"`
 	Created time.Time `json:"created"`
+	// ConflictPolicy says how the server settles a path both sides
+	// changed (vfs.ConflictPolicy); empty is keep-both.
+	ConflictPolicy vfs.ConflictPolicy `json:"conflict_policy,omitempty"`
 	// Runtimes are the runtimes attached to the workspace besides its
 	// default one (whose endpoint and token are the fields above), by name.
 	// Their tokens are kept in the workspace's directory, never here.
@@ -74,6 +80,8 @@ type Info struct {
 	// HasToken: a computerd token is configured (its value is never shown).
 	HasToken bool      `json:"computerd_token"`
 	Created  time.Time `json:"created"`
+	// ConflictPolicy is the workspace's policy, keep-both unless set.
+	ConflictPolicy vfs.ConflictPolicy `json:"conflict_policy"`
 	// Runtimes are the attached runtimes (the default one is the fields
 	// above).
 	Runtimes []Runtime `json:"runtimes,omitempty"`
@@ -82,7 +90,8 @@ type Info struct {
 // Info is the registration as the API shows it.
 func (c Config) Info() Info {
 	return Info{Name: c.Name, Endpoint: c.Endpoint, Ignore: slices.Clone(c.Ignore),
-		HasToken: c.HasToken || c.tokenFile != "" || c.token != "", Created: c.Created, Runtimes: slices.Clone(c.Runtimes)}
+		HasToken: c.HasToken || c.tokenFile != "" || c.token != "", Created: c.Created,
+		ConflictPolicy: cmp.Or(c.ConflictPolicy, vfs.KeepBoth), Runtimes: slices.Clone(c.Runtimes)}
 }
 
 // tokenPath is where a workspace's own computerd token is kept.
@@ -143,6 +152,9 @@ func loadRegistry(dataDir string) (cfgs []Config, dropped []string, err error) {
 				rf.Workspaces[i].PendingPulls[DefaultRuntime] = p
 			}
 			rf.Workspaces[i].LegacyPending = nil
+		}
+		if _, err := vfs.ParseConflictPolicy(string(c.ConflictPolicy)); err != nil {
+			return nil, nil, fmt.Errorf("load registry: workspace %q: %w", c.Name, err)
 		}
 		for _, rt := range c.Runtimes {
 			if err := ValidateRuntimeName(rt.Name); err != nil {

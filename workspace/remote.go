@@ -81,7 +81,19 @@ type SyncReport struct {
 	// is fenced to it.
 	RuntimeID string        `json:"runtime_id,omitempty"`
 	Duration  time.Duration `json:"duration_ns"`
+	// Conflicts counts the conflicts a pull recorded (see
+	// Workspace.Conflicts), and ConflictPaths names the first
+	// MaxConflictPaths of them (workspace form).
+	Conflicts     int      `json:"conflicts,omitempty"`
+	ConflictPaths []string `json:"conflict_paths,omitempty"`
+	// Deferred counts the entries a push left for later: the container had
+	// changed them and the server had not pulled that yet. They go again
+	// after the next pull, where they apply or become conflicts.
+	Deferred int `json:"deferred,omitempty"`
 }
+
+// MaxConflictPaths bounds SyncReport.ConflictPaths.
+const MaxConflictPaths = 16
 
 // ExecSpec is one command for the container. Exactly one of Argv and Shell.
 type ExecSpec struct {

@@ -48,6 +48,9 @@ type ExecReport struct {
 	// when pending. Neither changes the command's own result.
 	Sync      string `json:"sync"`
 	SyncError string `json:"sync_error,omitempty"`
+	// Conflicts is Pulled.Conflicts: the conflicts the pull after the
+	// command recorded.
+	Conflicts int `json:"conflicts,omitempty"`
 }
 
 // Target is one runtime of a workspace as the target of the calls that
@@ -110,13 +113,14 @@ func (t Target) Push(ctx context.Context) (SyncReport, error) {
 
 // Pull runs a pull from the runtime through the FIFO with the workspace's
 // ignore list. A successful pull from the container runtime that ran a
-// command with a pending pull clears it.
+// command with a pending pull clears it; one that recorded conflicts
+// pushes in the same turn (pullSettling).
 func (t Target) Pull(ctx context.Context) (SyncReport, error) {
 	var rep SyncReport
 	var rs *runtimeState
 	err := t.w.inTurn(ctx, "", t.name, func(s *runtimeState, r Remote) (err error) {
 		rs = s
-		rep, err = t.w.pull(ctx, rs, r, PendingPull{})
+		rep, err = t.w.pullSettling(ctx, rs, r, PendingPull{})
 		return err
 	})
 	if err == nil {
@@ -333,6 +337,20 @@ func (w *Workspace) pull(ctx context.Context, rs *runtimeState, r Remote, owed P
 	return rep, nil
 }
 
+// pullSettling is a pull (inside a FIFO turn) that, when it recorded
+// conflicts, pushes to the runtime in the same turn: its container gets
+// the server's version and the conflict copy at once, not at the next
+// sync. That push failing does not fail the pull: it is recorded (and
+// logged) as the runtime's last push, and the next push sends the same.
+// A tick needs none of it: its pushes follow its pulls.
+func (w *Workspace) pullSettling(ctx context.Context, rs *runtimeState, r Remote, owed PendingPull) (SyncReport, error) {
+	rep, err := w.pull(ctx, rs, r, owed)
+	if err == nil && rep.Conflicts > 0 {
+		w.push(ctx, rs, r)
+	}
+	return rep, err
+}
+
 func (w *Workspace) record(rs *runtimeState, op string, start time.Time, rep SyncReport, err error) {
 	d := time.Since(start)
 	metricSyncs.WithLabelValues(op, result(err)).Inc()
@@ -512,9 +530,10 @@ func (t Target) Exec(ctx context.Context, spec ExecSpec, out func(ExecEvent)) (E
 	pullErr := w.q.Do(pctx, func() error {
 		var err error
 		ran = true
-		rep.Pulled, err = w.pull(pctx, rs, r, PendingPull{ExecID: res.ExecID, RuntimeID: runtime})
+		rep.Pulled, err = w.pullSettling(pctx, rs, r, PendingPull{ExecID: res.ExecID, RuntimeID: runtime})
 		return err
 	})
+	rep.Conflicts = rep.Pulled.Conflicts
 	if pullErr != nil {
 		rep.Sync, rep.SyncError = SyncPending, pullErr.Error()
 		if !ran {

@@ -39,10 +39,10 @@ func (w *Workspace) Name() string { return w.cfg.Name }
 
 // Config is the workspace's registration, its attached runtimes included.
 func (w *Workspace) Config() Config {
-	c := w.cfg
 	w.stateMu.Lock()
+	defer w.stateMu.Unlock()
+	c := w.cfg // its conflict policy changes under stateMu
 	c.Runtimes = w.attachedLocked()
-	w.stateMu.Unlock()
 	return c
 }
 
@@ -202,8 +202,11 @@ type Status struct {
 	Ignore    []string    `json:"ignore"`
 	Store     StoreStatus `json:"store"`
 	RuntimeSync
-	Queued   int             `json:"queued"`
-	Runtimes []RuntimeStatus `json:"runtimes"`
+	Queued int `json:"queued"`
+	// Conflicts counts the workspace's open conflicts (see
+	// Workspace.Conflicts), whichever runtime's pull found them.
+	Conflicts int             `json:"conflicts"`
+	Runtimes  []RuntimeStatus `json:"runtimes"`
 }
 
 // RuntimeSync is one runtime's sync state.
@@ -259,6 +262,9 @@ func (t Target) Status(ctx context.Context) (Status, error) {
 		return st, err
 	}
 	st.Store = StoreStatus{StoreID: s.ID(), CurrentRev: s.CurrentRev()}
+	if st.Conflicts, err = s.OpenConflicts(ctx); err != nil {
+		return st, err
+	}
 	w.stateMu.Lock()
 	rss := w.sortedLocked()
 	st.Runtimes = make([]RuntimeStatus, len(rss))

@@ -97,17 +97,27 @@ func fencedPush(t *testing.T, w *workspace.Workspace, fake *workspacetest.Fake, 
 }
 
 // pushPulls checks that a push with a pull owed completes the pull first,
-// now that it works: the container's file at path (store form) is still
-// want, and the server has it too.
-func pushPulls(t *testing.T, w *workspace.Workspace, fake *workspacetest.Fake, path, want string) {
+// now that it works, when the server wrote path (store form) too: the pull
+// records a conflict (keep-both), the server's version server keeps the
+// name, and the container's write, want, is in the conflict copy on both
+// sides.
+func pushPulls(t *testing.T, w *workspace.Workspace, fake *workspacetest.Fake, path, server, want string) {
 	t.Helper()
 	_, err := w.Push(context.Background())
 	must(t, err)
-	if got := containerFile(t, fake, path); got != want {
-		t.Fatalf("container %s = %q after the push, want %q", path, got, want)
+	cs, err := w.Conflicts(context.Background(), false)
+	must(t, err)
+	if len(cs) != 1 || cs[0].Path != "/"+path || cs[0].CopySide != workspace.SideContainer {
+		t.Fatalf("conflicts %+v, want one at /%s with the container's copy", cs, path)
 	}
-	if got := read(t, w, "/"+path); got != want {
-		t.Fatalf("server %s = %q, want the container's write pulled (%q)", path, got, want)
+	if got := containerFile(t, fake, path); got != server {
+		t.Fatalf("container %s = %q after the push, want the server's %q", path, got, server)
+	}
+	if got := read(t, w, cs[0].Copy); got != want {
+		t.Fatalf("server %s = %q, want the container's write pulled (%q)", cs[0].Copy, got, want)
+	}
+	if got := containerFile(t, fake, cs[0].Copy[1:]); got != want {
+		t.Fatalf("container %s = %q, want %q", cs[0].Copy, got, want)
 	}
 }
 
@@ -735,9 +745,9 @@ func TestPendingPullFencesPush(t *testing.T) {
 	fencedPush(t, w, fake, "f", "container-new")
 
 	// Once the pull works, the push completes it first: the container's
-	// write reaches the server and nothing of it is lost. (Keeping the
-	// server's concurrent write too is the conflicts issue.)
-	pushPulls(t, w, fake, "f", "container-new")
+	// write reaches the server and nothing of it is lost, nor is the
+	// server's concurrent write.
+	pushPulls(t, w, fake, "f", "server-older", "container-new")
 	settled(t, w)
 	must(t, h.m.Close())
 	h.m = h.open(t)
@@ -783,7 +793,7 @@ func TestFirstPushAfterStartPullsFirst(t *testing.T) {
 	_, _ = w.Status(ctx)
 	fake = h.remotes.Fake("default")
 	fencedPush(t, w, fake, "f", "container-new")
-	pushPulls(t, w, fake, "f", "container-new")
+	pushPulls(t, w, fake, "f", "server-older", "container-new")
 	if got := fake.Calls(); !slices.Equal(got[len(got)-2:], []string{"pull", "push"}) {
 		t.Fatalf("calls %v, want a pull before the push", got)
 	}

@@ -95,6 +95,9 @@ func runExec(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if rep.Sync == workspace.SyncPending {
 		fmt.Fprintf(stderr, "workspace-server exec: warning: the pull after the command failed; its changes stay in the container until the next sync or `workspace-server pull`: %s\n", rep.SyncError)
 	}
+	if rep.Conflicts > 0 {
+		fmt.Fprintf(stderr, "workspace-server: the pull after the command recorded %s (see: workspace-server conflicts)\n", conflictCount(rep.Conflicts))
+	}
 	return exitCode(rep.ExecResult)
 }
 

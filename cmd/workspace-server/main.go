@@ -16,7 +16,7 @@ const usage = `workspace-server: the authoritative side of wsync
 Usage:
   workspace-server serve [--listen 127.0.0.1:8080] [--data ./data] [--computerd ws://HOST:45678/sync]
                          [--computerd-token-file FILE] [--token-file FILE] [--mount DIR]
-                         [--allow-endpoint HOST:PORT-GLOB]...
+                         [--allow-endpoint HOST:PORT-GLOB]... [--conflict-policy POLICY]
   workspace-server VERB [flags] [args]
 
 Verbs (clients of a running server):
@@ -29,6 +29,8 @@ Verbs (clients of a running server):
   workspaces [--json]        workspaces create NAME [--computerd URL] [--computerd-token-file FILE]
   runtimes [--json]          runtimes attach NAME --endpoint URL [--computerd-token-file FILE]
                              runtimes detach NAME
+  conflicts [--all] [--json] conflicts resolve PATH --keep server|container|both
+                             conflicts policy [keep-both|server-wins|container-wins]
 
 Client flags (after the verb), with their environment twins:
   --server URL       WSYNC_SERVER      (default http://127.0.0.1:8080)
@@ -68,6 +70,7 @@ var verbs = map[string]verb{
 	"verify":     runVerify,
 	"workspaces": runWorkspaces,
 	"runtimes":   runRuntimes,
+	"conflicts":  runConflicts,
 }
 
 func main() {

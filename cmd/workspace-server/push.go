@@ -65,7 +65,21 @@ func describe(r workspace.SyncReport) string {
 	if r.Rebaselined {
 		s += " (re-baselined)"
 	}
+	if r.Conflicts > 0 {
+		s += "; " + conflictCount(r.Conflicts) + " recorded (see: workspace-server conflicts)"
+	}
+	if r.Deferred > 0 {
+		s += fmt.Sprintf("; %d deferred until the container's changes are pulled", r.Deferred)
+	}
 	return s
+}
+
+// conflictCount is "1 conflict" or "N conflicts".
+func conflictCount(n int) string {
+	if n == 1 {
+		return "1 conflict"
+	}
+	return fmt.Sprintf("%d conflicts", n)
 }
 
 func humanBytes(n int64) string {

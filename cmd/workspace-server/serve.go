@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/wsync/wsync/internal/bearer"
+	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/workspace"
 	"github.com/wsync/wsync/workspace/api"
 )
@@ -28,14 +29,14 @@ const shutdownGrace = 30 * time.Second
 func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	c := newCommand("serve", "serve [--listen 127.0.0.1:8080] [--data ./data] [--computerd ws://HOST:45678/sync]\n"+
 		"                         [--computerd-token-file FILE] [--token-file FILE] [--mount DIR]\n"+
-		"                         [--allow-endpoint HOST:PORT-GLOB]...",
+		"                         [--allow-endpoint HOST:PORT-GLOB]... [--conflict-policy POLICY]",
 		"  workspace-server serve                      # embedded computerd, mount at ./workspace\n"+
 			"  workspace-server serve --listen 0.0.0.0:8080 --data /var/lib/wsync \\\n"+
 			"      --computerd ws://10.0.0.7:45678/sync --computerd-token-file /etc/wsync/computerd.token \\\n"+
 			"      --token-file /etc/wsync/api.token --allow-endpoint '10.0.0.*:45678'\n"+
 			"\nEvery flag has an environment twin: WSYNC_LISTEN, WSYNC_DATA, WSYNC_COMPUTERD,\n"+
 			"WSYNC_COMPUTERD_TOKEN_FILE, WSYNC_TOKEN_FILE, WSYNC_MOUNT, WSYNC_LOG_LEVEL, WSYNC_ALLOW_ENDPOINT\n"+
-			"(comma-separated patterns).\n"+
+			"(comma-separated patterns), WSYNC_CONFLICT_POLICY.\n"+
 			"Without --token-file the API token is kept in DATA/token (created 0600 on first start).\n", stdout, stderr)
 	listen := c.fs.String("listen", env("WSYNC_LISTEN", "127.0.0.1:8080"), "HTTP API listen address")
 	data := c.fs.String("data", env("WSYNC_DATA", "./data"), "data dir: workspace stores and the registry")
@@ -47,6 +48,7 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	var allow listFlag
 	allow.set(env("WSYNC_ALLOW_ENDPOINT", ""))
 	c.fs.Var(&allow, "allow-endpoint", "restrict the computerd endpoints a created workspace may name: a glob over HOST:PORT, e.g. '10.0.0.*:45678' (repeatable; env WSYNC_ALLOW_ENDPOINT, comma-separated; default: any)")
+	policy := c.fs.String("conflict-policy", env("WSYNC_CONFLICT_POLICY", ""), "the default workspace's conflict policy: keep-both, server-wins or container-wins (env WSYNC_CONFLICT_POLICY; default: what the registry holds, keep-both at first)")
 	verifyAfter := c.fs.Bool("verify-after-sync", env("WSYNC_VERIFY_AFTER_SYNC", "") == "1", "compare both sides' Merkle roots after every pull (env WSYNC_VERIFY_AFTER_SYNC=1)")
 	pos, code, ok := c.parse(args, true)
 	if !ok {
@@ -54,6 +56,9 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	}
 	if len(pos) != 0 {
 		return c.usageError("takes no arguments")
+	}
+	if _, err := vfs.ParseConflictPolicy(*policy); err != nil {
+		return c.usageError("--conflict-policy: %v", err)
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
@@ -84,14 +89,15 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	factory := newRemote(root)
 
 	code = serve(ctx, c, root, *listen, token, workspace.Options{
-		DataDir:          *data,
-		DefaultEndpoint:  endpoint,
-		DefaultTokenFile: *ctokenFile,
-		DefaultToken:     ctoken,
-		AllowEndpoints:   allow.list,
-		Remote:           factory,
-		VerifyAfterSync:  *verifyAfter,
-		Logger:           root,
+		DataDir:               *data,
+		DefaultEndpoint:       endpoint,
+		DefaultTokenFile:      *ctokenFile,
+		DefaultToken:          ctoken,
+		AllowEndpoints:        allow.list,
+		DefaultConflictPolicy: vfs.ConflictPolicy(*policy),
+		Remote:                factory,
+		VerifyAfterSync:       *verifyAfter,
+		Logger:                root,
 	}, tokenPath)
 	if err := stopEmbedded(); err != nil {
 		log.Error("embedded computerd shutdown", "err", err)

@@ -73,6 +73,9 @@ func printStatus(w io.Writer, st workspace.Status) {
 		}
 		fmt.Fprintf(w, "verify:     %s, %s ago\n", verdict, since(v.CheckedAt))
 	}
+	if st.Conflicts > 0 {
+		fmt.Fprintf(w, "conflicts:  %d open (see: workspace-server conflicts)\n", st.Conflicts)
+	}
 	if st.Queued > 0 {
 		fmt.Fprintf(w, "queued:     %d sync calls waiting\n", st.Queued)
 	}

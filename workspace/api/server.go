@@ -105,6 +105,9 @@ func (s *Server) routes() {
 	mux.HandleFunc("GET "+ws+"/runtimes", s.withWS(s.listRuntimes))
 	mux.HandleFunc("POST "+ws+"/runtimes", s.withWS(s.attachRuntime))
 	mux.HandleFunc("DELETE "+ws+"/runtimes/{name}", s.withWS(s.detachRuntime))
+	mux.HandleFunc("GET "+ws+"/conflicts", s.withWS(s.listConflicts))
+	mux.HandleFunc("POST "+ws+"/conflicts/resolve", s.withWS(s.resolveConflict))
+	mux.HandleFunc("PUT "+ws+"/conflict-policy", s.withWS(s.setConflictPolicy))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fmt.Errorf("no route for %s %s: %w", r.Method, r.URL.Path, vfs.ErrNotExist))
 	})

@@ -377,6 +377,29 @@ func (w *Workspace) Repair(ctx context.Context) (workspace.VerifyReport, error) 
 	return decoded[workspace.VerifyReport](ctx, w, http.MethodPost, "/verify", w.onRuntime(url.Values{"repair": {"1"}}), nil)
 }
 
+// Conflicts lists the workspace's open conflicts, newest first; all adds
+// the resolved ones.
+func (w *Workspace) Conflicts(ctx context.Context, all bool) ([]workspace.ConflictInfo, error) {
+	var q url.Values
+	if all {
+		q = url.Values{"all": {"1"}}
+	}
+	return decoded[[]workspace.ConflictInfo](ctx, w, http.MethodGet, "/conflicts", q, nil)
+}
+
+// ResolveConflict settles the newest open conflict at path keeping keep's
+// version ("server", "container" or "both") and returns the settled record.
+func (w *Workspace) ResolveConflict(ctx context.Context, path, keep string) (workspace.ConflictInfo, error) {
+	return decoded[workspace.ConflictInfo](ctx, w, http.MethodPost, "/conflicts/resolve", nil, api.ResolveRequest{Path: path, Keep: keep})
+}
+
+// SetConflictPolicy changes the workspace's conflict policy and returns
+// the policy now in force. (Info shows the current one.)
+func (w *Workspace) SetConflictPolicy(ctx context.Context, policy string) (vfs.ConflictPolicy, error) {
+	p, err := decoded[api.ConflictPolicy](ctx, w, http.MethodPut, "/conflict-policy", nil, api.ConflictPolicy{Policy: policy})
+	return vfs.ConflictPolicy(p.Policy), err
+}
+
 // decoded makes a call and returns its answer, decoded.
 func decoded[T any](ctx context.Context, w *Workspace, method, path string, q url.Values, body any) (T, error) {
 	var v T

@@ -58,7 +58,7 @@ func Factory(log *slog.Logger) workspace.RemoteFactory {
 		if err != nil {
 			return nil, err
 		}
-		return New(store, Options{Runtime: rt, Token: token, Ignore: ws.IgnoreList(),
+		return New(store, Options{Runtime: rt, Token: token, Ignore: ws.IgnoreList(), Conflicts: ws.ConflictOptions(rt),
 			Logger: log.With("workspace", ws.Name(), "runtime", rt.Name)}), nil
 	}
 }
@@ -74,7 +74,11 @@ type Options struct {
 	// Ignore is the workspace's ignore list (nil: the default): verify and
 	// repair compare both trees under it.
 	Ignore []string
-	Logger *slog.Logger
+	// Conflicts turns on conflict detection in the pulls
+	// (syncwire.DriverOptions.Conflicts): Factory gives the workspace's
+	// (Workspace.ConflictOptions). Nil: the container's version wins a pull.
+	Conflicts *vfs.ConflictOptions
+	Logger    *slog.Logger
 }
 
 // New builds a Remote for store against the computerd of o.Runtime.
@@ -90,7 +94,7 @@ func New(store *vfs.Store, o Options) *Remote {
 		rt:     o.Runtime,
 		ignore: o.Ignore,
 		client: c,
-		drv:    syncwire.NewDriver(store, o.Runtime.Peer(), c, syncwire.DriverOptions{Logger: log}),
+		drv:    syncwire.NewDriver(store, o.Runtime.Peer(), c, syncwire.DriverOptions{Logger: log, Conflicts: o.Conflicts}),
 		log:    log,
 	}
 }
@@ -145,13 +149,19 @@ func (r *Remote) runtimeID(ctx context.Context) string {
 }
 
 // Report is a driver's result as the workspace API reports a sync: the
-// entries it applied, the chunks that crossed the wire, the container's
-// runtime, the time since start.
+// entries it applied, the chunks that crossed the wire, the conflicts a
+// pull recorded (the first paths named), the entries a push deferred, the
+// container's runtime, the time since start.
 func Report(res syncwire.Result, start time.Time, runtime string) workspace.SyncReport {
-	return workspace.SyncReport{
+	rep := workspace.SyncReport{
 		Entries: res.Applied, Skipped: res.Skipped, Objects: res.Chunks, Bytes: res.ChunkBytes,
 		Batches: res.Batches, Rebaselined: res.Resets > 0, RuntimeID: runtime, Duration: time.Since(start),
+		Conflicts: len(res.Conflicts), Deferred: res.Deferred,
 	}
+	for _, c := range res.Conflicts[:min(len(res.Conflicts), workspace.MaxConflictPaths)] {
+		rep.ConflictPaths = append(rep.ConflictPaths, "/"+c.Path)
+	}
+	return rep
 }
 
 // Push sends the server's changes. A container whose store is empty (a

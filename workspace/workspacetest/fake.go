@@ -59,15 +59,25 @@ type Fake struct {
 
 var _ workspace.Remote = (*Fake)(nil)
 
-// NewFake joins server and container as the workspace's default runtime.
-// run nil is Commands. Close releases the session between them.
+// NewFake joins server and container as the workspace's default runtime,
+// without conflict detection (as workspace/remote.New without
+// Options.Conflicts). run nil is Commands. Close releases the session
+// between them.
 func NewFake(server, container *vfs.Store, run RunFunc) *Fake {
 	return NewFakeOf(server, container, workspace.Runtime{}, run)
 }
 
 // NewFakeOf joins server and container as the runtime rt: the server store
 // keeps the container's watermarks under rt.Peer(), as workspace/remote's.
+// It detects no conflicts (Remotes' fakes do, with their workspace's
+// options).
 func NewFakeOf(server, container *vfs.Store, rt workspace.Runtime, run RunFunc) *Fake {
+	return newFake(server, container, rt, nil, run)
+}
+
+// newFake is NewFakeOf whose pulls detect conflicts with conflicts (nil:
+// none), as the real remote's driver does with its Options.Conflicts.
+func newFake(server, container *vfs.Store, rt workspace.Runtime, conflicts *vfs.ConflictOptions, run RunFunc) *Fake {
 	if run == nil {
 		run = Commands
 	}
@@ -81,7 +91,7 @@ func NewFakeOf(server, container *vfs.Store, rt workspace.Runtime, run RunFunc) 
 			return client, nil
 		},
 	})
-	f.drv = syncwire.NewDriver(server, f.peer, f.client, syncwire.DriverOptions{})
+	f.drv = syncwire.NewDriver(server, f.peer, f.client, syncwire.DriverOptions{Conflicts: conflicts})
 	return f
 }
 
@@ -356,14 +366,17 @@ func Commands(ctx context.Context, c *vfs.Store, spec workspace.ExecSpec, out fu
 }
 
 // Remotes is a workspace.RemoteFactory that gives every runtime of every
-// workspace its own Fake, with a container store under Dir.
+// workspace its own Fake, with a container store under Dir. A remote built
+// again for a runtime (after a conflict policy change, say) is a new Fake
+// on the same container store, as a real remote re-dials the same
+// computerd.
 type Remotes struct {
 	Dir string
 	Run RunFunc // nil: Commands
 
 	mu         sync.Mutex
-	fakes      map[string]*Fake // by workspace, and "/runtime" for an attached runtime
-	containers []*vfs.Store     // every one opened, for Close
+	fakes      map[string]*Fake      // by workspace, and "/runtime" for an attached runtime
+	containers map[string]*vfs.Store // by the same key; Close closes them
 }
 
 // Factory is the workspace.RemoteFactory.
@@ -377,22 +390,24 @@ func (r *Remotes) Factory(ws *workspace.Workspace, rt workspace.Runtime) (worksp
 	if key != ws.Name() {
 		dir = filepath.Join(dir, "runtimes", rt.Name)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
-	}
-	c, err := vfs.Open(ctx, filepath.Join(dir, "container.db"), vfs.Options{NoSync: true})
-	if err != nil {
-		return nil, err
-	}
-	f := NewFakeOf(server, c, rt, r.Run)
-	f.Ignore = ws.IgnoreList()
 	r.mu.Lock()
-	if r.fakes == nil {
-		r.fakes = make(map[string]*Fake)
+	defer r.mu.Unlock()
+	c := r.containers[key]
+	if c == nil {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		if c, err = vfs.Open(ctx, filepath.Join(dir, "container.db"), vfs.Options{NoSync: true}); err != nil {
+			return nil, err
+		}
+		if r.containers == nil {
+			r.fakes, r.containers = make(map[string]*Fake), make(map[string]*vfs.Store)
+		}
+		r.containers[key] = c
 	}
+	f := newFake(server, c, rt, ws.ConflictOptions(rt), r.Run)
+	f.Ignore = ws.IgnoreList()
 	r.fakes[key] = f
-	r.containers = append(r.containers, c)
-	r.mu.Unlock()
 	return f, nil
 }
 
