@@ -61,7 +61,9 @@ func seedMessages() [][]byte {
 		}
 	}
 	add(PushRequest{SenderRev: 9, SenderCursor: watermark.Within(9, "a/b"), Stage: 3}.appendTo(nil))
+	add(PushRequest{SenderRev: 9, SenderCursor: watermark.At(9), Fence: watermark.Within(4, "PLAN.md")}.appendTo(nil))
 	add(PushResponse{RevBefore: 4, RevAfter: 9, Applied: 5, AppliedPush: watermark.At(9)}.appendTo(nil))
+	add(PushResponse{RevBefore: 4, RevAfter: 4, Skipped: 1, AppliedPush: watermark.At(9), Deferred: []string{"PLAN.md", "d/e"}}.appendTo(nil))
 	add(FetchRequest{After: watermark.Within(2, "x")}.appendTo(nil))
 	add(FetchRequest{After: watermark.At(2), Through: watermark.At(7), Ignore: []string{"node_modules", ".git"}}.appendTo(nil))
 	add(FetchRequest{Ignore: []string{}}.appendTo(nil))
