@@ -2,11 +2,14 @@ package syncwire
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/wsync/wsync/internal/testutil"
+	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 )
 
@@ -454,5 +457,29 @@ func TestConflictCopyNames(t *testing.T) {
 	got := vfs.ConflictCopyName(long, "container", at, 1)
 	if len(got) != vfs.MaxNameLen || !strings.HasSuffix(got, "-20260102-030405.txt") {
 		t.Fatalf("long name copy %d bytes: %q", len(got), got)
+	}
+}
+
+// deferLiar is a container store whose applies claim to have deferred a
+// path the batch never had.
+type deferLiar struct{ *vfs.Store }
+
+func (d deferLiar) Apply(ctx context.Context, es []vfs.ChangeEntry, opts vfs.ApplyOptions) (vfs.ApplyResult, error) {
+	res, err := d.Store.Apply(ctx, es, opts)
+	res.Deferred = append(res.Deferred, "etc/passwd")
+	return res, err
+}
+
+func TestPushRefusesDeferredPathsOutsideTheBatch(t *testing.T) {
+	p := conflictPair(t, vfs.KeepBoth)
+	p.serve(deferLiar{p.cont})
+	write(t, p.server, "a", []byte("x"))
+	rev := p.server.CurrentRev()
+	_, err := p.drv.PushOnce(testutil.Context(t, time.Minute))
+	if !errors.Is(err, rpc.ErrProtocol) {
+		t.Fatalf("push to a peer deferring a path it was not sent: %v, want EPROTOCOL", err)
+	}
+	if _, err := p.server.Stat(t.Context(), "etc/passwd"); err == nil || p.server.CurrentRev() != rev {
+		t.Fatalf("the server stamped the peer's path (rev %d -> %d)", rev, p.server.CurrentRev())
 	}
 }

@@ -436,6 +436,9 @@ func (x *Exchange) send(ctx context.Context, entries iter.Seq2[vfs.ChangeEntry, 
 			return err
 		}
 		crashpoint.Hit("syncwire.push.acked")
+		if err := checkDeferred(batch, resp.Deferred); err != nil {
+			return err
+		}
 		res.Batches++
 		res.Entries += len(batch)
 		res.Applied += resp.Applied
@@ -472,6 +475,26 @@ func (x *Exchange) send(ctx context.Context, entries iter.Seq2[vfs.ChangeEntry, 
 			return nil
 		}
 	}
+}
+
+// checkDeferred: the paths a peer deferred are paths of the batch, each
+// once: anything else is a broken or hostile peer, and re-stamping paths
+// of its choosing is not ours to do.
+func checkDeferred(batch []vfs.ChangeEntry, deferred []string) error {
+	if len(deferred) == 0 {
+		return nil
+	}
+	in := make(map[string]bool, len(batch))
+	for i := range batch {
+		in[batch[i].Path] = true
+	}
+	for _, p := range deferred {
+		if !in[p] {
+			return protoErr("push: the peer deferred %q, which is not an entry of the batch (or deferred it twice)", p)
+		}
+		in[p] = false
+	}
+	return nil
 }
 
 // cutBatch probes the peer for the chunks of pending's entries and returns
