@@ -86,6 +86,9 @@ var routes = []struct{ method, path, body string }{
 	{"GET", "/v1/workspaces/default/runtimes", ""},
 	{"POST", "/v1/workspaces/default/runtimes", `{"name":"b","endpoint":"ws://127.0.0.1:9/sync"}`},
 	{"DELETE", "/v1/workspaces/default/runtimes/b", ""},
+	{"GET", "/v1/workspaces/default/conflicts", ""},
+	{"POST", "/v1/workspaces/default/conflicts/resolve", `{"path":"/a","keep":"both"}`},
+	{"PUT", "/v1/workspaces/default/conflict-policy", `{"policy":"keep-both"}`},
 	{"GET", "/v1/nothing-here", ""},
 }
 

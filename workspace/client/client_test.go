@@ -163,3 +163,52 @@ func TestRuntimes(t *testing.T) {
 		t.Fatalf("detach twice: %v", err)
 	}
 }
+
+func TestConflicts(t *testing.T) {
+	ws, srv := newClient(t)
+	ctx := context.Background()
+	if _, err := ws.WriteFile(ctx, "/PLAN.md", strings.NewReader("v0"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ws.Push(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Remotes.Fake("default").Container.WriteFile(ctx, "PLAN.md", []byte("container v1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ws.WriteFile(ctx, "/PLAN.md", strings.NewReader("server v1"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if rep, err := ws.Pull(ctx); err != nil || rep.Conflicts != 1 {
+		t.Fatalf("pull: %+v %v", rep, err)
+	}
+	list, err := ws.Conflicts(ctx, false)
+	if err != nil || len(list) != 1 || list[0].Path != "/PLAN.md" || list[0].Policy != vfs.KeepBoth {
+		t.Fatalf("conflicts: %+v %v", list, err)
+	}
+	if _, err := ws.ResolveConflict(ctx, "/PLAN.md", "mine"); !errors.Is(err, vfs.ErrInvalid) {
+		t.Fatalf("resolve with a bad keep: %v", err)
+	}
+	ci, err := ws.ResolveConflict(ctx, "/PLAN.md", workspace.SideServer)
+	if err != nil || ci.Resolution != workspace.SideServer || ci.ResolvedAt.IsZero() {
+		t.Fatalf("resolve: %+v %v", ci, err)
+	}
+	if _, err := ws.ResolveConflict(ctx, "/PLAN.md", workspace.SideServer); !errors.Is(err, vfs.ErrNotExist) {
+		t.Fatalf("resolve again: %v", err)
+	}
+	if _, err := ws.Stat(ctx, list[0].Copy, false); !errors.Is(err, vfs.ErrNotExist) {
+		t.Fatalf("the copy after keeping the server's version: %v", err)
+	}
+	if all, err := ws.Conflicts(ctx, true); err != nil || len(all) != 1 {
+		t.Fatalf("all conflicts: %+v %v", all, err)
+	}
+	if p, err := ws.SetConflictPolicy(ctx, "container-wins"); err != nil || p != vfs.ContainerWins {
+		t.Fatalf("set policy: %q %v", p, err)
+	}
+	if info, err := ws.Info(ctx); err != nil || info.ConflictPolicy != vfs.ContainerWins {
+		t.Fatalf("info: %+v %v", info, err)
+	}
+	if _, err := ws.SetConflictPolicy(ctx, "newest"); !errors.Is(err, vfs.ErrInvalid) {
+		t.Fatalf("set a bad policy: %v", err)
+	}
+}
