@@ -268,9 +268,10 @@ type conflictSet struct {
 	now  time.Time
 	push watermark.Cursor // the peer has our feed through here
 	run  BounceRun        // and these revs hold its own entries
-	// bases: the batch's base rows (path -> key; a path with no row is
-	// absent from the map).
-	bases map[string][]byte
+	// bases: the batch's base rows (path -> key); loaded: the paths whose
+	// rows were read (a loaded path missing from bases has none).
+	bases  map[string][]byte
+	loaded map[string]bool
 	// writes are the base rows to write at the end of the batch (nil
 	// value: delete the row).
 	writes map[string][]byte
@@ -303,6 +304,7 @@ func (t *wtx) loadBases(c *conflictSet, paths []string) error {
 		args = append(args, c.peer)
 		for _, p := range part {
 			args = append(args, p)
+			c.loaded[p] = true
 		}
 		rows, err := t.tx.QueryContext(t.ctx, `SELECT path, state FROM bases WHERE peer = ? AND path IN (`+
 			strings.TrimSuffix(strings.Repeat("?,", len(part)), ",")+`)`, args...)
@@ -324,6 +326,26 @@ func (t *wtx) loadBases(c *conflictSet, paths []string) error {
 	return nil
 }
 
+// baseRow is path's base row: from the batch's rows (loadBases) or, for a
+// path outside the batch (an ancestor in the way), read now.
+func (t *wtx) baseRow(c *conflictSet, path string) ([]byte, bool, error) {
+	if k, ok := c.bases[path]; ok {
+		return k, true, nil
+	}
+	if c.loaded[path] {
+		return nil, false, nil
+	}
+	var k []byte
+	err := t.tx.QueryRowContext(t.ctx, `SELECT state FROM bases WHERE peer = ? AND path = ?`, c.peer, path).Scan(&k)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, fmt.Errorf("base %q: %w", path, err)
+	}
+	return k, true, nil
+}
+
 // changeRev is the rev of path's last change here (0: never changed).
 func (t *wtx) changeRev(path string) (int64, error) {
 	var rev int64
@@ -341,8 +363,9 @@ func (t *wtx) base(c *conflictSet, path string, cur state) ([]byte, error) {
 	if k, ok := c.writes[path]; ok {
 		return k, nil
 	}
-	if k, ok := c.bases[path]; ok {
-		return k, nil
+	k, ok, err := t.baseRow(c, path)
+	if err != nil || ok {
+		return k, err
 	}
 	if cur.kind == EntryDelete {
 		return nil, nil
@@ -616,7 +639,7 @@ func (t *wtx) startSync(entries []ChangeEntry, opts ApplyOptions) error {
 		return nil
 	}
 	c := &conflictSet{opts: *opts.Conflicts, peer: opts.Peer, push: opts.Watermarks.Push, run: run,
-		bases: make(map[string][]byte), writes: make(map[string][]byte, len(entries)), seen: make(map[string]bool)}
+		bases: make(map[string][]byte), loaded: make(map[string]bool, len(entries)), writes: make(map[string][]byte, len(entries)), seen: make(map[string]bool)}
 	if c.opts.Policy == "" {
 		c.opts.Policy = KeepBoth
 	}
