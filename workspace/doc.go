@@ -83,8 +83,23 @@
 // in the same way. The record names the exec and the runtime that ran it:
 // if the container's runtime changed before the pull succeeded, the record
 // is reported as abandoned (the pull took whatever the new runtime holds).
-// Keeping both sides of a path both changed is the conflicts issue's; here
-// the container's write wins.
+// A path the server changed too is a conflict of that pull (see below).
+//
+// # Conflicts
+//
+// The server's store detects conflicts in the apply of a pull and settles
+// each by the workspace's policy (Config.ConflictPolicy: keep-both, the
+// default, server-wins or container-wins; set at Create, by
+// SetConflictPolicy, and for the default workspace by
+// Options.DefaultConflictPolicy), recording it in the store. Every
+// RemoteFactory that runs the real driver gives it ConflictOptions (the
+// policy, and the runtime's side for the copies' names); changing the
+// policy closes the remotes so they are built again with it. A pull that
+// recorded conflicts pushes to the runtime in the same FIFO turn, so its
+// container gets the server's version and the copy at once; its report
+// counts them (SyncReport.Conflicts, ExecReport.Conflicts). Conflicts lists
+// the records as the API shows them (ConflictInfo); ResolveConflict
+// settles one, with ordinary server writes that the next push carries.
 //
 // # Ignored paths
 //
