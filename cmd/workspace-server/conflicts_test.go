@@ -82,4 +82,11 @@ func TestConflictsVerbs(t *testing.T) {
 	if out := c.ok("", "conflicts", "policy"); out != "server-wins\n" {
 		t.Fatalf("policy after the change: %q", out)
 	}
+	c.ok("", "workspaces", "create", "proj", "--conflict-policy", "container-wins")
+	if out := c.ok("", "conflicts", "policy", "--workspace", "proj"); out != "container-wins\n" {
+		t.Fatalf("policy of a workspace created with one: %q", out)
+	}
+	if r := c.run("", "workspaces", "create", "proj2", "--conflict-policy", "newest"); r.code != exitUsage {
+		t.Fatalf("create with a bad policy: %+v", r)
+	}
 }

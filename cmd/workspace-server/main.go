@@ -26,7 +26,7 @@ Verbs (clients of a running server):
   mkdir [-p] PATH            rm [-r] PATH
   mv SRC DST                 symlink TARGET PATH
   push | pull | tick | status [--json] | verify [--json]
-  workspaces [--json]        workspaces create NAME [--computerd URL] [--computerd-token-file FILE]
+  workspaces [--json]        workspaces create NAME [--computerd URL] [--computerd-token-file FILE] [--conflict-policy P]
   runtimes [--json]          runtimes attach NAME --endpoint URL [--computerd-token-file FILE]
                              runtimes detach NAME
   conflicts [--all] [--json] conflicts resolve PATH --keep server|container|both

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/workspace"
 )
 
@@ -54,12 +55,13 @@ func runWorkspaces(ctx context.Context, args []string, stdin io.Reader, stdout, 
 }
 
 func runWorkspacesCreate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	c := newCommand("workspaces create", "workspaces create NAME [--computerd URL] [--computerd-token-file FILE] [--ignore a,b]",
+	c := newCommand("workspaces create", "workspaces create NAME [--computerd URL] [--computerd-token-file FILE] [--ignore a,b] [--conflict-policy POLICY]",
 		"  workspace-server workspaces create proj --computerd ws://10.0.0.7:45678/sync --computerd-token-file /etc/wsync/proj.token\n", stdout, stderr)
 	cf := c.clientFlags()
 	endpoint := c.fs.String("computerd", "", "the workspace's computerd sync URL (ws://HOST:45678/sync)")
 	token := c.computerdTokenFlag()
 	ignore := c.fs.String("ignore", "", `comma-separated ignore list replacing the default "node_modules" ("-" ignores nothing)`)
+	policy := c.fs.String("conflict-policy", "", "keep-both (the default), server-wins or container-wins")
 	pos, code, ok := c.parse(args, true)
 	if !ok {
 		return code
@@ -70,11 +72,14 @@ func runWorkspacesCreate(ctx context.Context, args []string, stdout, stderr io.W
 	if err := workspace.ValidateName(pos[0]); err != nil {
 		return c.usageError("%v", err)
 	}
+	if _, err := vfs.ParseConflictPolicy(*policy); err != nil {
+		return c.usageError("--conflict-policy: %v", err)
+	}
 	tok, err := token()
 	if err != nil {
 		return c.fail(err)
 	}
-	o := workspace.CreateOptions{Name: pos[0], Endpoint: *endpoint, ComputerdToken: tok}
+	o := workspace.CreateOptions{Name: pos[0], Endpoint: *endpoint, ComputerdToken: tok, ConflictPolicy: vfs.ConflictPolicy(*policy)}
 	switch *ignore {
 	case "":
 	case "-":
