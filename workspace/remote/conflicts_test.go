@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"io/fs"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,10 +11,8 @@ import (
 	"time"
 
 	"github.com/wsync/wsync/computer"
-	"github.com/wsync/wsync/internal/computertest"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/workspace"
-	"github.com/wsync/wsync/workspace/remote"
 )
 
 // Factory gives each runtime's driver the workspace's conflict options:
@@ -27,24 +24,7 @@ import (
 func TestConflictsWithRealComputerds(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	a := computertest.Start(t, computer.Config{Token: "token-a"})
-	b := computertest.Start(t, computer.Config{Token: "token-b"})
-	m, err := workspace.Open(ctx, workspace.Options{
-		DataDir: t.TempDir(), NoSync: true,
-		DefaultEndpoint: a.SyncURL(), DefaultToken: "token-a",
-		Remote: remote.Factory(slog.New(slog.DiscardHandler)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	w, err := m.Workspace(workspace.DefaultName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Attach(ctx, workspace.AttachOptions{Name: "b", Endpoint: b.SyncURL(), ComputerdToken: "token-b"}); err != nil {
-		t.Fatal(err)
-	}
+	w, a, b := twoRuntimes(ctx, t)
 	serverWrite := func(p, data string) {
 		t.Helper()
 		if _, err := w.WriteFile(ctx, p, strings.NewReader(data), nil); err != nil {

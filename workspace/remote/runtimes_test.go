@@ -23,25 +23,7 @@ import (
 func TestTwoRuntimesOneWorkspace(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	a := computertest.Start(t, computer.Config{Token: "token-a"})
-	b := computertest.Start(t, computer.Config{Token: "token-b"})
-	m, err := workspace.Open(ctx, workspace.Options{
-		DataDir: t.TempDir(), NoSync: true,
-		DefaultEndpoint: a.SyncURL(), DefaultToken: "token-a",
-		AllowEndpoints: []string{"127.0.0.1:*"},
-		Remote:         remote.Factory(slog.New(slog.DiscardHandler)),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	w, err := m.Workspace(workspace.DefaultName)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := w.Attach(ctx, workspace.AttachOptions{Name: "b", Endpoint: b.SyncURL(), ComputerdToken: "token-b"}); err != nil {
-		t.Fatal(err)
-	}
+	w, a, b := twoRuntimes(ctx, t)
 
 	// A's write, pulled from A, reaches B's mount with a push to B.
 	writeMount(t, a, "from-a.txt", "written in a")
@@ -87,6 +69,32 @@ func TestTwoRuntimesOneWorkspace(t *testing.T) {
 	if _, err := w.On("b").Push(ctx); !errors.Is(err, workspace.ErrNoRuntime) {
 		t.Fatalf("push to a detached runtime: %v", err)
 	}
+}
+
+// twoRuntimes is the default workspace of a Manager whose remotes are
+// the real ones (Factory), with two real computerds: a as its default
+// runtime and b attached as "b".
+func twoRuntimes(ctx context.Context, t *testing.T) (w *workspace.Workspace, a, b *computer.Daemon) {
+	t.Helper()
+	a = computertest.Start(t, computer.Config{Token: "token-a"})
+	b = computertest.Start(t, computer.Config{Token: "token-b"})
+	m, err := workspace.Open(ctx, workspace.Options{
+		DataDir: t.TempDir(), NoSync: true,
+		DefaultEndpoint: a.SyncURL(), DefaultToken: "token-a",
+		AllowEndpoints: []string{"127.0.0.1:*"},
+		Remote:         remote.Factory(slog.New(slog.DiscardHandler)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	if w, err = m.Workspace(workspace.DefaultName); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Attach(ctx, workspace.AttachOptions{Name: "b", Endpoint: b.SyncURL(), ComputerdToken: "token-b"}); err != nil {
+		t.Fatal(err)
+	}
+	return w, a, b
 }
 
 func writeMount(t *testing.T, d *computer.Daemon, rel, data string) {
