@@ -45,4 +45,11 @@
 // the server store only; .../push, .../pull, .../tick and .../exec move
 // changes to and from the container, through the workspace's FIFO. Exec
 // answers with a stream of NDJSON frames so output is shown as it is made.
+//
+// # Conflicts
+//
+// GET .../conflicts lists the conflicts the server's pulls recorded (the
+// open ones; ?all=1 adds the resolved), POST .../conflicts/resolve settles
+// one (workspace.Workspace.ResolveConflict) and PUT .../conflict-policy
+// changes the workspace's policy; conflicts.go holds the three.
 package api
