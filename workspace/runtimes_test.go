@@ -10,6 +10,7 @@ import (
 
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/workspace"
+	"github.com/wsync/wsync/workspace/workspacetest"
 )
 
 // attach attaches runtime name to the default workspace with a fake
@@ -276,4 +277,46 @@ func readStore(t *testing.T, s *vfs.Store, p string) string {
 		t.Fatalf("read %s: %v", p, err)
 	}
 	return string(b)
+}
+
+// One runtime whose remote cannot be built fails alone: a tick still syncs
+// the others and names the broken one.
+func TestTickSyncsTheRuntimesThatWork(t *testing.T) {
+	ctx := context.Background()
+	remotes := &workspacetest.Remotes{Dir: t.TempDir()}
+	t.Cleanup(func() { remotes.Close() })
+	m, err := workspace.Open(ctx, workspace.Options{DataDir: t.TempDir(), DefaultEndpoint: "ws://127.0.0.1:45678/sync", NoSync: true,
+		Remote: func(ws *workspace.Workspace, rt workspace.Runtime) (workspace.Remote, error) {
+			if rt.Name == "broken" {
+				return nil, errors.New("its token file is unreadable")
+			}
+			return remotes.Factory(ws, rt)
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	w, err := m.Workspace(workspace.DefaultName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"b", "broken"} {
+		if _, err := w.Attach(ctx, workspace.AttachOptions{Name: name, Endpoint: "ws://127.0.0.1:45679/sync", ComputerdToken: "tok"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := w.Push(ctx); err != nil { // the default's remote exists from here
+		t.Fatal(err)
+	}
+	writeStore(t, remotes.Fake("default").Container, "from-default", "x")
+	rep, err := w.Tick(ctx)
+	if err == nil || !strings.Contains(err.Error(), `runtime "broken"`) {
+		t.Fatalf("tick error = %v, want one naming runtime broken", err)
+	}
+	if got := readStore(t, remotes.FakeOf("default", "b").Container, "from-default"); got != "x" {
+		t.Fatalf("b holds %q after the tick, want the default's write", got)
+	}
+	if len(rep.Runtimes) != 3 || rep.Runtimes[1].Runtime != "b" || rep.Runtimes[1].Error != "" || rep.Runtimes[2].Error == "" {
+		t.Fatalf("tick report %+v", rep.Runtimes)
+	}
 }

@@ -148,13 +148,15 @@ func (w *Workspace) Tick(ctx context.Context) (TickReport, error) {
 	if len(rss) == 0 {
 		rss = all[:1] // the default runtime: remoteFor says why there is no remote
 	}
+	// A runtime whose remote cannot be built (an unreadable token file,
+	// say) fails alone: the others still sync.
 	rems := make([]Remote, len(rss))
+	built := make([]error, len(rss))
 	for i, rs := range rss {
-		r, err := w.remoteFor(rs)
-		if err != nil {
-			return rep, err
-		}
-		rems[i] = r
+		rems[i], built[i] = w.remoteFor(rs)
+	}
+	if len(rss) == 1 && built[0] != nil {
+		return rep, built[0]
 	}
 	var synced []*runtimeState
 	err := w.q.Do(ctx, func() error {
@@ -162,7 +164,9 @@ func (w *Workspace) Tick(ctx context.Context) (TickReport, error) {
 		errs := make([]error, len(rss))
 		for i, rs := range rss {
 			rep.Runtimes[i].Runtime = rs.rt.Name
-			rep.Runtimes[i].Pulled, errs[i] = w.pull(ctx, rs, rems[i], PendingPull{})
+			if errs[i] = built[i]; errs[i] == nil {
+				rep.Runtimes[i].Pulled, errs[i] = w.pull(ctx, rs, rems[i], PendingPull{})
+			}
 		}
 		for i, rs := range rss {
 			if errs[i] == nil {
