@@ -51,9 +51,11 @@ type RepairReport struct {
 // The winner of a path: the local side (the server, authoritative) unless
 // the peer changed the path after our fetch cursor (a change we have not
 // pulled yet) and we did not change it after our push cursor. A path both
-// sides changed since the last sync goes to the local side, as a push after
-// a pull would decide it. Each side's "changed" is read from its changes
-// table (live entries and tombstones), so a delete wins as a write does.
+// sides changed since the last sync goes to the local side; the peer's push
+// fence then holds it back (its change is not pulled yet), and the next
+// pull's conflict detection keeps both versions. Each side's "changed" is
+// read from its changes table (live entries and tombstones), so a delete
+// wins as a write does.
 func Repair(ctx context.Context, local *vfs.Store, x *syncwire.Exchange, opts RepairOptions) (RepairReport, error) {
 	start := time.Now()
 	var rr RepairReport
