@@ -411,3 +411,40 @@ func or(h, def rpc.Handler) rpc.Handler {
 	}
 	return def
 }
+
+// Repair sends the server's side of a path both sides changed, and the
+// container's push fence holds it back: the container's unpulled write
+// survives, and the next sync keeps both versions.
+func TestRepairNeverOverwritesAnUnpulledContainerChange(t *testing.T) {
+	ctx := context.Background()
+	server, cont := syncedPair(t, smallTree())
+	const p = "d000/s1/f004"
+	_, err := server.WriteFile(ctx, p, []byte("server side"), 0o644)
+	must(t, err)
+	_, err = cont.WriteFile(ctx, p, []byte("written in the container"), 0o644)
+	must(t, err)
+	r := newRig(t, server, cont)
+	if _, err := r.repair(ctx, t, server, RepairOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := cont.ReadFile(ctx, p); err != nil || string(got) != "written in the container" {
+		t.Fatalf("the container's %s after repair = %q, %v", p, got, err)
+	}
+	drv := syncwire.NewDriver(server, peerName, r.client, syncwire.DriverOptions{Conflicts: &vfs.ConflictOptions{}})
+	tr, err := drv.Tick(ctx)
+	must(t, err)
+	if len(tr.Pull.Conflicts) != 1 || tr.Pull.Conflicts[0].Path != p {
+		t.Fatalf("tick after repair: conflicts %+v", tr.Pull.Conflicts)
+	}
+	cp := tr.Pull.Conflicts[0].Copy
+	for _, s := range []*vfs.Store{server, cont} {
+		a, errA := s.ReadFile(ctx, p)
+		b, errB := s.ReadFile(ctx, cp)
+		if errA != nil || errB != nil || string(a) != "server side" || string(b) != "written in the container" {
+			t.Fatalf("%s = %q (%v), %s = %q (%v): want both versions", p, a, errA, cp, b, errB)
+		}
+	}
+	if a, b := root(t, server, nil), root(t, cont, nil); a != b {
+		t.Errorf("roots differ: %s / %s", a, b)
+	}
+}
