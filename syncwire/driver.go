@@ -61,6 +61,7 @@ type Driver struct {
 	q          fifo.Queue
 	reconciled uint64 // session epoch last reconciled (under q)
 	stageSeq   atomic.Uint64
+	conflicts  atomic.Pointer[vfs.ConflictOptions] // DriverOptions.Conflicts, SetConflicts
 }
 
 // NewDriver returns a driver for local and the peer behind c. peer names
@@ -77,8 +78,15 @@ func NewDriver(local Backend, peer string, c *rpc.Client, opts DriverOptions) *D
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Driver{local: local, peer: peer, client: c, opts: opts, log: opts.Logger.With("peer", peer)}
+	d := &Driver{local: local, peer: peer, client: c, opts: opts, log: opts.Logger.With("peer", peer)}
+	d.conflicts.Store(opts.Conflicts)
+	return d
 }
+
+// SetConflicts replaces DriverOptions.Conflicts (a workspace's policy
+// changed): batches applied from now on use it; one being applied keeps
+// what it started with. Nil turns detection off.
+func (d *Driver) SetConflicts(c *vfs.ConflictOptions) { d.conflicts.Store(c) }
 
 // Result counts what one push or pull did.
 type Result struct {
@@ -464,7 +472,7 @@ func (x *Exchange) send(ctx context.Context, entries iter.Seq2[vfs.ChangeEntry, 
 		// them, skip them in our fetch cursor. (The peer also keeps them as
 		// its bounce run, so a lost reply does not bring them back.)
 		ws.Fetch = vfs.BounceRun{From: resp.RevBefore, To: resp.RevAfter}.Skip(ws.Fetch)
-		if err := d.local.Delivered(ctx, d.peer, *ws, batch, resp.Deferred, d.opts.Conflicts != nil); err != nil {
+		if err := d.local.Delivered(ctx, d.peer, *ws, batch, resp.Deferred, d.conflicts.Load() != nil); err != nil {
 			return err
 		}
 		if len(resp.Deferred) > 0 {
@@ -732,7 +740,7 @@ func (x *Exchange) applyBatch(ctx context.Context, f *fetchedBatch, feed bool, w
 		last := f.batch[len(f.batch)-1]
 		ws.Fetch = watermark.Within(last.Rev, last.Path)
 	}
-	ar, err := x.d.local.Apply(ctx, f.batch, vfs.ApplyOptions{Source: vfs.Upstream, Stage: f.stage, Peer: x.d.peer, Watermarks: ws, Bounce: true, Conflicts: x.d.opts.Conflicts})
+	ar, err := x.d.local.Apply(ctx, f.batch, vfs.ApplyOptions{Source: vfs.Upstream, Stage: f.stage, Peer: x.d.peer, Watermarks: ws, Bounce: true, Conflicts: x.d.conflicts.Load()})
 	if err != nil {
 		return fmt.Errorf("apply received batch: %w", err)
 	}

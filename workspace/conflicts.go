@@ -83,12 +83,19 @@ func (w *Workspace) ConflictOptions(rt Runtime) *vfs.ConflictOptions {
 	return &vfs.ConflictOptions{Policy: w.ConflictPolicy(), Side: rt.Side()}
 }
 
+// conflictPolicySetter is a Remote whose pulls can take a new conflict
+// policy without ending its session (workspace/remote's and the fake's).
+type conflictPolicySetter interface {
+	SetConflictPolicy(vfs.ConflictPolicy)
+}
+
 // SetConflictPolicy changes the workspace's conflict policy and persists
-// the registry. In a turn of the workspace's FIFO, so no sync is cut
-// halfway, it closes the runtimes' remotes: the next call builds them with
-// the new policy. Like a detach, that ends the session of a command
-// running at the time. (The default workspace's policy given to serve
-// --conflict-policy is applied again at the next start.)
+// the registry, in a turn of the workspace's FIFO so no sync is cut
+// halfway. The runtimes' remotes take it from their next pull on, their
+// sessions (and the commands running on them) left alone; a remote that
+// cannot take it is closed and built again with it on the next call. (The
+// default workspace's policy given to serve --conflict-policy is applied
+// again at the next start.)
 func (w *Workspace) SetConflictPolicy(ctx context.Context, policy string) (vfs.ConflictPolicy, error) {
 	p, err := vfs.ParseConflictPolicy(policy)
 	if policy == "" {
@@ -122,6 +129,13 @@ func (w *Workspace) SetConflictPolicy(ctx context.Context, policy string) (vfs.C
 		w.m.mu.Unlock()
 		var errs []error
 		for _, rs := range rss {
+			rs.remoteMu.Lock()
+			r := rs.remote
+			rs.remoteMu.Unlock()
+			if cs, ok := r.(conflictPolicySetter); ok {
+				cs.SetConflictPolicy(p)
+				continue
+			}
 			errs = append(errs, rs.close())
 		}
 		w.log.Info("conflict policy changed", "from", cmp.Or(old, vfs.KeepBoth), "to", p)

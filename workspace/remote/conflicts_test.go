@@ -19,8 +19,8 @@ import (
 // with real computerds (FUSE mounts), a path changed in a mount and on the
 // server is a conflict whose copy is named after the runtime's side, the
 // pull's push brings both versions into the mount, a resolve reaches the
-// mount with the next push, and a policy change takes effect through
-// rebuilt remotes.
+// mount with the next push, and a policy change takes effect on the live
+// sessions: a command running across it keeps running.
 func TestConflictsWithRealComputerds(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -78,9 +78,34 @@ func TestConflictsWithRealComputerds(t *testing.T) {
 		}
 	}
 
-	// server-wins, through remotes rebuilt with it.
+	// server-wins, taken by the live session: a command running across the
+	// change is not cut.
+	started := make(chan struct{})
+	var once bool
+	done := make(chan error, 1)
+	go func() {
+		rep, err := w.Exec(ctx, workspace.ExecSpec{Shell: `echo started; while [ ! -e stop ]; do sleep 0.02; done`}, func(ev workspace.ExecEvent) {
+			if !once && strings.Contains(string(ev.Data), "started") {
+				once = true
+				close(started)
+			}
+		})
+		if err == nil && rep.ExitCode != 0 {
+			err = errors.New("the command exited " + rep.Sync)
+		}
+		done <- err
+	}()
+	select {
+	case <-started:
+	case err := <-done:
+		t.Fatalf("the command ended before the policy change: %v", err)
+	}
 	if _, err := w.SetConflictPolicy(ctx, string(vfs.ServerWins)); err != nil {
 		t.Fatal(err)
+	}
+	writeMount(t, a, "stop", "")
+	if err := <-done; err != nil {
+		t.Fatalf("a command running across the policy change: %v", err)
 	}
 	serverWrite("/PLAN.md", "server final")
 	writeMount(t, a, "PLAN.md", "container final")

@@ -99,6 +99,12 @@ func New(store *vfs.Store, o Options) *Remote {
 	}
 }
 
+// SetConflictPolicy makes the pulls from now on resolve conflicts by p
+// (the workspace's policy changed), without ending the session.
+func (r *Remote) SetConflictPolicy(p vfs.ConflictPolicy) {
+	r.drv.SetConflicts(&vfs.ConflictOptions{Policy: p, Side: r.rt.Side()})
+}
+
 // Close ends the session.
 func (r *Remote) Close() error { return r.client.Close() }
 

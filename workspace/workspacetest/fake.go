@@ -45,6 +45,7 @@ type Fake struct {
 	client *rpc.Client
 	drv    *syncwire.Driver
 	peer   string // the server's name for the container: its runtime's Peer()
+	side   string // the container's side in conflict copy names: its runtime's Side()
 
 	mu        sync.Mutex
 	run       RunFunc
@@ -81,7 +82,7 @@ func newFake(server, container *vfs.Store, rt workspace.Runtime, conflicts *vfs.
 	if run == nil {
 		run = Commands
 	}
-	f := &Fake{Server: server, Container: container, run: run, runtime: "fake-runtime-1", peer: rt.Peer()}
+	f := &Fake{Server: server, Container: container, run: run, runtime: "fake-runtime-1", peer: rt.Peer(), side: rt.Side()}
 	f.srv = syncwire.NewServer(container, rpc.ServerOptions{})
 	f.resp = converge.Register(f.srv, container, slog.New(slog.DiscardHandler))
 	f.client = rpc.NewClient(rpc.ClientOptions{
@@ -93,6 +94,12 @@ func newFake(server, container *vfs.Store, rt workspace.Runtime, conflicts *vfs.
 	})
 	f.drv = syncwire.NewDriver(server, f.peer, f.client, syncwire.DriverOptions{Conflicts: conflicts})
 	return f
+}
+
+// SetConflictPolicy makes the fake's pulls resolve conflicts by p, as the
+// real remote's does.
+func (f *Fake) SetConflictPolicy(p vfs.ConflictPolicy) {
+	f.drv.SetConflicts(&vfs.ConflictOptions{Policy: p, Side: f.side})
 }
 
 // FailPush makes the next push calls fail with errs, one per call, in
