@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/wsync/wsync/internal/testutil"
 	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
@@ -88,14 +90,43 @@ func wantOneConflict(t *testing.T, p *pair, path, kind, copyPath, copySide strin
 	return c
 }
 
+// conflictsCounted reads wsync_vfs_conflicts_total{keep-both,
+// both-modified} from the default registry (what /metrics serves).
+func conflictsCounted(t *testing.T) float64 {
+	t.Helper()
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "wsync_vfs_conflicts_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["policy"] == "keep-both" && labels["kind"] == "both-modified" {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
+}
+
 func TestConflictBothModifiedKeepsBoth(t *testing.T) {
 	p := conflictPair(t, vfs.KeepBoth)
 	baseline(t, p, map[string]string{"PLAN.md": "v0"})
 	write(t, p.server, "PLAN.md", []byte("server v1"))
 	write(t, p.cont, "PLAN.md", []byte("container v1"))
+	counted := conflictsCounted(t)
 	tr := p.tick()
 	if len(tr.Pull.Conflicts) != 1 {
 		t.Fatalf("pull conflicts = %+v, want 1", tr.Pull.Conflicts)
+	}
+	if got := conflictsCounted(t) - counted; got != 1 {
+		t.Fatalf("wsync_vfs_conflicts_total{keep-both,both-modified} rose by %v, want 1", got)
 	}
 	settled(t, p)
 	cp := copyOf("PLAN.md", vfs.SideContainer)

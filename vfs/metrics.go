@@ -66,6 +66,6 @@ func observeGC(trigger string, rep GCReport, d time.Duration, err error) {
 // metricConflicts counts conflicts recorded by sync applies (counted after
 // the apply commits).
 var metricConflicts = promauto.NewCounterVec(prometheus.CounterOpts{
-	Name: "wsync_conflicts_total",
+	Name: "wsync_vfs_conflicts_total",
 	Help: "Conflicts detected by sync applies (both sides changed a path differently), by policy and kind.",
 }, []string{"policy", "kind"})
