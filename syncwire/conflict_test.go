@@ -47,7 +47,7 @@ func absentAt(t *testing.T, s *vfs.Store, p string) {
 
 func conflictsOf(t *testing.T, s *vfs.Store) []vfs.Conflict {
 	t.Helper()
-	cs, err := s.Conflicts(t.Context(), false)
+	cs, err := s.Conflicts(t.Context(), false, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

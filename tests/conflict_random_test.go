@@ -174,7 +174,7 @@ func runWriters(t *testing.T, seed uint64) {
 	}
 
 	// Every token survives at its path or in a recorded copy of it.
-	records, err := server.store.Conflicts(ctx, false)
+	records, err := server.store.Conflicts(ctx, false, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

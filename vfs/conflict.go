@@ -532,14 +532,19 @@ func (t *wtx) forgetBases(peer string) error {
 	return nil
 }
 
-// Conflicts lists the recorded conflicts, newest first: the open ones
-// only when open is set.
-func (s *Store) Conflicts(ctx context.Context, open bool) ([]Conflict, error) {
-	q := `SELECT id, path, peer, side, at, policy, kind, server, container, copy, copy_side, resolved, resolution FROM conflicts`
+const conflictCols = `id, path, peer, side, at, policy, kind, server, container, copy, copy_side, resolved, resolution`
+
+// Conflicts lists the newest recorded conflicts, newest first, at most
+// limit of them (0: every one): the open ones only when open is set.
+func (s *Store) Conflicts(ctx context.Context, open bool, limit int) ([]Conflict, error) {
+	q := `SELECT ` + conflictCols + ` FROM conflicts`
 	if open {
 		q += ` WHERE resolved = 0`
 	}
-	rows, err := s.rq.QueryContext(ctx, q+` ORDER BY id DESC`)
+	if limit <= 0 {
+		limit = -1 // SQLite: no limit
+	}
+	rows, err := s.rq.QueryContext(ctx, q+` ORDER BY id DESC LIMIT ?`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("conflicts: %w", err)
 	}
@@ -552,8 +557,7 @@ func (s *Store) Conflicts(ctx context.Context, open bool) ([]Conflict, error) {
 
 // Conflict returns one conflict record (ErrNotExist when none has the id).
 func (s *Store) Conflict(ctx context.Context, id int64) (Conflict, error) {
-	rows, err := s.rq.QueryContext(ctx, `SELECT id, path, peer, side, at, policy, kind, server, container, copy, copy_side, resolved, resolution
-		FROM conflicts WHERE id = ?`, id)
+	rows, err := s.rq.QueryContext(ctx, `SELECT `+conflictCols+` FROM conflicts WHERE id = ?`, id)
 	if err != nil {
 		return Conflict{}, fmt.Errorf("conflict %d: %w", id, err)
 	}
@@ -563,6 +567,24 @@ func (s *Store) Conflict(ctx context.Context, id int64) (Conflict, error) {
 	}
 	if len(out) == 0 {
 		return Conflict{}, fmt.Errorf("conflict %d: %w", id, ErrNotExist)
+	}
+	return out[0], nil
+}
+
+// OpenConflictAt returns the newest open conflict recorded at path (store
+// form); ErrNotExist when there is none.
+func (s *Store) OpenConflictAt(ctx context.Context, path string) (Conflict, error) {
+	rows, err := s.rq.QueryContext(ctx, `SELECT `+conflictCols+` FROM conflicts
+		WHERE path = ? AND resolved = 0 ORDER BY id DESC LIMIT 1`, path)
+	if err != nil {
+		return Conflict{}, fmt.Errorf("conflict at %q: %w", path, err)
+	}
+	out, err := scanRows(rows, scanConflict)
+	if err != nil {
+		return Conflict{}, fmt.Errorf("conflict at %q: %w", path, err)
+	}
+	if len(out) == 0 {
+		return Conflict{}, fmt.Errorf("conflict at %q: %w: no open conflict at that path", path, ErrNotExist)
 	}
 	return out[0], nil
 }

@@ -139,6 +139,7 @@ func migrateV6(ctx context.Context, tx *sql.Tx) error {
 			resolution TEXT NOT NULL DEFAULT ''
 		)`,
 		`CREATE INDEX conflicts_open ON conflicts(resolved, id)`,
+		`CREATE INDEX conflicts_path ON conflicts(path, resolved)`,
 	}
 	for _, s := range stmts {
 		if _, err := tx.ExecContext(ctx, s); err != nil {

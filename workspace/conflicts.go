@@ -144,14 +144,28 @@ func (w *Workspace) SetConflictPolicy(ctx context.Context, policy string) (vfs.C
 	return p, err
 }
 
-// Conflicts lists the workspace's recorded conflicts, newest first: the
-// open ones, or all of them.
-func (w *Workspace) Conflicts(ctx context.Context, all bool) ([]ConflictInfo, error) {
+// Conflict list bounds: a list returns the newest DefaultConflictList
+// records unless the caller asks for up to MaxConflictList.
+const (
+	DefaultConflictList = 1000
+	MaxConflictList     = 100_000
+)
+
+// Conflicts lists the workspace's newest recorded conflicts, newest first:
+// the open ones, or all of them; at most limit (0: DefaultConflictList;
+// above MaxConflictList is vfs.ErrInvalid).
+func (w *Workspace) Conflicts(ctx context.Context, all bool, limit int) ([]ConflictInfo, error) {
+	switch {
+	case limit == 0:
+		limit = DefaultConflictList
+	case limit < 0 || limit > MaxConflictList:
+		return nil, fmt.Errorf("conflicts: %w: limit %d (1 to %d)", vfs.ErrInvalid, limit, MaxConflictList)
+	}
 	s, err := w.Store(ctx)
 	if err != nil {
 		return nil, err
 	}
-	cs, err := s.Conflicts(ctx, !all)
+	cs, err := s.Conflicts(ctx, !all, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -192,9 +206,9 @@ func (w *Workspace) ResolveConflict(ctx context.Context, path, keep string) (Con
 	}
 	var out ConflictInfo
 	err = w.q.Do(ctx, func() error {
-		c, err := openConflictAt(ctx, s, sp)
+		c, err := s.OpenConflictAt(ctx, sp)
 		if err != nil {
-			return err
+			return fmt.Errorf("resolve /%s: %w", sp, err)
 		}
 		if err := settle(ctx, s, c, keep); err != nil {
 			return fmt.Errorf("resolve /%s: %w", sp, err)
@@ -210,20 +224,6 @@ func (w *Workspace) ResolveConflict(ctx context.Context, path, keep string) (Con
 		return nil
 	})
 	return out, err
-}
-
-// openConflictAt is the newest open conflict recorded at sp.
-func openConflictAt(ctx context.Context, s *vfs.Store, sp string) (vfs.Conflict, error) {
-	cs, err := s.Conflicts(ctx, true)
-	if err != nil {
-		return vfs.Conflict{}, err
-	}
-	for _, c := range cs {
-		if c.Path == sp {
-			return c, nil
-		}
-	}
-	return vfs.Conflict{}, fmt.Errorf("resolve /%s: %w: no open conflict at that path", sp, vfs.ErrNotExist)
 }
 
 // settle makes the store hold what resolving c keeping keep's version

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/wsync/wsync/vfs"
@@ -48,7 +50,7 @@ func bothModified(t *testing.T, h *harness, w *workspace.Workspace) (workspace.S
 
 func oneConflict(t *testing.T, w *workspace.Workspace) workspace.ConflictInfo {
 	t.Helper()
-	cs, err := w.Conflicts(context.Background(), false)
+	cs, err := w.Conflicts(context.Background(), false, 0)
 	must(t, err)
 	if len(cs) != 1 {
 		t.Fatalf("open conflicts %+v, want one", cs)
@@ -195,10 +197,10 @@ func TestResolveConflict(t *testing.T) {
 			_, err = w.Push(ctx)
 			must(t, err)
 			tc.check(t, fake.Container, got)
-			if cs, err := w.Conflicts(ctx, false); err != nil || len(cs) != 0 {
+			if cs, err := w.Conflicts(ctx, false, 0); err != nil || len(cs) != 0 {
 				t.Fatalf("open conflicts after the resolve: %+v %v", cs, err)
 			}
-			all, err := w.Conflicts(ctx, true)
+			all, err := w.Conflicts(ctx, true, 0)
 			must(t, err)
 			if len(all) != 1 || all[0].Resolution != tc.keep {
 				t.Fatalf("all conflicts %+v", all)
@@ -309,5 +311,58 @@ func TestDefaultConflictPolicyOption(t *testing.T) {
 	}
 	if _, err := workspace.Open(context.Background(), workspace.Options{DataDir: h.data, DefaultConflictPolicy: "mine"}); !errors.Is(err, vfs.ErrInvalid) {
 		t.Fatalf("a bad default policy: %v", err)
+	}
+}
+
+// A thousand callers resolving the same conflict at once: exactly one
+// settles it, the others find no open conflict, and the copy's version
+// takes the name once.
+func TestResolveByAThousandCallers(t *testing.T) {
+	h, w := newDefault(t)
+	bothModified(t, h, w)
+	var wg sync.WaitGroup
+	var won, gone atomic.Int32
+	for i := range 1000 {
+		keep := []string{workspace.SideServer, workspace.SideContainer, workspace.ResolveBoth}[i%3]
+		wg.Go(func() {
+			_, err := w.ResolveConflict(context.Background(), "/PLAN.md", keep)
+			switch {
+			case err == nil:
+				won.Add(1)
+			case errors.Is(err, vfs.ErrNotExist):
+				gone.Add(1)
+			default:
+				t.Errorf("resolve: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if won.Load() != 1 || gone.Load() != 999 {
+		t.Fatalf("%d resolves succeeded and %d found nothing, want 1 and 999", won.Load(), gone.Load())
+	}
+	cs, err := w.Conflicts(context.Background(), true, 0)
+	must(t, err)
+	if len(cs) != 1 || cs[0].ResolvedAt.IsZero() {
+		t.Fatalf("records %+v, want one resolved", cs)
+	}
+}
+
+func TestConflictListIsBounded(t *testing.T) {
+	h, w := newDefault(t)
+	for _, p := range []string{"a", "b", "c"} {
+		conflictAt(t, h, w, p, writes(t, p, "server v1"), writes(t, p, "container v1"))
+	}
+	cs, err := w.Conflicts(context.Background(), false, 2)
+	must(t, err)
+	if len(cs) != 2 || cs[0].Path != "/c" || cs[1].Path != "/b" {
+		t.Fatalf("limit 2: %+v, want the newest two (/c, /b)", cs)
+	}
+	if cs, err = w.Conflicts(context.Background(), false, 0); err != nil || len(cs) != 3 {
+		t.Fatalf("default limit: %d records, %v", len(cs), err)
+	}
+	for _, n := range []int{-1, workspace.MaxConflictList + 1} {
+		if _, err := w.Conflicts(context.Background(), false, n); !errors.Is(err, vfs.ErrInvalid) {
+			t.Fatalf("limit %d: %v, want ErrInvalid", n, err)
+		}
 	}
 }

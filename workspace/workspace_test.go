@@ -105,7 +105,7 @@ func pushPulls(t *testing.T, w *workspace.Workspace, fake *workspacetest.Fake, p
 	t.Helper()
 	_, err := w.Push(context.Background())
 	must(t, err)
-	cs, err := w.Conflicts(context.Background(), false)
+	cs, err := w.Conflicts(context.Background(), false, 0)
 	must(t, err)
 	if len(cs) != 1 || cs[0].Path != "/"+path || cs[0].CopySide != workspace.SideContainer {
 		t.Fatalf("conflicts %+v, want one at /%s with the container's copy", cs, path)

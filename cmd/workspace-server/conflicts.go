@@ -20,7 +20,7 @@ func runConflicts(ctx context.Context, args []string, stdin io.Reader, stdout, s
 			return runConflictsPolicy(ctx, args[1:], stdout, stderr)
 		}
 	}
-	c := newCommand("conflicts", "conflicts [--all] [--json] | conflicts resolve PATH --keep SIDE | conflicts policy [POLICY]",
+	c := newCommand("conflicts", "conflicts [--all] [--json] [--limit N] | conflicts resolve PATH --keep SIDE | conflicts policy [POLICY]",
 		"  workspace-server conflicts                                # the open ones\n"+
 			"  workspace-server conflicts --all --json\n"+
 			"  workspace-server conflicts resolve /PLAN.md --keep container\n"+
@@ -28,8 +28,9 @@ func runConflicts(ctx context.Context, args []string, stdin io.Reader, stdout, s
 	cf := c.clientFlags()
 	asJSON := c.fs.Bool("json", false, "print the records as JSON")
 	all := c.fs.Bool("all", false, "list the resolved conflicts too")
+	limit := c.fs.Int("limit", workspace.DefaultConflictList, fmt.Sprintf("list at most the newest N (up to %d)", workspace.MaxConflictList))
 	return c.clientVerb(ctx, args, cf, noArgs, func(ctx context.Context, ws *client.Workspace, _ []string) error {
-		list, err := ws.Conflicts(ctx, *all)
+		list, err := ws.Conflicts(ctx, *all, *limit)
 		if err != nil {
 			return err
 		}

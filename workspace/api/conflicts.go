@@ -1,8 +1,11 @@
 package api
 
 import (
+	"fmt"
 	"net/http"
+	"strconv"
 
+	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/workspace"
 )
 
@@ -21,10 +24,21 @@ type ConflictPolicy struct {
 }
 
 // listConflicts answers the open conflicts, newest first; ?all=1 adds the
-// resolved ones.
+// resolved ones, ?limit=N bounds them (workspace.DefaultConflictList when
+// absent).
 func (s *Server) listConflicts(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
-	all := r.URL.Query().Get("all")
-	list, err := ws.Conflicts(r.Context(), all == "1" || all == "true")
+	q := r.URL.Query()
+	limit := 0
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			writeError(w, fmt.Errorf("conflicts: %w: limit %q (1 to %d)", vfs.ErrInvalid, v, workspace.MaxConflictList))
+			return
+		}
+		limit = n
+	}
+	all := q.Get("all")
+	list, err := ws.Conflicts(r.Context(), all == "1" || all == "true", limit)
 	respond(w, list, err)
 }
 

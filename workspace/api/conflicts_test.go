@@ -43,6 +43,13 @@ func TestConflictRoutes(t *testing.T) {
 		t.Fatalf("list %s", b)
 	}
 
+	for _, q := range []string{"?limit=0", "?limit=x", "?limit=-1", "?limit=100001"} {
+		st, b, _ = e.req(t, "GET", ws+"/conflicts"+q, nil)
+		wantStatus(t, "list "+q, st, 400, b)
+	}
+	st, b, _ = e.req(t, "GET", ws+"/conflicts?limit=1", nil)
+	wantStatus(t, "list ?limit=1", st, 200, b)
+
 	for _, c := range []struct {
 		name, body string
 		status     int

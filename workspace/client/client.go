@@ -377,12 +377,16 @@ func (w *Workspace) Repair(ctx context.Context) (workspace.VerifyReport, error) 
 	return decoded[workspace.VerifyReport](ctx, w, http.MethodPost, "/verify", w.onRuntime(url.Values{"repair": {"1"}}), nil)
 }
 
-// Conflicts lists the workspace's open conflicts, newest first; all adds
-// the resolved ones.
-func (w *Workspace) Conflicts(ctx context.Context, all bool) ([]workspace.ConflictInfo, error) {
-	var q url.Values
+// Conflicts lists the workspace's newest open conflicts, newest first;
+// all adds the resolved ones; at most limit (0: the server's default,
+// workspace.DefaultConflictList).
+func (w *Workspace) Conflicts(ctx context.Context, all bool, limit int) ([]workspace.ConflictInfo, error) {
+	q := url.Values{}
 	if all {
-		q = url.Values{"all": {"1"}}
+		q.Set("all", "1")
+	}
+	if limit != 0 {
+		q.Set("limit", strconv.Itoa(limit))
 	}
 	return decoded[[]workspace.ConflictInfo](ctx, w, http.MethodGet, "/conflicts", q, nil)
 }

@@ -182,7 +182,7 @@ func TestConflicts(t *testing.T) {
 	if rep, err := ws.Pull(ctx); err != nil || rep.Conflicts != 1 {
 		t.Fatalf("pull: %+v %v", rep, err)
 	}
-	list, err := ws.Conflicts(ctx, false)
+	list, err := ws.Conflicts(ctx, false, 0)
 	if err != nil || len(list) != 1 || list[0].Path != "/PLAN.md" || list[0].Policy != vfs.KeepBoth {
 		t.Fatalf("conflicts: %+v %v", list, err)
 	}
@@ -199,7 +199,7 @@ func TestConflicts(t *testing.T) {
 	if _, err := ws.Stat(ctx, list[0].Copy, false); !errors.Is(err, vfs.ErrNotExist) {
 		t.Fatalf("the copy after keeping the server's version: %v", err)
 	}
-	if all, err := ws.Conflicts(ctx, true); err != nil || len(all) != 1 {
+	if all, err := ws.Conflicts(ctx, true, 0); err != nil || len(all) != 1 {
 		t.Fatalf("all conflicts: %+v %v", all, err)
 	}
 	if p, err := ws.SetConflictPolicy(ctx, "container-wins"); err != nil || p != vfs.ContainerWins {

@@ -46,7 +46,7 @@ func TestConflictsWithRealComputerds(t *testing.T) {
 		if err != nil || rep.Conflicts != 1 || len(rep.ConflictPaths) != 1 || rep.ConflictPaths[0] != "/PLAN.md" {
 			t.Fatalf("pull from %s: %+v %v", rt.name, rep, err)
 		}
-		cs, err := w.Conflicts(ctx, false)
+		cs, err := w.Conflicts(ctx, false, 0)
 		if err != nil || len(cs) != 1 {
 			t.Fatalf("conflicts after the pull from %s: %+v %v", rt.name, cs, err)
 		}
@@ -115,7 +115,7 @@ func TestConflictsWithRealComputerds(t *testing.T) {
 	if got := readMount(t, a, "PLAN.md"); got != "server final" {
 		t.Fatalf("PLAN.md under server-wins = %q", got)
 	}
-	cs, err := w.Conflicts(ctx, false)
+	cs, err := w.Conflicts(ctx, false, 0)
 	if err != nil || len(cs) != 1 || cs[0].Policy != vfs.ServerWins || cs[0].Copy != "" {
 		t.Fatalf("conflicts under server-wins: %+v %v", cs, err)
 	}
