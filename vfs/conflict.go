@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -464,19 +465,56 @@ func (t *wtx) copyName(c *conflictSet, parent Ino, path, side string) (string, e
 // the peer must receive again, after the batch's own revs (so they fall
 // outside its bounce run and the next push carries them).
 func (t *wtx) finishConflicts(c *conflictSet) error {
-	for path, k := range c.writes {
-		var err error
-		if k == nil {
-			_, err = t.exec(`DELETE FROM bases WHERE peer = ? AND path = ?`, c.peer, path)
-		} else {
-			_, err = t.exec(`INSERT INTO bases(peer, path, state) VALUES(?, ?, ?)
-				ON CONFLICT(peer, path) DO UPDATE SET state = excluded.state`, c.peer, path, k)
-		}
-		if err != nil {
-			return fmt.Errorf("base %q: %w", path, err)
-		}
+	if err := t.writeBases(c.peer, c.writes); err != nil {
+		return err
 	}
 	return t.restamp(c.restamp)
+}
+
+// baseRows is how many rows one statement writes or deletes (3 and 1
+// parameters a row, well under SQLite's limit of 32,766).
+const baseRows = 256
+
+// writeBases writes peer's base rows (a nil key deletes the row), a page
+// of rows per statement: one statement per row cost as much again as the
+// rest of an apply.
+func (t *wtx) writeBases(peer string, writes map[string][]byte) error {
+	var put, del []string
+	for path, k := range writes {
+		if k == nil {
+			del = append(del, path)
+		} else {
+			put = append(put, path)
+		}
+	}
+	slices.Sort(put) // rows in key order: B-tree appends, not splits
+	for len(put) > 0 {
+		part := put[:min(len(put), baseRows)]
+		put = put[len(part):]
+		args := make([]any, 0, 3*len(part))
+		for _, p := range part {
+			args = append(args, peer, p, writes[p])
+		}
+		if _, err := t.exec(`INSERT INTO bases(peer, path, state) VALUES `+
+			strings.TrimSuffix(strings.Repeat("(?, ?, ?),", len(part)), ",")+
+			` ON CONFLICT(peer, path) DO UPDATE SET state = excluded.state`, args...); err != nil {
+			return fmt.Errorf("bases of %q: %w", peer, err)
+		}
+	}
+	for len(del) > 0 {
+		part := del[:min(len(del), baseRows)]
+		del = del[len(part):]
+		args := make([]any, 0, len(part)+1)
+		args = append(args, peer)
+		for _, p := range part {
+			args = append(args, p)
+		}
+		if _, err := t.exec(`DELETE FROM bases WHERE peer = ? AND path IN (`+
+			strings.TrimSuffix(strings.Repeat("?,", len(part)), ",")+`)`, args...); err != nil {
+			return fmt.Errorf("bases of %q: %w", peer, err)
+		}
+	}
+	return nil
 }
 
 // restamp records paths as changed again, each in a mutation of its own.
