@@ -52,7 +52,8 @@
 // transfer between the two stores runs in one FIFO (internal/fifo) as an
 // Exchange: a turn on a live session, whose first transfer on a new session
 // reconciles the watermarks with the peer's (re-baselining a peer that lost
-// state; a snapshot bootstrap, which sets them itself, comes before it). PushOnce, PullOnce and Tick (pull, then push) are exchanges;
+// state; a snapshot bootstrap, which sets them itself, comes before it).
+// PushOnce, PullOnce and Tick (pull, then push) are exchanges;
 // Do runs any other one (convergence repair, snapshot bootstrap, verify),
 // so nothing overtakes or interleaves with a push or a pull.
 //
@@ -80,4 +81,14 @@
 // fetch cursor, and the receive path's push cursor when it ends). A crash
 // between an apply and the next watermark write, or a lost Push reply,
 // therefore costs at most the batch in flight.
+//
+// Conflicts (protocol 3). Every push batch carries the sender's fetch
+// cursor as a fence: the receiving store does not apply an entry over a
+// change of its own the sender has not fetched, and answers it as deferred
+// (vfs.ApplyOptions.Fence); the send path re-stamps the deferred paths in
+// the transaction that records the batch (Backend.Delivered), so they go
+// again after the next pull. A driver with DriverOptions.Conflicts (the
+// server's) detects conflicts in the receive path's applies against the
+// merge bases it keeps per path, written by the same two transactions
+// (vfs.ApplyOptions.Conflicts); Result.Conflicts lists what it recorded.
 package syncwire
