@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -231,6 +232,37 @@ func TestModifyBeatsDelete(t *testing.T) {
 			t.Fatalf("server d/new = %q", got)
 		}
 		absentAt(t, p.server, "d/x")
+	})
+	t.Run("container removed a large directory nobody else changed", func(t *testing.T) {
+		// More paths below it than any candidate list would hold: the
+		// tombstones of what the container emptied are not changes of ours.
+		p := conflictPair(t, vfs.KeepBoth)
+		files := map[string]string{}
+		for i := range 150 {
+			files[fmt.Sprintf("big/d%d/f%d", i%7, i)] = "v0"
+		}
+		baseline(t, p, files)
+		// As rm -r does through the mount: every file, then every
+		// directory, each its own mutation (and rev).
+		for f := range files {
+			if err := p.cont.RemovePath(t.Context(), f, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range 7 {
+			if err := p.cont.RemovePath(t.Context(), fmt.Sprintf("big/d%d", i), false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := p.cont.RemovePath(t.Context(), "big", false); err != nil {
+			t.Fatal(err)
+		}
+		settled(t, p)
+		absentAt(t, p.server, "big")
+		absentAt(t, p.cont, "big")
+		if cs := conflictsOf(t, p.server); len(cs) != 0 {
+			t.Fatalf("conflicts = %+v", cs)
+		}
 	})
 	t.Run("container removed a directory the server wrote into", func(t *testing.T) {
 		p := conflictPair(t, vfs.KeepBoth)

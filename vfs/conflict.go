@@ -381,40 +381,30 @@ func (t *wtx) base(c *conflictSet, path string, cur state) ([]byte, error) {
 	return nil, nil
 }
 
-// changedUnder reports whether the subtree below dir holds a live node
-// changed since since (and not in run): a local change the other side
-// does not have. A directory with one must not be removed on the other
-// side's word.
-func (t *wtx) changedUnder(dir string, since watermark.Cursor, run BounceRun) (bool, error) {
-	lo, hi := dir+"/", dir+"0" // '0' follows '/': every path below dir sorts in [lo, hi)
-	rows, err := t.tx.QueryContext(t.ctx, `SELECT path, rev FROM changes WHERE path >= ? AND path < ?
-		AND (rev > ? OR (rev = ? AND ? AND path > ?)) AND NOT (rev > ? AND rev <= ?) LIMIT 64`,
-		lo, hi, since.Rev, since.Rev, since.Partial, since.Path, run.From, run.To)
-	if err != nil {
-		return false, fmt.Errorf("changes below %q: %w", dir, err)
+// changedUnder reports whether the live subtree below our directory dir
+// (at path) holds a node whose path changed since since, outside run: a
+// local change the other side does not have. Such a directory must not be
+// removed on the other side's word. It reads the live subtree only (what a
+// removal would take anyway), so the tombstones of a large directory the
+// peer emptied cost nothing.
+func (t *wtx) changedUnder(dir Ino, path string, since watermark.Cursor, run BounceRun) (bool, error) {
+	var one int
+	err := t.tx.QueryRowContext(t.ctx, `WITH RECURSIVE sub(child, rel) AS (
+			SELECT child, name FROM dirents WHERE parent = ?
+			UNION ALL
+			SELECT d.child, sub.rel || '/' || d.name FROM dirents d JOIN sub ON d.parent = sub.child
+		)
+		SELECT 1 FROM sub JOIN nodes n ON n.ino = sub.child JOIN changes c ON c.path = ? || '/' || sub.rel
+		WHERE n.kind IN `+syncedKinds+`
+		AND (c.rev > ? OR (c.rev = ? AND ? AND c.path > ?)) AND NOT (c.rev > ? AND c.rev <= ?) LIMIT 1`,
+		dir, path, since.Rev, since.Rev, since.Partial, since.Path, run.From, run.To).Scan(&one)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("changes below %q: %w", path, err)
 	}
-	type row struct {
-		path string
-		rev  int64
-	}
-	rs, err := scanRows(rows, func(r *sql.Rows, x *row) error { return r.Scan(&x.path, &x.rev) })
-	if err != nil {
-		return false, fmt.Errorf("changes below %q: %w", dir, err)
-	}
-	if len(rs) == 64 {
-		return true, nil // too many to look at: assume one is live
-	}
-	for _, r := range rs {
-		n, err := resolve(t.ctx, t.tx, r.path)
-		switch {
-		case err == nil && !n.kind.Special():
-			return true, nil
-		case err == nil, errors.Is(err, ErrNotExist), errors.Is(err, ErrNotDir):
-		default:
-			return false, err
-		}
-	}
-	return false, nil
+	return true, nil
 }
 
 // record adds a conflict record for path (our state cur at rev ours, the
@@ -739,7 +729,7 @@ func (t *wtx) detect(e *ChangeEntry, parent Ino, name string, cur *node, exists 
 	ourKey := ours.key()
 	if ours.isDir() && !in.isDir() && bytes.Equal(ourKey, base) {
 		// Our directory did not change itself; what it holds may have.
-		dirty, err := t.changedUnder(e.Path, c.push, c.run)
+		dirty, err := t.changedUnder(cur.ino, e.Path, c.push, c.run)
 		if err != nil {
 			return true, false, err
 		}
