@@ -264,6 +264,27 @@ func TestModifyBeatsDelete(t *testing.T) {
 			t.Fatalf("conflicts = %+v", cs)
 		}
 	})
+	t.Run("server removed a directory the container deleted in", func(t *testing.T) {
+		// A local delete below the directory is no loss: the push removes
+		// it at once.
+		p := conflictPair(t, vfs.KeepBoth)
+		baseline(t, p, map[string]string{"d/x": "v0", "d/y": "v0"})
+		if err := p.cont.RemovePath(t.Context(), "d/x", false); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.server.RemovePath(t.Context(), "d", true); err != nil {
+			t.Fatal(err)
+		}
+		res, err := p.drv.PushOnce(testutil.Context(t, time.Minute))
+		if err != nil || res.Deferred != 0 {
+			t.Fatalf("push: %+v, %v: want nothing deferred", res, err)
+		}
+		absentAt(t, p.cont, "d")
+		settled(t, p)
+		if cs := conflictsOf(t, p.server); len(cs) != 0 {
+			t.Fatalf("conflicts = %+v", cs)
+		}
+	})
 	t.Run("container removed a directory the server wrote into", func(t *testing.T) {
 		p := conflictPair(t, vfs.KeepBoth)
 		baseline(t, p, map[string]string{"d/x": "v0", "d/y": "v0"})

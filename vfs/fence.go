@@ -25,6 +25,8 @@ const maxFenced = 1 << 16
 // fenceSet is an Apply batch's fence: the paths with local changes after
 // since, sorted.
 type fenceSet struct {
+	since watermark.Cursor
+	run   BounceRun
 	all   bool // more than maxFenced: treat every path as changed
 	paths []string
 }
@@ -37,7 +39,7 @@ func (t *wtx) loadFence(since watermark.Cursor, run BounceRun) (*fenceSet, error
 	if run.To > run.From && run.To >= since.Rev {
 		spans = []span{{since.Rev, run.From}, {run.To + 1, 1<<63 - 1}}
 	}
-	f := &fenceSet{}
+	f := &fenceSet{since: since, run: run}
 	for _, sp := range spans {
 		if sp.hi < sp.lo {
 			continue
@@ -60,7 +62,7 @@ func (t *wtx) loadFence(since watermark.Cursor, run BounceRun) (*fenceSet, error
 			}
 		}
 		if len(f.paths) > maxFenced {
-			return &fenceSet{all: true}, nil
+			return &fenceSet{since: since, run: run, all: true}, nil
 		}
 	}
 	slices.Sort(f.paths)
@@ -86,8 +88,9 @@ func (f *fenceSet) hasUnder(dir string) bool {
 
 // fenced reports whether the fence holds e back: its path has a local
 // change to another state, a non-directory ancestor has one (the apply
-// would replace it by a directory), or it would replace a directory
-// holding one. It only reads, so a held entry leaves nothing behind.
+// would replace it by a directory), or it would remove a directory with a
+// live node below it that has one. It only reads, so a held entry leaves
+// nothing behind.
 func (t *wtx) fenced(e *ChangeEntry) (bool, error) {
 	f := t.fence
 	if !f.all && len(f.paths) == 0 {
@@ -128,5 +131,10 @@ func (t *wtx) fenced(e *ChangeEntry) (bool, error) {
 			return false, err
 		}
 	}
-	return below && ours.isDir() && !in.isDir(), nil
+	if !below || !ours.isDir() || in.isDir() {
+		return false, nil
+	}
+	// The entry would remove our directory: held only for a live node
+	// below it with a local change (a local delete below it is no loss).
+	return t.changedUnder(cur.ino, e.Path, f.since, f.run)
 }
