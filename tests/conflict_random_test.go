@@ -52,7 +52,7 @@ type side struct {
 type ledger struct {
 	mu       sync.Mutex
 	written  map[string]string // token -> path
-	consumed map[string]bool   // tokens a writer read and then deleted
+	consumed map[string]bool   // tokens a writer read and then removed or overwrote
 }
 
 func (l *ledger) write(token, p string) {
@@ -173,57 +173,97 @@ func runWriters(t *testing.T, seed uint64) {
 		}
 	}
 
-	// Every token survives at its path or in a recorded copy of it.
+	// Every token survives in some file of the converged tree: under the
+	// name it was written to, the name a rename gave it, or a recorded
+	// conflict copy.
 	records, err := server.store.Conflicts(ctx, false, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	where := map[string][]string{}
-	for _, c := range records {
-		if c.Copy != "" {
-			where[c.Path] = append(where[c.Path], c.Copy)
-		}
+	var all strings.Builder
+	for _, content := range want {
+		all.WriteString(content)
 	}
+	everything := all.String()
 	lost := 0
 	for tok, p := range l.written {
-		if l.consumed[tok] {
-			continue
-		}
-		found := false
-		for _, q := range append([]string{p}, where[p]...) {
-			if strings.Contains(want[q], tok+"\n") {
-				found = true
-				break
-			}
-		}
-		if !found {
+		if !l.consumed[tok] && !strings.Contains(everything, tok+"\n") {
 			lost++
 			t.Errorf("token %s written to %s is gone (conflicts: %d)", tok, p, len(records))
 		}
 	}
-	t.Logf("seed %d: %d tokens, %d consumed by deletes, %d conflicts, %d lost", seed, len(l.written), len(l.consumed), len(records), lost)
+	t.Logf("seed %d: %d tokens, %d consumed by deletes and overwrites, %d conflicts, %d lost", seed, len(l.written), len(l.consumed), len(records), lost)
 }
 
-// writeOnce is one writer's step: mostly an append of token to a shared
-// file (read, then write what was read plus the token), sometimes a
-// private file, sometimes a delete of a shared file it has read.
+// writeOnce is one writer's step. Mostly an append of token to a shared
+// file (read, then write what was read plus the token: a path that is a
+// directory here is removed first). Sometimes a private file; a delete of
+// a shared file, an rm -r of the shared directory, a rename of one shared
+// file over another, or the counter file turned into a directory. What a
+// step removes or overwrites it has read: those tokens are consumed.
 func writeOnce(ctx context.Context, s *side, rng *rand.Rand, token string, l *ledger) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := sharedPaths[rng.IntN(len(sharedPaths))]
+	switch r := rng.IntN(20); {
+	case r < 2:
+		if fi, err := s.store.Stat(ctx, p); err == nil && fi.Kind == vfs.KindFile {
+			if err := consumeTree(ctx, s.store, p, l); err != nil {
+				return err
+			}
+			return s.store.RemovePath(ctx, p, false)
+		}
+	case r == 2:
+		if fi, err := s.store.Stat(ctx, "d"); err == nil && fi.Kind == vfs.KindDir {
+			if err := consumeTree(ctx, s.store, "d", l); err != nil {
+				return err
+			}
+			return s.store.RemovePath(ctx, "d", true)
+		}
+	case r == 3:
+		q := sharedPaths[rng.IntN(len(sharedPaths))]
+		src, err1 := s.store.Stat(ctx, p)
+		dst, err2 := s.store.Stat(ctx, q)
+		if p != q && err1 == nil && src.Kind == vfs.KindFile && (err2 != nil || dst.Kind == vfs.KindFile) {
+			if err := consumeTree(ctx, s.store, q, l); err != nil {
+				return err
+			}
+			if err := s.store.MkdirPath(ctx, path.Dir(q), 0o755, true); err != nil && path.Dir(q) != "." {
+				return err
+			}
+			return s.store.RenamePath(ctx, p, q)
+		}
+	case r == 4:
+		if fi, err := s.store.Stat(ctx, "counter"); err == nil && fi.Kind == vfs.KindFile {
+			if err := consumeTree(ctx, s.store, "counter", l); err != nil {
+				return err
+			}
+			if err := s.store.RemovePath(ctx, "counter", false); err != nil {
+				return err
+			}
+		}
+		p = "counter/x"
+	case r < 7:
+		p = "own/" + s.name
+	}
+	// A directory where the file goes (the counter turned into one) is
+	// removed first, and a file where a directory goes (counter, on the
+	// way to counter/x) too.
+	for _, q := range []string{p, path.Dir(p)} {
+		fi, err := s.store.Stat(ctx, q)
+		if err != nil || q == "." || (q == p) == (fi.Kind != vfs.KindDir) {
+			continue
+		}
+		if err := consumeTree(ctx, s.store, q, l); err != nil {
+			return err
+		}
+		if err := s.store.RemovePath(ctx, q, true); err != nil {
+			return err
+		}
+	}
 	cur, err := s.store.ReadFile(ctx, p)
 	if err != nil && !errors.Is(err, vfs.ErrNotExist) {
 		return err
-	}
-	switch r := rng.IntN(10); {
-	case r == 0 && err == nil:
-		l.consume(string(cur))
-		return s.store.RemovePath(ctx, p, false)
-	case r == 1:
-		p = "own/" + s.name
-		if cur, err = s.store.ReadFile(ctx, p); err != nil && !errors.Is(err, vfs.ErrNotExist) {
-			return err
-		}
 	}
 	if dir := path.Dir(p); dir != "." {
 		if err := s.store.MkdirPath(ctx, dir, 0o755, true); err != nil {
@@ -233,6 +273,37 @@ func writeOnce(ctx context.Context, s *side, rng *rand.Rand, token string, l *le
 	l.write(token, p)
 	_, err = s.store.WriteFile(ctx, p, append(cur, token+"\n"...), 0o644)
 	return err
+}
+
+// consumeTree marks every token in the files at or below p as consumed:
+// the writer saw them and is about to remove or overwrite them.
+func consumeTree(ctx context.Context, s *vfs.Store, p string, l *ledger) error {
+	fi, err := s.Stat(ctx, p)
+	switch {
+	case errors.Is(err, vfs.ErrNotExist), errors.Is(err, vfs.ErrNotDir):
+		return nil
+	case err != nil:
+		return err
+	case fi.Kind == vfs.KindFile:
+		b, err := s.ReadFile(ctx, p)
+		if err != nil {
+			return err
+		}
+		l.consume(string(b))
+		return nil
+	case fi.Kind != vfs.KindDir:
+		return nil
+	}
+	es, err := s.List(ctx, p)
+	if err != nil {
+		return err
+	}
+	for _, e := range es {
+		if err := consumeTree(ctx, s, path.Join(p, e.Name), l); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // treeOf is path -> content ("dir" for directories).
