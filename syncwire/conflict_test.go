@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -541,6 +542,12 @@ func TestConflictCopyNames(t *testing.T) {
 	got := vfs.ConflictCopyName(long, "container", at, 1)
 	if len(got) != vfs.MaxNameLen || !strings.HasSuffix(got, "-20260102-030405.txt") {
 		t.Fatalf("long name copy %d bytes: %q", len(got), got)
+	}
+	// A stem of two-byte characters is cut between characters.
+	wide := strings.Repeat("é", 120) + ".md"
+	got = vfs.ConflictCopyName(wide, "container", at, 1)
+	if len(got) > vfs.MaxNameLen || !utf8.ValidString(got) || !strings.HasSuffix(got, ".md") {
+		t.Fatalf("wide name copy %d bytes, valid UTF-8 %v: %q", len(got), utf8.ValidString(got), got)
 	}
 }
 

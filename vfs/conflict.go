@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/wsync/wsync/chunkstore"
 	"github.com/wsync/wsync/watermark"
@@ -257,7 +258,11 @@ func ConflictCopyName(path, side string, at time.Time, n int) string {
 		tag += fmt.Sprintf("-%d", n)
 	}
 	if over := len(stem) + len(tag) + len(ext) - MaxNameLen; over > 0 {
-		stem = stem[:max(len(stem)-over, 1)]
+		n := max(len(stem)-over, 1)
+		for n > 1 && !utf8.RuneStart(stem[n]) {
+			n-- // never cut a character in two
+		}
+		stem = stem[:n]
 	}
 	return joinPath(dir, stem+tag+ext)
 }
