@@ -46,8 +46,9 @@
 // # Conflicts and fences
 //
 // Without options the replacement above is last writer wins. On the server
-// a sync peer's batch runs conflict detection (ApplyOptions.Conflicts,
-// conflict.go): per peer and path the store keeps the merge base, the state
+// a sync peer's batch runs conflict detection (ApplyOptions.Conflicts: the
+// rules in conflict.go, the bases in bases.go, the apply's side in
+// detect.go): per peer and path the store keeps the merge base, the state
 // both last held, and a path both sides changed differently since is a
 // conflict, resolved by a ConflictPolicy (keep-both writes the other
 // version beside the name) and recorded (Store.Conflicts). On a container a
