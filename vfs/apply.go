@@ -38,7 +38,7 @@ type ApplyOptions struct {
 	Bounce bool
 	// Conflicts, for a sync peer's batch on the server (needs Bounce),
 	// detects conflicts against the merge bases kept for Peer, resolves
-	// them by its policy, records them, and keeps the bases (conflict.go).
+	// them by its policy, records them, and keeps the bases (detect.go).
 	Conflicts *ConflictOptions
 	// Fence, for a sync peer's batch on a container, protects local changes
 	// the peer has not fetched: Fence is how far the peer has our feed. An

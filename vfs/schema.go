@@ -114,7 +114,7 @@ func migrateV5(ctx context.Context, tx *sql.Tx) error {
 }
 
 // migrateV6 adds the merge bases kept per peer and path, and the conflict
-// records (conflict.go).
+// records (bases.go, conflict.go).
 func migrateV6(ctx context.Context, tx *sql.Tx) error {
 	stmts := []string{
 		`CREATE TABLE bases(
