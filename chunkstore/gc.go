@@ -273,7 +273,7 @@ func (c *Collection) Step(ctx context.Context, q Querier) (*Sweep, bool, error) 
 		for i, v := range batch {
 			args[i] = v.id
 		}
-		if _, err := q.ExecContext(ctx, "DELETE FROM chunks WHERE id IN ("+placeholders(len(batch))+")", args...); err != nil {
+		if _, err := q.ExecContext(ctx, "DELETE FROM chunks WHERE id IN ("+Placeholders(len(batch))+")", args...); err != nil {
 			return nil, false, fmt.Errorf("gc: %w", err)
 		}
 	}
@@ -411,7 +411,7 @@ func (sw *Sweep) findOrphans(ctx context.Context, q Querier, scan bool) error {
 		for i := range batch {
 			args[i] = batch[i].hash[:]
 		}
-		rows, err := q.QueryContext(ctx, "SELECT hash FROM chunks WHERE hash IN ("+placeholders(len(batch))+")", args...)
+		rows, err := q.QueryContext(ctx, "SELECT hash FROM chunks WHERE hash IN ("+Placeholders(len(batch))+")", args...)
 		if err != nil {
 			return fmt.Errorf("gc: %w", err)
 		}

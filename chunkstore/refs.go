@@ -71,7 +71,7 @@ func updateRefs(ctx context.Context, q Querier, set string, delta int, counts []
 	for i := range counts {
 		args = append(args, counts[i].Hash[:])
 	}
-	rows, err := q.QueryContext(ctx, "UPDATE chunks SET refs = "+set+" WHERE hash IN ("+placeholders(len(counts))+") RETURNING hash, size, data IS NULL, pack, pack_off, refs", args...)
+	rows, err := q.QueryContext(ctx, "UPDATE chunks SET refs = "+set+" WHERE hash IN ("+Placeholders(len(counts))+") RETURNING hash, size, data IS NULL, pack, pack_off, refs", args...)
 	if err != nil {
 		return err
 	}
@@ -334,7 +334,7 @@ func (s *Store) Has(ctx context.Context, q Querier, hashes []Hash) ([]Hash, erro
 			args[i] = batch[i][:]
 		}
 		// length() of a blob reads the record header, not the bytes.
-		rows, err := q.QueryContext(ctx, "SELECT hash, size, length(data), pack, pack_off, refs FROM chunks WHERE hash IN ("+placeholders(len(batch))+")", args...)
+		rows, err := q.QueryContext(ctx, "SELECT hash, size, length(data), pack, pack_off, refs FROM chunks WHERE hash IN ("+Placeholders(len(batch))+")", args...)
 		if err != nil {
 			return nil, fmt.Errorf("has chunks: %w", err)
 		}
@@ -406,8 +406,9 @@ func (s *Store) Has(ctx context.Context, q Querier, hashes []Hash) ([]Hash, erro
 	return out, nil
 }
 
-// placeholders returns "?,?,...,?" with n marks.
-func placeholders(n int) string {
+// Placeholders returns "?,?,...,?" with n marks: the IN list of a query
+// over n values (also vfs's, on the same databases).
+func Placeholders(n int) string {
 	if n <= 0 {
 		return ""
 	}

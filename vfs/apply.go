@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/wsync/wsync/chunkstore"
 	"github.com/wsync/wsync/watermark"
@@ -365,7 +364,7 @@ func (t *wtx) probeNames(dir Ino, dn *dirNames, names []string) error {
 			dn.names[n] = false
 		}
 		rows, err := t.tx.QueryContext(t.ctx, `SELECT name FROM dirents WHERE parent = ? AND name IN (`+
-			strings.TrimSuffix(strings.Repeat("?,", len(part)), ",")+`)`, args...)
+			chunkstore.Placeholders(len(part))+`)`, args...)
 		if err != nil {
 			return err
 		}

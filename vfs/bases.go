@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/wsync/wsync/chunkstore"
 	"github.com/wsync/wsync/watermark"
 )
 
@@ -38,7 +39,7 @@ func (t *wtx) loadBases(c *conflictSet, paths []string) error {
 			c.loaded[p] = true
 		}
 		rows, err := t.tx.QueryContext(t.ctx, `SELECT path, state FROM bases WHERE peer = ? AND path IN (`+
-			strings.TrimSuffix(strings.Repeat("?,", len(part)), ",")+`)`, args...)
+			chunkstore.Placeholders(len(part))+`)`, args...)
 		if err != nil {
 			return fmt.Errorf("bases: %w", err)
 		}
@@ -160,7 +161,7 @@ func (t *wtx) writeBases(peer string, writes map[string][]byte) error {
 			args = append(args, p)
 		}
 		if _, err := t.exec(`DELETE FROM bases WHERE peer = ? AND path IN (`+
-			strings.TrimSuffix(strings.Repeat("?,", len(part)), ",")+`)`, args...); err != nil {
+			chunkstore.Placeholders(len(part))+`)`, args...); err != nil {
 			return fmt.Errorf("bases of %q: %w", peer, err)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/wsync/wsync/chunkstore"
 	"github.com/wsync/wsync/watermark"
 )
 
@@ -50,21 +51,25 @@ func (r BounceRun) Skip(c watermark.Cursor) watermark.Cursor {
 
 // Bounce returns the bounce run kept for peer (zero if none).
 func (s *Store) Bounce(ctx context.Context, peer string) (BounceRun, error) {
+	return bounceRun(ctx, s.rq, peer)
+}
+
+// bounceRun reads peer's bounce run through q (zero if none).
+func bounceRun(ctx context.Context, q chunkstore.Querier, peer string) (BounceRun, error) {
 	var r BounceRun
-	err := s.rq.QueryRowContext(ctx, `SELECT bounce_from, bounce_to FROM watermarks WHERE peer = ?`, peer).Scan(&r.From, &r.To)
+	err := q.QueryRowContext(ctx, `SELECT bounce_from, bounce_to FROM watermarks WHERE peer = ?`, peer).Scan(&r.From, &r.To)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return r, fmt.Errorf("bounce %q: %w", peer, err)
 	}
 	return r, nil
 }
 
-// extendBounce records, in the apply's transaction, that revs
-// (before, last] hold peer's entries.
+// extendBounce records, in the apply's transaction (which wrote peer's
+// watermarks first), that revs (before, last] hold peer's entries.
 func (t *wtx) extendBounce(peer string, before, last int64) error {
-	var r BounceRun
-	err := t.tx.QueryRowContext(t.ctx, `SELECT bounce_from, bounce_to FROM watermarks WHERE peer = ?`, peer).Scan(&r.From, &r.To)
+	r, err := bounceRun(t.ctx, t.tx, peer)
 	if err != nil {
-		return fmt.Errorf("bounce %q: %w", peer, err)
+		return err
 	}
 	r = r.Extend(before, last)
 	if _, err := t.exec(`UPDATE watermarks SET bounce_from = ?, bounce_to = ? WHERE peer = ?`, r.From, r.To, peer); err != nil {

@@ -264,23 +264,17 @@ func ConflictCopyName(path, side string, at time.Time, n int) string {
 	return joinPath(dir, stem+tag+ext)
 }
 
-const conflictCols = `id, path, peer, side, at, policy, kind, server, container, copy, copy_side, resolved, resolution`
-
 // Conflicts lists the newest recorded conflicts, newest first, at most
 // limit of them (0: every one): the open ones only when open is set.
 func (s *Store) Conflicts(ctx context.Context, open bool, limit int) ([]Conflict, error) {
-	q := `SELECT ` + conflictCols + ` FROM conflicts`
+	where := `1`
 	if open {
-		q += ` WHERE resolved = 0`
+		where = `resolved = 0`
 	}
 	if limit <= 0 {
 		limit = -1 // SQLite: no limit
 	}
-	rows, err := s.rq.QueryContext(ctx, q+` ORDER BY id DESC LIMIT ?`, limit)
-	if err != nil {
-		return nil, fmt.Errorf("conflicts: %w", err)
-	}
-	out, err := scanRows(rows, scanConflict)
+	out, err := s.conflicts(ctx, where+` ORDER BY id DESC LIMIT ?`, limit)
 	if err != nil {
 		return nil, fmt.Errorf("conflicts: %w", err)
 	}
@@ -289,16 +283,12 @@ func (s *Store) Conflicts(ctx context.Context, open bool, limit int) ([]Conflict
 
 // Conflict returns one conflict record (ErrNotExist when none has the id).
 func (s *Store) Conflict(ctx context.Context, id int64) (Conflict, error) {
-	rows, err := s.rq.QueryContext(ctx, `SELECT `+conflictCols+` FROM conflicts WHERE id = ?`, id)
+	out, err := s.conflicts(ctx, `id = ?`, id)
+	if err == nil && len(out) == 0 {
+		err = ErrNotExist
+	}
 	if err != nil {
 		return Conflict{}, fmt.Errorf("conflict %d: %w", id, err)
-	}
-	out, err := scanRows(rows, scanConflict)
-	if err != nil {
-		return Conflict{}, fmt.Errorf("conflict %d: %w", id, err)
-	}
-	if len(out) == 0 {
-		return Conflict{}, fmt.Errorf("conflict %d: %w", id, ErrNotExist)
 	}
 	return out[0], nil
 }
@@ -306,19 +296,25 @@ func (s *Store) Conflict(ctx context.Context, id int64) (Conflict, error) {
 // OpenConflictAt returns the newest open conflict recorded at path (store
 // form); ErrNotExist when there is none.
 func (s *Store) OpenConflictAt(ctx context.Context, path string) (Conflict, error) {
-	rows, err := s.rq.QueryContext(ctx, `SELECT `+conflictCols+` FROM conflicts
-		WHERE path = ? AND resolved = 0 ORDER BY id DESC LIMIT 1`, path)
+	out, err := s.conflicts(ctx, `path = ? AND resolved = 0 ORDER BY id DESC LIMIT 1`, path)
+	if err == nil && len(out) == 0 {
+		err = fmt.Errorf("%w: no open conflict at that path", ErrNotExist)
+	}
 	if err != nil {
 		return Conflict{}, fmt.Errorf("conflict at %q: %w", path, err)
-	}
-	out, err := scanRows(rows, scanConflict)
-	if err != nil {
-		return Conflict{}, fmt.Errorf("conflict at %q: %w", path, err)
-	}
-	if len(out) == 0 {
-		return Conflict{}, fmt.Errorf("conflict at %q: %w: no open conflict at that path", path, ErrNotExist)
 	}
 	return out[0], nil
+}
+
+// conflicts reads the records a WHERE clause (with its ORDER BY and LIMIT)
+// selects.
+func (s *Store) conflicts(ctx context.Context, where string, args ...any) ([]Conflict, error) {
+	rows, err := s.rq.QueryContext(ctx, `SELECT id, path, peer, side, at, policy, kind, server, container, copy, copy_side,
+		resolved, resolution FROM conflicts WHERE `+where, args...)
+	if err != nil {
+		return nil, err
+	}
+	return scanRows(rows, scanConflict)
 }
 
 // OpenConflicts counts the conflicts not yet resolved.

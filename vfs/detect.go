@@ -122,7 +122,7 @@ func (t *wtx) startSync(entries []ChangeEntry, opts ApplyOptions) error {
 	if opts.Conflicts == nil && opts.Fence == nil {
 		return nil
 	}
-	run, err := t.bounceRun(opts.Peer)
+	run, err := bounceRun(t.ctx, t.tx, opts.Peer)
 	if err != nil {
 		return err
 	}
@@ -331,14 +331,4 @@ func (t *wtx) openConflictAt(peer, path string) (bool, error) {
 	var n int
 	err := t.tx.QueryRowContext(t.ctx, `SELECT count(*) FROM conflicts WHERE resolved = 0 AND peer = ? AND path = ?`, peer, path).Scan(&n)
 	return n > 0, err
-}
-
-// bounceRun reads peer's bounce run inside the transaction.
-func (t *wtx) bounceRun(peer string) (BounceRun, error) {
-	var r BounceRun
-	err := t.tx.QueryRowContext(t.ctx, `SELECT bounce_from, bounce_to FROM watermarks WHERE peer = ?`, peer).Scan(&r.From, &r.To)
-	if err != nil && !errors.Is(err, sql.ErrNoRows) {
-		return r, fmt.Errorf("bounce %q: %w", peer, err)
-	}
-	return r, nil
 }

@@ -287,13 +287,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Workspace, erro
 	if err := os.MkdirAll(w.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create workspace %q: %w", o.Name, err)
 	}
-	tok := tokenPath(m.opts.DataDir, o.Name)
-	if o.ComputerdToken != "" {
-		if err := writeFileAtomic(tok, []byte(o.ComputerdToken+"\n"), 0o600); err != nil {
-			return nil, fmt.Errorf("create workspace %q: token: %w", o.Name, err)
-		}
-	} else if err := os.Remove(tok); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		// A token left by an earlier workspace of this name is not this one's.
+	if err := placeToken(tokenPath(m.opts.DataDir, o.Name), o.ComputerdToken); err != nil {
 		return nil, fmt.Errorf("create workspace %q: token: %w", o.Name, err)
 	}
 	m.ws[o.Name] = w
@@ -303,6 +297,23 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Workspace, erro
 	}
 	m.log.Info("workspace created", "workspace", o.Name, "endpoint", o.Endpoint, "token", o.ComputerdToken != "")
 	return w, nil
+}
+
+// placeToken keeps a computerd token given by value at path (mode 0600,
+// temp + fsync + rename, its directory made 0700); without one it removes
+// a token an earlier registration of the name left there, which is not
+// this one's.
+func placeToken(path, token string) error {
+	if token == "" {
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	return writeFileAtomic(path, []byte(token+"\n"), 0o600)
 }
 
 // MaxTokenLen bounds a computerd token given by value. (A create

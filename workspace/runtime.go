@@ -250,16 +250,7 @@ func (w *Workspace) Attach(ctx context.Context, o AttachOptions) (Runtime, error
 		return Runtime{}, fmt.Errorf("workspace %q: %w: %q", w.cfg.Name, ErrRuntimeExists, o.Name)
 	}
 	rt := Runtime{Name: o.Name, Endpoint: o.Endpoint, HasToken: o.ComputerdToken != "", Created: time.Now().UTC()}
-	tok := runtimeTokenPath(w.m.opts.DataDir, w.cfg.Name, o.Name)
-	if rt.HasToken {
-		if err := os.MkdirAll(filepath.Dir(tok), 0o700); err != nil {
-			return Runtime{}, fmt.Errorf("attach runtime %q: %w", o.Name, err)
-		}
-		if err := writeFileAtomic(tok, []byte(o.ComputerdToken+"\n"), 0o600); err != nil {
-			return Runtime{}, fmt.Errorf("attach runtime %q: token: %w", o.Name, err)
-		}
-	} else if err := os.Remove(tok); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		// A token left by an earlier runtime of this name is not this one's.
+	if err := placeToken(runtimeTokenPath(w.m.opts.DataDir, w.cfg.Name, o.Name), o.ComputerdToken); err != nil {
 		return Runtime{}, fmt.Errorf("attach runtime %q: token: %w", o.Name, err)
 	}
 	rs := w.newRuntime(rt, nil)
