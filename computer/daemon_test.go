@@ -246,37 +246,59 @@ func childDaemon(t *testing.T) {
 }
 
 // TestExecsInsideTheMountSurviveGarbageCollection runs many commands whose
-// working directory is inside the mount while the collector runs
-// continuously in this process, which serves the mount. A command started
-// with its directory in the mount would leave the vfork child waiting on the
-// mount while the collector waits on the forking thread (see execrun's shim).
+// working directory, binary or script is inside the mount while the
+// collector runs continuously in this process, which serves the mount. A
+// vfork child that touched the mount before its execve would wait on the
+// mount while the collector waits on the forking thread (see execrun's
+// exec.go): the command's directory is entered by the forking thread, and
+// binaries in the mount start through the shim.
 func TestExecsInsideTheMountSurviveGarbageCollection(t *testing.T) {
-	_, server, drv, c := startPair(t, "")
-	if err := server.MkdirPath(context.Background(), "sub/dir", 0o755, true); err != nil {
+	trueBin, err := os.ReadFile("/bin/true")
+	if err != nil {
 		t.Fatal(err)
 	}
-	stop := make(chan struct{})
-	gcDone := make(chan struct{})
-	go func() {
-		defer close(gcDone)
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-				runtime.GC()
+	for _, tc := range []struct {
+		name string
+		argv []string
+	}{
+		{"cwd", []string{"true"}},
+		{"binary", []string{"./true"}},
+		{"script", []string{"./run.sh"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, server, drv, c := startPair(t, "")
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if err := server.MkdirPath(ctx, "sub/dir", 0o755, true); err != nil {
+				t.Fatal(err)
 			}
-		}
-	}()
-	defer func() { close(stop); <-gcDone }()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	sess := session(t, ctx, c)
-	for i := range 200 {
-		// An upstream change in the working directory invalidates its
-		// cached entries and attributes, so the chdir must ask the mount.
-		pushFile(t, ctx, drv, server, fmt.Sprintf("sub/dir/f%d", i), "x")
-		execOut(t, ctx, sess, execrpc.Request{Argv: []string{"true"}, Cwd: "sub/dir"})
+			for name, data := range map[string][]byte{"true": trueBin, "run.sh": []byte("#!/bin/sh\nexit 0\n")} {
+				if _, err := server.WriteFile(ctx, "sub/dir/"+name, data, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			stop := make(chan struct{})
+			gcDone := make(chan struct{})
+			go func() {
+				defer close(gcDone)
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+						runtime.GC()
+					}
+				}
+			}()
+			defer func() { close(stop); <-gcDone }()
+			sess := session(t, ctx, c)
+			for i := range 200 {
+				// An upstream change in the working directory invalidates its
+				// cached entries and attributes, so the chdir must ask the mount.
+				pushFile(t, ctx, drv, server, fmt.Sprintf("sub/dir/f%d", i), "x")
+				execOut(t, ctx, sess, execrpc.Request{Argv: tc.argv, Cwd: "sub/dir"})
+			}
+		})
 	}
 }
 

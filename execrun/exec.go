@@ -3,11 +3,13 @@ package execrun
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -186,25 +188,54 @@ func (e *Exec) wakeLocked() {
 	}
 }
 
-// shimShell starts every command. Go forks with vfork: until the child has
-// called execve, the forking thread is stuck in a raw system call that the
-// runtime cannot stop, so a garbage collection that begins meanwhile waits
-// for it. If the child's chdir (or the execve of a binary) needs the FUSE
-// mount that this very process serves, the child waits for the mount's
-// goroutines, which the collector has stopped: the process deadlocks (seen
-// in end-to-end runs under load). So the child is started outside the mount
-// and a shell makes the move after execve, in a process of its own:
+// How a command starts. Go forks with vfork: until the child has called
+// execve, the forking thread is stuck in a raw system call that the runtime
+// cannot stop, so a garbage collection that begins meanwhile waits for it.
+// If the child's chdir (or the execve of a binary) needs the FUSE mount that
+// this very process serves, the child waits for the mount's goroutines,
+// which the collector has stopped: the process deadlocks (seen in end-to-end
+// runs under load). So the child never touches the mount before execve.
+//
+// The direct start: the forking thread, locked to run's goroutine, leaves the
+// process's shared working directory (unshare CLONE_FS) and moves into the
+// command's directory itself, an ordinary system call the collector and the
+// mount's goroutines carry on through; the child inherits that directory and
+// execs the binary at once. The thread is never given back to the runtime:
+// it ends with run's goroutine. This needs a binary (and the interpreter its
+// #! line names) off the mount, and no credential switch, since the move
+// must be refused when the command's user could not make it.
+//
+// Otherwise, or where unshare is refused (a seccomp profile), the shim
+// starts outside the mount and a shell makes the move after execve, in a
+// process of its own, at the price of a second execve:
 //
 //	/bin/sh -c 'cd -- "$1" || exit 126; shift; exec "$@"' wsync-exec DIR ARGV...
 const shimShell = "/bin/sh"
 
 const shimScript = `cd -- "$1" || exit 126; shift; exec "$@"`
 
-// launch returns the path, arguments and directory to start c with: the
-// shim, unless there is no shell to run it.
-func launch(c *command) (path string, args []string, dir string) {
+// launch sets cmd's path, arguments and directory to start c with, from
+// run's locked thread. tainted: the thread left the shared working
+// directory and must end with the goroutine instead of returning to the
+// runtime.
+func (e *Exec) launch(cmd *exec.Cmd, c *command) (tainted bool) {
+	cmd.Path, cmd.Args = c.path, c.argv
+	if c.cred == nil && !e.r.reachesMount(c.path) && !e.r.noUnshare.Load() {
+		err := enterDir(c.dir)
+		if err == nil {
+			return true
+		}
+		var de *dirError
+		if errors.As(err, &de) {
+			tainted = true // unshared: the move itself failed, the shim reports it
+		} else {
+			e.r.noUnshare.Store(true)
+			e.r.log.Warn("cannot unshare the working directory; commands start through the shim shell", "err", err)
+		}
+	}
 	if _, err := os.Stat(shimShell); err != nil {
-		return c.path, c.argv, c.dir
+		cmd.Dir = c.dir
+		return tainted
 	}
 	argv := append([]string{"sh", "-c", shimScript, "wsync-exec", c.dir}, c.argv...)
 	if !strings.ContainsRune(c.argv[0], '/') {
@@ -212,7 +243,54 @@ func launch(c *command) (path string, args []string, dir string) {
 		// keeps the lookup the runner already made (and its errors).
 		argv[5] = c.path
 	}
-	return shimShell, argv, "/"
+	cmd.Path, cmd.Args, cmd.Dir = shimShell, argv, "/"
+	return tainted
+}
+
+// reachesMount reports whether the execve of path may read the mount before
+// the vfork child is gone: the binary, or the interpreter its #! line names,
+// lies on the mount's file system (a relative interpreter is looked up from
+// the command's directory, in it). What cannot be checked counts as yes.
+func (r *Runner) reachesMount(path string) bool {
+	if !r.hasMountDev {
+		return false
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return true
+	}
+	defer f.Close()
+	if onDevice(f, r.mountDev) {
+		return true
+	}
+	var head [256]byte
+	n, _ := io.ReadFull(f, head[:])
+	line, ok := bytes.CutPrefix(head[:n], []byte("#!"))
+	if !ok {
+		return false
+	}
+	line, _, _ = bytes.Cut(line, []byte("\n"))
+	fields := strings.Fields(string(line))
+	if len(fields) == 0 || !filepath.IsAbs(fields[0]) {
+		return true
+	}
+	fi, err := os.Stat(fields[0])
+	if err != nil {
+		return true
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return !ok || st.Dev == r.mountDev
+}
+
+// onDevice reports whether the open file f lives on device dev (or cannot
+// tell).
+func onDevice(f *os.File, dev uint64) bool {
+	fi, err := f.Stat()
+	if err != nil {
+		return true
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return !ok || st.Dev == dev
 }
 
 // start forks the command and hands the rest of its life to run.
@@ -241,12 +319,8 @@ func (e *Exec) start(c *command, stdin io.Reader) (err error) {
 		closeAll(files)
 		return fmt.Errorf("start %s: %w", c.argv[0], err)
 	}
-	path, args, dir := launch(c)
 	cmd := &exec.Cmd{
-		Path:   path,
-		Args:   args,
 		Env:    c.env,
-		Dir:    dir,
 		Stdout: outW,
 		Stderr: errW,
 		SysProcAttr: &syscall.SysProcAttr{
@@ -259,7 +333,7 @@ func (e *Exec) start(c *command, stdin io.Reader) (err error) {
 		cmd.Stdin = inR
 	}
 	started := make(chan error, 1)
-	go e.run(cmd, c.timeout, started, outR, errR, inW)
+	go e.run(cmd, c, started, outR, errR, inW)
 	if err = <-started; err != nil {
 		closeAll(files)
 		return fmt.Errorf("start %s: %w", c.argv[0], err)
@@ -285,19 +359,26 @@ func closeAll(files []*os.File) {
 
 // run owns the process from fork to reaping. It forks on a locked OS thread
 // and keeps that thread until the leader exits, because Pdeathsig fires when
-// the forking thread (not the process) dies.
-func (e *Exec) run(cmd *exec.Cmd, timeout time.Duration, started chan<- error, outR, errR, inW *os.File) {
+// the forking thread (not the process) dies; a thread launch moved into the
+// command's directory is kept until the goroutine ends, which ends it too.
+func (e *Exec) run(cmd *exec.Cmd, c *command, started chan<- error, outR, errR, inW *os.File) {
 	runtime.LockOSThread()
+	tainted := e.launch(cmd, c)
+	release := func() {
+		if !tainted {
+			runtime.UnlockOSThread()
+		}
+	}
 	begin := time.Now()
 	if err := cmd.Start(); err != nil {
-		runtime.UnlockOSThread()
+		release()
 		started <- err
 		return
 	}
 	e.pid = cmd.Process.Pid
 	e.log = e.log.With("pid", e.pid)
 	e.mu.Lock()
-	e.timer = time.AfterFunc(timeout, func() { e.terminate(true) })
+	e.timer = time.AfterFunc(c.timeout, func() { e.terminate(true) })
 	e.mu.Unlock()
 	started <- nil
 
@@ -306,7 +387,7 @@ func (e *Exec) run(cmd *exec.Cmd, timeout time.Duration, started chan<- error, o
 	readers.Go(func() { e.pump(errR, Stderr) })
 
 	werr := waitExited(e.pid)
-	runtime.UnlockOSThread()
+	release()
 	duration := time.Since(begin)
 	e.mu.Lock()
 	e.leaderExited = true

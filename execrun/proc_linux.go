@@ -2,6 +2,7 @@ package execrun
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -64,4 +65,39 @@ func clearGroup(pgid int, budget time.Duration) error {
 		time.Sleep(pause)
 		pause = min(2*pause, 20*time.Millisecond)
 	}
+}
+
+// dirError is enterDir's failure to move: the thread has left the shared
+// working directory already.
+type dirError struct{ err error }
+
+func (e *dirError) Error() string { return e.err.Error() }
+func (e *dirError) Unwrap() error { return e.err }
+
+// enterDir gives the calling thread a working directory of its own and
+// moves it into dir. The caller holds the thread locked and never unlocks it
+// once this succeeded or failed with a *dirError: the process's other
+// threads keep theirs.
+func enterDir(dir string) error {
+	if err := unix.Unshare(unix.CLONE_FS); err != nil {
+		return fmt.Errorf("unshare CLONE_FS: %w", err)
+	}
+	if err := unix.Chdir(dir); err != nil {
+		return &dirError{fmt.Errorf("chdir %s: %w", dir, err)}
+	}
+	return nil
+}
+
+// mountDevice is the device of the file system mounted at root, and false
+// when root is no mount point (its parent has the same device): a plain
+// directory, which no FUSE server in this process serves.
+func mountDevice(root string) (uint64, bool) {
+	var st, parent unix.Stat_t
+	if unix.Stat(root, &st) != nil || unix.Stat(root+"/..", &parent) != nil {
+		return 0, false
+	}
+	if st.Dev == parent.Dev && st.Ino != parent.Ino {
+		return 0, false
+	}
+	return st.Dev, true
 }

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -70,6 +71,14 @@ type Runner struct {
 	root string // Options.Root, absolute with symlinks resolved
 	log  *slog.Logger
 	wg   sync.WaitGroup // one per started exec, done when it finishes
+	// mountDev is the device of the file system mounted at root, when
+	// root is a mount point (hasMountDev): binaries on it start through
+	// the shim (exec.go).
+	mountDev    uint64
+	hasMountDev bool
+	// noUnshare: unshare(CLONE_FS) was refused once; every command starts
+	// through the shim.
+	noUnshare atomic.Bool
 
 	mu            sync.Mutex
 	closed        bool
@@ -123,6 +132,7 @@ func New(opts Options) (*Runner, error) {
 		log:   opts.Logger.With("component", "execrun", "runtime", opts.RuntimeID),
 		execs: make(map[uint64]*Exec),
 	}
+	r.mountDev, r.hasMountDev = mountDevice(root)
 	if err := becomeSubreaper(); err != nil {
 		r.log.Warn("cannot become child subreaper; orphans of execs go to init", "err", err)
 	}

@@ -609,6 +609,64 @@ func TestUser(t *testing.T) {
 	}
 }
 
+// TestUserCannotEnterDirectory: a command run as another user starts in its
+// directory only if that user may enter it; the runner's own right to is
+// not enough.
+func TestUserCannotEnterDirectory(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to change credentials")
+	}
+	root := t.TempDir()
+	must(t, os.Chmod(filepath.Dir(root), 0o755))
+	must(t, os.Chmod(root, 0o755))
+	must(t, os.Mkdir(filepath.Join(root, "private"), 0o700))
+	r := newRunner(t, execrun.Options{Root: root})
+	res := run(t, r, execrun.Spec{Argv: []string{"true"}, Cwd: "private", User: &execrun.Credential{Uid: 65534, Gid: 65534}})
+	if res.exit.Code != 126 {
+		t.Errorf("exit %v, want 126 (nobody cannot enter a 0700 directory of root's); stderr %q", res.exit, res.stderr)
+	}
+}
+
+// TestArgv0AsGiven: a command sees the argv[0] it was given, as from a
+// shell, not the path it was found at.
+func TestArgv0AsGiven(t *testing.T) {
+	t.Parallel()
+	r := newRunner(t, execrun.Options{})
+	res := run(t, r, execrun.Spec{Argv: []string{"sh", "-c", `printf %s "$0"`}})
+	if got, want := res.stdout, "sh"; got != want {
+		t.Errorf("$0 = %q, want %q", got, want)
+	}
+}
+
+// TestCwdIsPerCommand: concurrent commands each start in their own
+// directory, and the daemon's working directory does not move.
+func TestCwdIsPerCommand(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	before, err := os.Getwd()
+	must(t, err)
+	r := newRunner(t, execrun.Options{Root: root})
+	const n = 8
+	var execs []*execrun.Exec
+	for i := range n {
+		dir := "d" + strconv.Itoa(i)
+		must(t, os.Mkdir(filepath.Join(root, dir), 0o755))
+		execs = append(execs, start(t, r, execrun.Spec{Argv: []string{"pwd", "-P"}, Cwd: dir}))
+	}
+	for i, e := range execs {
+		sub, err := e.Attach(0)
+		must(t, err)
+		res := collect(t, testCtx(t), sub)
+		if got, want := strings.TrimSpace(res.stdout), filepath.Join(r.Root(), "d"+strconv.Itoa(i)); got != want {
+			t.Errorf("exec %d: pwd = %q, want %q", i, got, want)
+		}
+	}
+	if after, err := os.Getwd(); err != nil || after != before {
+		t.Errorf("daemon cwd = %q (%v), want %q", after, err, before)
+	}
+}
+
 // BenchmarkTrue is the runner's share of a push/exec/pull round trip of
 // `true`: start, run, reap, exit event.
 func BenchmarkTrue(b *testing.B) {
