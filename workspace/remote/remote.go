@@ -39,6 +39,13 @@ type Remote struct {
 
 	mu      sync.Mutex
 	lastErr string
+
+	// probed is the session on which bootstrap found the container's
+	// store not empty (or filled it). A store is empty only when its
+	// computerd starts without state, which is a new session: Push asks
+	// once per session, not before every exec. Used inside the driver's
+	// FIFO only.
+	probed *rpc.Session
 }
 
 var _ workspace.Remote = (*Remote)(nil)
@@ -201,20 +208,26 @@ func (r *Remote) Push(ctx context.Context) (workspace.SyncReport, error) {
 // is not. It reports whether it did; when the container turns out not to be
 // empty, the ordinary push carries on.
 func (r *Remote) bootstrap(ctx context.Context, x *syncwire.Exchange) (converge.BootstrapReport, bool, error) {
-	if r.store.CurrentRev() == 0 {
+	if r.store.CurrentRev() == 0 || r.probed == x.Session() {
 		return converge.BootstrapReport{}, false, nil
 	}
 	ps, err := syncwire.NewPeer(x.Session()).Watermarks(ctx)
-	if err != nil || ps.CurrentRev != 0 {
+	if err != nil {
 		return converge.BootstrapReport{}, false, nil // the push reports a session error
+	}
+	if ps.CurrentRev != 0 {
+		r.probed = x.Session()
+		return converge.BootstrapReport{}, false, nil
 	}
 	rep, err := converge.Bootstrap(ctx, r.store, x.Session(), converge.BootstrapOptions{Peer: x.Peer()})
 	if errors.Is(err, converge.ErrNotEmpty) {
+		r.probed = x.Session()
 		return rep, false, nil
 	}
 	if err != nil {
 		return rep, false, fmt.Errorf("bootstrap: %w", err)
 	}
+	r.probed = x.Session()
 	r.log.Info("bootstrapped an empty container from a snapshot", "records", rep.Total, "chunks", rep.Chunks,
 		"page_bytes", rep.PageBytes, "duration", rep.Duration)
 	return rep, true, nil
