@@ -36,6 +36,12 @@
 // uid the exec runs as (HOME=/ when there is none), and PWD. Spec.Env entries
 // replace these by key; the last entry for a key wins.
 //
+// The command starts in its directory with no shell in between: the thread
+// that forks it enters the directory first (exec.go says why the child
+// itself must not). Binaries on the mount, --user execs and a daemon that
+// may not unshare its working directory go through a shim shell that does
+// the cd after its own execve; there argv[0] becomes the resolved path.
+//
 // # Output log
 //
 // Stdout and stderr are read from two pipes as the process writes them and
