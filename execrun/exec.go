@@ -260,7 +260,7 @@ func (r *Runner) reachesMount(path string) bool {
 		return true
 	}
 	defer f.Close()
-	if onDevice(f, r.mountDev) {
+	if r.onMount(f.Stat()) {
 		return true
 	}
 	var head [256]byte
@@ -274,23 +274,17 @@ func (r *Runner) reachesMount(path string) bool {
 	if len(fields) == 0 || !filepath.IsAbs(fields[0]) {
 		return true
 	}
-	fi, err := os.Stat(fields[0])
+	return r.onMount(os.Stat(fields[0]))
+}
+
+// onMount reports whether fi, from a stat that returned err, is on the
+// mount's file system, or cannot tell.
+func (r *Runner) onMount(fi os.FileInfo, err error) bool {
 	if err != nil {
 		return true
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
 	return !ok || st.Dev == r.mountDev
-}
-
-// onDevice reports whether the open file f lives on device dev (or cannot
-// tell).
-func onDevice(f *os.File, dev uint64) bool {
-	fi, err := f.Stat()
-	if err != nil {
-		return true
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	return !ok || st.Dev == dev
 }
 
 // start forks the command and hands the rest of its life to run.
