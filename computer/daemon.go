@@ -42,7 +42,10 @@ type Config struct {
 	ExecLogCap int64
 	// NoSync skips fsync in the store (tests, tmpfs).
 	NoSync bool
-	Logger *slog.Logger
+	// GroupWindow is the store's group commit window for mutations made
+	// through the mount (vfs.Options.GroupWindow: 0 default, negative off).
+	GroupWindow time.Duration
+	Logger      *slog.Logger
 }
 
 // Daemon is a running computerd.
@@ -99,7 +102,7 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 
 	var err error
 	owner := vfs.NewAttr{Uid: cfg.Owner.Uid, Gid: cfg.Owner.Gid}
-	if d.store, err = vfs.Open(ctx, cfg.State, vfs.Options{Owner: owner, NoSync: cfg.NoSync, Logger: log, GC: vfs.DefaultGC}); err != nil {
+	if d.store, err = vfs.Open(ctx, cfg.State, vfs.Options{Owner: owner, NoSync: cfg.NoSync, GroupWindow: cfg.GroupWindow, Logger: log, GC: vfs.DefaultGC}); err != nil {
 		return fail(fmt.Errorf("computerd: %w", err))
 	}
 	if err := cleanStaleMount(cfg.Mount, d.log); err != nil {

@@ -238,7 +238,16 @@ func childDaemon(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = d
-	if err := os.WriteFile(filepath.Join(mnt, "kept.txt"), []byte("kept\n"), 0o644); err != nil {
+	// fsynced: what a SIGKILL may not lose (docs/ARCHITECTURE.md
+	// "Durability"; a closed file not yet fsynced may wait in a group).
+	f, err := os.Create(filepath.Join(mnt, "kept.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("kept\n"); err != nil {
+		t.Fatal(err)
+	}
+	if err := errors.Join(f.Sync(), f.Close()); err != nil {
 		t.Fatal(err)
 	}
 	os.Stdout.WriteString("ready\n")

@@ -144,9 +144,24 @@ func (f *fileHandle) Flush(ctx context.Context) (errno syscall.Errno) {
 	return f.commit(context.WithoutCancel(ctx))
 }
 
-func (f *fileHandle) Fsync(ctx context.Context, flags uint32) (errno syscall.Errno) {
-	defer f.srv.metrics.track(opFsync, time.Now(), &errno)
-	return f.commit(context.WithoutCancel(ctx))
+// Fsync is Node.Fsync's (which the bridge prefers) for this handle.
+func (f *fileHandle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	return f.node.Fsync(ctx, f, flags)
+}
+
+// Fsync (fsync, fdatasync, and fsync of a directory) commits the file's
+// writes if a handle is given, then the store's group of local mutations
+// (vfs.Store.Sync): once it returns, everything answered before survives
+// a crash of the daemon.
+func (n *Node) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) (errno syscall.Errno) {
+	defer n.srv.metrics.track(opFsync, time.Now(), &errno)
+	ctx = context.WithoutCancel(ctx)
+	if fh, ok := f.(*fileHandle); ok {
+		if errno := fh.commit(ctx); errno != 0 {
+			return errno
+		}
+	}
+	return toErrno(n.srv.store.Sync(ctx))
 }
 
 func (f *fileHandle) commit(ctx context.Context) syscall.Errno {
@@ -176,9 +191,11 @@ func (f *fileHandle) Release(ctx context.Context) (errno syscall.Errno) {
 		f.srv.metrics.committed()
 	}
 	if dirty || f.committed.Load() {
-		// RELEASE is asynchronous to the process, unlike the FLUSH of
-		// close(2): the read of the new rev costs nobody a wait here.
-		f.node.noteOwnChange(ctx)
+		// The kernel's pages are what this file committed: a later open
+		// at that rev may keep them.
+		if rev := f.h.CommittedRev(); rev != 0 {
+			f.node.cacheRev.Store(rev)
+		}
 	}
 	return 0
 }

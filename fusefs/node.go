@@ -75,6 +75,7 @@ var (
 	_ fs.NodeRemovexattrer  = (*Node)(nil)
 	_ fs.NodeStatfser       = (*Node)(nil)
 	_ fs.NodeCopyFileRanger = (*Node)(nil)
+	_ fs.NodeFsyncer        = (*Node)(nil)
 )
 
 // Ino is the node's vfs inode number.
@@ -115,14 +116,6 @@ func (n *Node) child(ctx context.Context, a vfs.Attr, out *fuse.EntryOut) *fs.In
 		Ino:  uint64(a.Ino),
 		Gen:  nodeGen,
 	})
-}
-
-// noteOwnChange records that the node's content changed through this
-// mount, so the kernel's cache (which saw the change go by) stays valid.
-func (n *Node) noteOwnChange(ctx context.Context) {
-	if a, err := n.srv.store.GetAttr(ctx, n.ino); err == nil {
-		n.cacheRev.Store(a.Rev)
-	}
 }
 
 func (n *Node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (_ *fs.Inode, errno syscall.Errno) {
@@ -230,7 +223,7 @@ func (n *Node) Open(ctx context.Context, flags uint32) (_ fs.FileHandle, fuseFla
 		// nodes on this nodev mount; OPEN never reaches us for them.
 		return nil, 0, syscall.EACCES
 	}
-	fh, a, errno := n.open(context.WithoutCancel(ctx), flags, nil)
+	fh, a, errno := n.open(context.WithoutCancel(ctx), flags)
 	if errno != 0 {
 		return nil, 0, errno
 	}
@@ -241,11 +234,10 @@ func (n *Node) Open(ctx context.Context, flags uint32) (_ fs.FileHandle, fuseFla
 }
 
 // open makes a FUSE handle on the node and returns the node's attributes
-// as of after the open; created, when not nil, holds them already (a node
-// this request created). (The kernel truncates with a SETATTR before OPEN;
+// as of after the open. (The kernel truncates with a SETATTR before OPEN;
 // O_TRUNC arrives here only with a CREATE of a name that appeared since the
 // kernel's lookup.)
-func (n *Node) open(ctx context.Context, flags uint32, created *vfs.Attr) (*fileHandle, vfs.Attr, syscall.Errno) {
+func (n *Node) open(ctx context.Context, flags uint32) (*fileHandle, vfs.Attr, syscall.Errno) {
 	h, err := n.srv.store.OpenHandle(ctx, n.ino)
 	if err != nil {
 		return nil, vfs.Attr{}, toErrno(err)
@@ -254,9 +246,7 @@ func (n *Node) open(ctx context.Context, flags uint32, created *vfs.Attr) (*file
 		err = h.Truncate(ctx, 0)
 	}
 	var a vfs.Attr
-	if created != nil && err == nil {
-		a = *created
-	} else if err == nil {
+	if err == nil {
 		// Read the node after the handle exists: an unlink that raced with
 		// the open may have removed the node before the store registered
 		// the handle, and a handle on a removed node must not be returned.
@@ -265,9 +255,14 @@ func (n *Node) open(ctx context.Context, flags uint32, created *vfs.Attr) (*file
 	if err != nil {
 		return nil, vfs.Attr{}, toErrno(errors.Join(err, h.Release(ctx)))
 	}
+	return n.handle(h, a, flags), a, 0
+}
+
+// handle wraps an open store handle for the kernel.
+func (n *Node) handle(h *vfs.Handle, a vfs.Attr, flags uint32) *fileHandle {
 	fh := &fileHandle{srv: n.srv, node: n, h: h, attr: a, append: flags&syscall.O_APPEND != 0}
 	n.srv.track(fh)
-	return fh, a, 0
+	return fh
 }
 
 func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (_ *fs.Inode, _ fs.FileHandle, _ uint32, errno syscall.Errno) {
@@ -278,10 +273,10 @@ func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if err != nil {
 		return nil, nil, 0, toErrno(err)
 	}
-	a, err := s.store.Create(ctx, n.ino, name, newNodeAttr(parent, callerOf(ctx), mode, false))
-	created := &a
+	// The node and its handle in one mutation: a new empty file needs no
+	// truncate and no read of what was just written.
+	a, h, err := s.store.CreateOpen(ctx, n.ino, name, newNodeAttr(parent, callerOf(ctx), mode, false))
 	if errors.Is(err, vfs.ErrExist) && flags&syscall.O_EXCL == 0 {
-		created = nil
 		// Created by someone else since the kernel's lookup: open it.
 		a, err = s.store.Lookup(ctx, n.ino, name)
 		if err == nil && a.Kind == vfs.KindDir {
@@ -293,9 +288,14 @@ func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	}
 	child := n.child(ctx, a, out)
 	cn := child.Operations().(*Node)
-	fh, a, errno := cn.open(ctx, flags, created)
-	if errno != 0 {
-		return nil, nil, 0, errno
+	var fh *fileHandle
+	if h != nil {
+		fh = cn.handle(h, a, flags)
+	} else {
+		var errno syscall.Errno
+		if fh, a, errno = cn.open(ctx, flags); errno != 0 {
+			return nil, nil, 0, errno
+		}
 	}
 	cn.cacheRev.Store(a.Rev)
 	return child, fh, 0, 0

@@ -51,7 +51,7 @@ func (r BounceRun) Skip(c watermark.Cursor) watermark.Cursor {
 
 // Bounce returns the bounce run kept for peer (zero if none).
 func (s *Store) Bounce(ctx context.Context, peer string) (BounceRun, error) {
-	return bounceRun(ctx, s.rq, peer)
+	return bounceRun(ctx, s.committed(), peer)
 }
 
 // bounceRun reads peer's bounce run through q (zero if none).

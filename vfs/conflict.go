@@ -309,7 +309,7 @@ func (s *Store) OpenConflictAt(ctx context.Context, path string) (Conflict, erro
 // conflicts reads the records a WHERE clause (with its ORDER BY and LIMIT)
 // selects.
 func (s *Store) conflicts(ctx context.Context, where string, args ...any) ([]Conflict, error) {
-	rows, err := s.rq.QueryContext(ctx, `SELECT id, path, peer, side, at, policy, kind, server, container, copy, copy_side,
+	rows, err := s.committed().QueryContext(ctx, `SELECT id, path, peer, side, at, policy, kind, server, container, copy, copy_side,
 		resolved, resolution FROM conflicts WHERE `+where, args...)
 	if err != nil {
 		return nil, err
@@ -320,7 +320,7 @@ func (s *Store) conflicts(ctx context.Context, where string, args ...any) ([]Con
 // OpenConflicts counts the conflicts not yet resolved.
 func (s *Store) OpenConflicts(ctx context.Context) (int, error) {
 	var n int
-	if err := s.rq.QueryRowContext(ctx, `SELECT count(*) FROM conflicts WHERE resolved = 0`).Scan(&n); err != nil {
+	if err := s.committed().QueryRowContext(ctx, `SELECT count(*) FROM conflicts WHERE resolved = 0`).Scan(&n); err != nil {
 		return 0, fmt.Errorf("conflicts: %w", err)
 	}
 	return n, nil

@@ -52,6 +52,7 @@ type page struct {
 
 func (s *Store) feedPage(ctx context.Context, after watermark.Cursor, through int64, ig Ignore) (page, bool, error) {
 	var pg page
+	s.settle()
 	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return pg, false, fmt.Errorf("changes: %w", err)

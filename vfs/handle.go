@@ -107,7 +107,8 @@ type openFile struct {
 	// dirty bound retries a store in the foreground and fails if it
 	// fails, so memory stays bounded while the disk is full.
 	failing  error
-	stale    bool // the committed content changed under a clean file (an apply)
+	stale    bool  // the committed content changed under a clean file (an apply)
+	rev      int64 // the rev of this state's last commit
 	released bool
 }
 
@@ -155,19 +156,16 @@ func (s *Store) OpenHandle(ctx context.Context, ino Ino) (*Handle, error) {
 	// Register the open before reading the node: an unlink committing in
 	// between then sees the file open and keeps the node (markOrphan), and
 	// one that committed before makes the read fail.
-	s.openMu.Lock()
-	f := s.open[ino]
-	if f == nil {
-		f = newOpenFile(s, ino)
-		s.open[ino] = f
-	}
-	f.refs++
-	s.openMu.Unlock()
+	f := s.register(ino)
 	h := &Handle{f: f}
 	// The read waits for a write transaction in progress, so an unlink
 	// that missed the registration above has committed before it.
+	var n node
 	s.wmu.Lock()
-	n, err := getNode(ctx, s.rq, ino)
+	err := s.viewLocked(ctx, func(ctx context.Context, q chunkstore.Querier) (err error) {
+		n, err = getNode(ctx, q, ino)
+		return err
+	})
 	s.wmu.Unlock()
 	switch {
 	case err == nil && n.kind == KindDir:
@@ -187,6 +185,19 @@ func (s *Store) OpenHandle(ctx context.Context, ino Ino) (*Handle, error) {
 		s.openMu.Unlock()
 	}
 	return h, nil
+}
+
+// register counts one more open of ino's shared state, making it if needed.
+func (s *Store) register(ino Ino) *openFile {
+	s.openMu.Lock()
+	defer s.openMu.Unlock()
+	f := s.open[ino]
+	if f == nil {
+		f = newOpenFile(s, ino)
+		s.open[ino] = f
+	}
+	f.refs++
+	return f
 }
 
 // unregister drops one open of f without committing anything.
@@ -282,7 +293,7 @@ func (f *openFile) load(ctx context.Context) error {
 	if f.loaded && !(f.stale && !f.dirty) {
 		return nil
 	}
-	n, err := getNode(ctx, f.s.rq, f.ino)
+	n, err := f.s.viewNode(ctx, f.ino)
 	if err != nil {
 		return err
 	}
@@ -394,7 +405,11 @@ func (f *openFile) readChunk(ctx context.Context, i int64, p []byte, off int64, 
 		clear(p)
 		return nil
 	}
-	k, err := f.s.chunks.ReadAt(ctx, f.s.rq, ref, p, off)
+	var k int
+	err := f.s.view(ctx, func(ctx context.Context, q chunkstore.Querier) (err error) {
+		k, err = f.s.chunks.ReadAt(ctx, q, ref, p, off)
+		return err
+	})
 	if err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("read chunk %d of inode %d: %w", i, f.ino, err)
 	}
@@ -847,6 +862,14 @@ func (h *Handle) Size() int64 {
 	return f.size
 }
 
+// CommittedRev is the rev the file's last commit through any of its
+// handles stamped, 0 if none did since it was opened.
+func (h *Handle) CommittedRev() int64 {
+	h.f.mu.Lock()
+	defer h.f.mu.Unlock()
+	return h.f.rev
+}
+
 // Dirty reports whether the handle's file has uncommitted writes.
 func (h *Handle) Dirty() bool {
 	h.f.mu.Lock()
@@ -907,7 +930,10 @@ func (f *openFile) commit(ctx context.Context) error {
 		return fmt.Errorf("flush inode %d: built a manifest of %d bytes for %d: %v", f.ino, m.Size(), f.size, err)
 	}
 	mtime := f.mtime
-	err := f.s.update(ctx, func(t *wtx) error {
+	stage := f.stage
+	var rev int64
+	err := f.s.mutate(ctx, func(t *wtx) error {
+		t.hold(stage)
 		n, err := getNode(ctx, t.tx, f.ino)
 		if err != nil {
 			return err
@@ -925,15 +951,19 @@ func (f *openFile) commit(ctx context.Context) error {
 				chunkstore.AppendManifest(nil, m), m.Size(), mtime, f.ino)
 			return err
 		}
-		return t.setContent(n, m, mtime)
+		if err := t.setContent(n, m, mtime); err != nil {
+			return err
+		}
+		rev = t.cur
+		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("flush inode %d: %w", f.ino, err)
 	}
+	f.rev = rev
 	f.setBase(m, f.size)
 	clear(f.stored)
-	f.stage.Release()
-	f.stage = nil
+	f.stage = nil // the transaction holds it until it commits
 	f.dirty = false
 	return nil
 }
@@ -1015,7 +1045,7 @@ func (h *Handle) Release(ctx context.Context) error {
 	if !orphan {
 		return err
 	}
-	derr := s.update(context.WithoutCancel(ctx), func(t *wtx) error {
+	derr := s.mutate(ctx, func(t *wtx) error {
 		n, err := getNode(ctx, t.tx, f.ino)
 		if errors.Is(err, ErrNotExist) {
 			return nil
@@ -1074,7 +1104,7 @@ func (s *Store) ReadAt(ctx context.Context, ino Ino, p []byte, off int64) (int, 
 		})
 		return n, err
 	}
-	n, err := getNode(ctx, s.rq, ino)
+	n, err := s.viewNode(ctx, ino)
 	if err != nil {
 		return 0, err
 	}

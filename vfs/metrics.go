@@ -69,3 +69,19 @@ var metricConflicts = promauto.NewCounterVec(prometheus.CounterOpts{
 	Name: "wsync_vfs_conflicts_total",
 	Help: "Conflicts detected by sync applies (both sides changed a path differently), by policy and kind.",
 }, []string{"policy", "kind"})
+
+// Group commit of local mutations (group.go).
+var (
+	metricGroupMutations = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "wsync_vfs_group_mutations_total",
+		Help: "Local mutations made in a group commit (answered before their group committed).",
+	})
+	metricGroupCommits = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "wsync_vfs_group_commits_total",
+		Help: "Group commits of local mutations.",
+	})
+	metricGroupFailures = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "wsync_vfs_group_failures_total",
+		Help: "Group commits that failed, losing mutations already answered (logged; returned by the next fsync).",
+	})
+)

@@ -17,7 +17,7 @@ import (
 func (s *Store) Watermarks(ctx context.Context, peer string) (watermark.Set, error) {
 	var set watermark.Set
 	var push, fetch, applied []byte
-	err := s.rq.QueryRowContext(ctx, `SELECT push, fetch, applied_push FROM watermarks WHERE peer = ?`, peer).Scan(&push, &fetch, &applied)
+	err := s.committed().QueryRowContext(ctx, `SELECT push, fetch, applied_push FROM watermarks WHERE peer = ?`, peer).Scan(&push, &fetch, &applied)
 	if errors.Is(err, sql.ErrNoRows) {
 		return set, nil
 	}
@@ -80,12 +80,12 @@ func (t *wtx) setWatermarks(peer string, set watermark.Set) error {
 
 // Has returns the subset of hashes whose bytes are present, in input order.
 func (s *Store) Has(ctx context.Context, hashes []chunkstore.Hash) ([]chunkstore.Hash, error) {
-	return s.chunks.Has(ctx, s.rq, hashes)
+	return s.chunks.Has(ctx, s.committed(), hashes)
 }
 
 // ReadChunk returns one chunk's bytes.
 func (s *Store) ReadChunk(ctx context.Context, h chunkstore.Hash) ([]byte, error) {
-	return s.chunks.Get(ctx, s.rq, h)
+	return s.chunks.Get(ctx, s.committed(), h)
 }
 
 // GC collects chunks that no manifest references and chunk files that no
@@ -122,12 +122,18 @@ func (s *Store) GetXattr(ctx context.Context, ino Ino, name string) ([]byte, err
 		return nil, ErrNoData
 	}
 	var v []byte
-	err := s.rq.QueryRowContext(ctx, `SELECT value FROM xattrs WHERE ino = ? AND name = ?`, ino, name).Scan(&v)
-	if errors.Is(err, sql.ErrNoRows) {
-		if _, err := getNode(ctx, s.rq, ino); err != nil {
-			return nil, err
+	err := s.view(ctx, func(ctx context.Context, q chunkstore.Querier) error {
+		err := q.QueryRowContext(ctx, `SELECT value FROM xattrs WHERE ino = ? AND name = ?`, ino, name).Scan(&v)
+		if errors.Is(err, sql.ErrNoRows) {
+			if _, err := getNode(ctx, q, ino); err != nil {
+				return err
+			}
+			return ErrNoData
 		}
-		return nil, ErrNoData
+		return err
+	})
+	if errors.Is(err, ErrNoData) || errors.Is(err, ErrNotExist) {
+		return nil, err
 	}
 	if v == nil {
 		v = []byte{}
@@ -149,7 +155,7 @@ func (s *Store) SetXattr(ctx context.Context, ino Ino, name string, value []byte
 	if len(value) > xattrMax {
 		return ErrRange
 	}
-	return s.update(ctx, func(t *wtx) error {
+	return s.mutate(ctx, func(t *wtx) error {
 		if _, err := getNode(ctx, t.tx, ino); err != nil {
 			return err
 		}
@@ -176,20 +182,23 @@ func (s *Store) SetXattr(ctx context.Context, ino Ino, name string, value []byte
 
 // ListXattr lists a node's extended attribute names.
 func (s *Store) ListXattr(ctx context.Context, ino Ino) ([]string, error) {
-	rows, err := s.rq.QueryContext(ctx, `SELECT name FROM xattrs WHERE ino = ? ORDER BY name`, ino)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
 	var out []string
-	for rows.Next() {
-		var n string
-		if err := rows.Scan(&n); err != nil {
-			return nil, err
+	err := s.view(ctx, func(ctx context.Context, q chunkstore.Querier) error {
+		rows, err := q.QueryContext(ctx, `SELECT name FROM xattrs WHERE ino = ? ORDER BY name`, ino)
+		if err != nil {
+			return err
 		}
-		out = append(out, n)
-	}
-	return out, rows.Err()
+		defer rows.Close()
+		for rows.Next() {
+			var n string
+			if err := rows.Scan(&n); err != nil {
+				return err
+			}
+			out = append(out, n)
+		}
+		return rows.Err()
+	})
+	return out, err
 }
 
 // RemoveXattr removes one extended attribute.
@@ -197,7 +206,7 @@ func (s *Store) RemoveXattr(ctx context.Context, ino Ino, name string) error {
 	if !strings.HasPrefix(name, "user.") {
 		return ErrNoData
 	}
-	return s.update(ctx, func(t *wtx) error {
+	return s.mutate(ctx, func(t *wtx) error {
 		res, err := t.exec(`DELETE FROM xattrs WHERE ino = ? AND name = ?`, ino, name)
 		if err != nil {
 			return err
@@ -214,7 +223,7 @@ func (s *Store) RemoveXattr(ctx context.Context, ino Ino, name string) error {
 func (s *Store) StatFS(ctx context.Context) (StatFS, error) {
 	st := StatFS{BlockSize: 4096, NameLen: MaxNameLen}
 	var nodes, used int64
-	if err := s.rq.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(size), 0) FROM nodes`).Scan(&nodes, &used); err != nil {
+	if err := s.committed().QueryRowContext(ctx, `SELECT count(*), coalesce(sum(size), 0) FROM nodes`).Scan(&nodes, &used); err != nil {
 		return st, fmt.Errorf("statfs: %w", err)
 	}
 	var fs syscall.Statfs_t
@@ -248,7 +257,7 @@ func (s *Store) StatFS(ctx context.Context) (StatFS, error) {
 
 // AllWatermarks returns the watermarks of every peer.
 func (s *Store) AllWatermarks(ctx context.Context) (map[string]watermark.Set, error) {
-	rows, err := s.rq.QueryContext(ctx, `SELECT peer FROM watermarks ORDER BY peer`)
+	rows, err := s.committed().QueryContext(ctx, `SELECT peer FROM watermarks ORDER BY peer`)
 	if err != nil {
 		return nil, fmt.Errorf("watermarks: %w", err)
 	}
@@ -283,10 +292,10 @@ type Counts struct {
 // Counts reports node, change-row and chunk figures.
 func (s *Store) Counts(ctx context.Context) (Counts, error) {
 	var c Counts
-	if err := s.rq.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM nodes), (SELECT count(*) FROM changes)`).Scan(&c.Nodes, &c.Tombstones); err != nil {
+	if err := s.committed().QueryRowContext(ctx, `SELECT (SELECT count(*) FROM nodes), (SELECT count(*) FROM changes)`).Scan(&c.Nodes, &c.Tombstones); err != nil {
 		return c, fmt.Errorf("counts: %w", err)
 	}
-	cs, err := s.chunks.Stats(ctx, s.rq)
+	cs, err := s.chunks.Stats(ctx, s.committed())
 	c.Chunks = cs
 	return c, err
 }

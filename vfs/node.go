@@ -283,6 +283,7 @@ func (t *wtx) dirPathAt(ino Ino, depth int) (string, error) {
 func (t *wtx) forgetDirPaths() {
 	clear(t.s.dirCache)
 	t.dirAdds = nil
+	t.forgot = true
 }
 
 // nodePaths returns every path of a node: one per hardlink name.

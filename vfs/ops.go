@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/wsync/wsync/chunkstore"
 )
 
 // SetAttr changes a node's attributes; nil fields are left alone.
@@ -34,7 +36,11 @@ func (s *Store) Lookup(ctx context.Context, parent Ino, name string) (Attr, erro
 	}
 	// One query: a miss is ErrNotExist whether or not parent is a
 	// directory (the kernel only looks names up in directories).
-	n, err := lookupChild(ctx, s.rq, parent, name)
+	var n node
+	err := s.view(ctx, func(ctx context.Context, q chunkstore.Querier) (err error) {
+		n, err = lookupChild(ctx, q, parent, name)
+		return err
+	})
 	if err != nil {
 		return Attr{}, err
 	}
@@ -44,7 +50,7 @@ func (s *Store) Lookup(ctx context.Context, parent Ino, name string) (Attr, erro
 // GetAttr returns a node's attributes, including writes buffered in open
 // handles.
 func (s *Store) GetAttr(ctx context.Context, ino Ino) (Attr, error) {
-	n, err := getNode(ctx, s.rq, ino)
+	n, err := s.viewNode(ctx, ino)
 	if err != nil {
 		return Attr{}, err
 	}
@@ -57,42 +63,49 @@ func (s *Store) ReadDir(ctx context.Context, dir Ino, after string, limit int) (
 	if limit <= 0 {
 		limit = 1024
 	}
-	rows, err := s.rq.QueryContext(ctx, `SELECT d.name, d.child, n.kind, n.mode FROM dirents d JOIN nodes n ON n.ino = d.child
-		WHERE d.parent = ? AND d.name > ? ORDER BY d.name LIMIT ?`, dir, after, limit)
-	if err != nil {
-		return nil, fmt.Errorf("readdir %d: %w", dir, err)
-	}
-	defer rows.Close()
 	var out []DirEntry
-	for rows.Next() {
-		var e DirEntry
-		if err := rows.Scan(&e.Name, &e.Ino, &e.Kind, &e.Mode); err != nil {
-			return nil, err
-		}
-		out = append(out, e)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	if len(out) == 0 {
-		n, err := getNode(ctx, s.rq, dir)
+	err := s.view(ctx, func(ctx context.Context, q chunkstore.Querier) error {
+		rows, err := q.QueryContext(ctx, `SELECT d.name, d.child, n.kind, n.mode FROM dirents d JOIN nodes n ON n.ino = d.child
+			WHERE d.parent = ? AND d.name > ? ORDER BY d.name LIMIT ?`, dir, after, limit)
 		if err != nil {
-			return nil, err
+			return fmt.Errorf("readdir %d: %w", dir, err)
 		}
-		if n.kind != KindDir {
-			return nil, ErrNotDir
+		defer rows.Close()
+		for rows.Next() {
+			var e DirEntry
+			if err := rows.Scan(&e.Name, &e.Ino, &e.Kind, &e.Mode); err != nil {
+				return err
+			}
+			out = append(out, e)
 		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(out) == 0 {
+			n, err := getNode(ctx, q, dir)
+			if err != nil {
+				return err
+			}
+			if n.kind != KindDir {
+				return ErrNotDir
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
 
-// create makes a new node named name in parent.
-func (s *Store) create(ctx context.Context, parent Ino, name string, nn newNode) (Attr, error) {
+// create makes a new node named name in parent; made, when not nil, runs
+// inside the mutation once the node exists.
+func (s *Store) create(ctx context.Context, parent Ino, name string, nn newNode, made func(node)) (Attr, error) {
 	if err := ValidateName(name); err != nil {
 		return Attr{}, err
 	}
 	var n node
-	err := s.update(ctx, func(t *wtx) error {
+	err := s.mutate(ctx, func(t *wtx) error {
 		if err := t.freeName(parent, name); err != nil {
 			return err
 		}
@@ -101,19 +114,45 @@ func (s *Store) create(ctx context.Context, parent Ino, name string, nn newNode)
 			return err
 		}
 		n, err = t.insertNode(parent, joinPath(dp, name), name, nn)
+		if err == nil && made != nil {
+			made(n)
+		}
 		return err
 	})
 	return n.attr(), err
 }
 
+// CreateOpen makes an empty file, as Create, and opens a handle on it in
+// the same mutation, so no unlink can come between the two and the handle
+// needs no read of the node (open(2) with O_CREAT).
+func (s *Store) CreateOpen(ctx context.Context, parent Ino, name string, a NewAttr) (Attr, *Handle, error) {
+	var f *openFile
+	attr, err := s.create(ctx, parent, name, newNode{kind: KindFile, attr: a}, func(n node) {
+		f = s.register(n.ino)
+		f.mu.Lock()
+		if !f.loaded {
+			f.setBase(nil, 0)
+			f.mtime, f.loaded = n.mtime, true
+		}
+		f.mu.Unlock()
+	})
+	if err != nil {
+		if f != nil {
+			s.unregister(f)
+		}
+		return Attr{}, nil, err
+	}
+	return attr, &Handle{f: f}, nil
+}
+
 // Create makes an empty file; an existing name is ErrExist (O_EXCL).
 func (s *Store) Create(ctx context.Context, parent Ino, name string, a NewAttr) (Attr, error) {
-	return s.create(ctx, parent, name, newNode{kind: KindFile, attr: a})
+	return s.create(ctx, parent, name, newNode{kind: KindFile, attr: a}, nil)
 }
 
 // Mkdir makes a directory.
 func (s *Store) Mkdir(ctx context.Context, parent Ino, name string, a NewAttr) (Attr, error) {
-	return s.create(ctx, parent, name, newNode{kind: KindDir, attr: a})
+	return s.create(ctx, parent, name, newNode{kind: KindDir, attr: a}, nil)
 }
 
 // Symlink makes a symbolic link to target. The target is data: the store
@@ -122,7 +161,7 @@ func (s *Store) Symlink(ctx context.Context, parent Ino, name, target string, a 
 	if target == "" || len(target) > MaxTargetLen || strings.IndexByte(target, 0) >= 0 {
 		return Attr{}, fmt.Errorf("symlink target: %w", ErrInvalid)
 	}
-	return s.create(ctx, parent, name, newNode{kind: KindSymlink, attr: a, target: target})
+	return s.create(ctx, parent, name, newNode{kind: KindSymlink, attr: a, target: target}, nil)
 }
 
 // Mknod makes a special file: a FIFO, a socket or a device node (rdev is
@@ -136,12 +175,12 @@ func (s *Store) Mknod(ctx context.Context, parent Ino, name string, kind Kind, r
 	if kind != KindCharDev && kind != KindBlockDev {
 		rdev = 0
 	}
-	return s.create(ctx, parent, name, newNode{kind: kind, attr: a, rdev: rdev})
+	return s.create(ctx, parent, name, newNode{kind: kind, attr: a, rdev: rdev}, nil)
 }
 
 // Readlink returns a symlink's target.
 func (s *Store) Readlink(ctx context.Context, ino Ino) (string, error) {
-	n, err := getNode(ctx, s.rq, ino)
+	n, err := s.viewNode(ctx, ino)
 	if err != nil {
 		return "", err
 	}
@@ -157,7 +196,7 @@ func (s *Store) Link(ctx context.Context, ino, newParent Ino, newName string) (A
 		return Attr{}, err
 	}
 	var n node
-	err := s.update(ctx, func(t *wtx) error {
+	err := s.mutate(ctx, func(t *wtx) error {
 		var err error
 		n, err = getNode(ctx, t.tx, ino)
 		if err != nil {
@@ -212,7 +251,7 @@ func (s *Store) remove(ctx context.Context, parent Ino, name string, dir bool) e
 	if err := ValidateName(name); err != nil {
 		return err
 	}
-	return s.update(ctx, func(t *wtx) error {
+	return s.mutate(ctx, func(t *wtx) error {
 		n, err := lookupNode(ctx, t.tx, parent, name)
 		if err != nil {
 			return err
@@ -277,7 +316,7 @@ func (s *Store) Rename(ctx context.Context, parent Ino, name string, newParent I
 	if err := ValidateName(newName); err != nil {
 		return err
 	}
-	return s.update(ctx, func(t *wtx) error {
+	return s.mutate(ctx, func(t *wtx) error {
 		return t.rename(parent, name, newParent, newName, flags)
 	})
 }
@@ -409,7 +448,7 @@ func (s *Store) SetAttr(ctx context.Context, ino Ino, sa SetAttr) (Attr, error) 
 		sa.Size = nil
 	}
 	var n node
-	err := s.update(ctx, func(t *wtx) error {
+	err := s.mutate(ctx, func(t *wtx) error {
 		var err error
 		if n, err = getNode(ctx, t.tx, ino); err != nil {
 			return err

@@ -35,7 +35,7 @@ func (s *Store) ResolvePath(ctx context.Context, path string) (Ino, error) {
 	if err := checkPath(path, true); err != nil {
 		return 0, pathErr("resolve", path, err)
 	}
-	n, err := resolve(ctx, s.rq, path)
+	n, err := resolve(ctx, s.committed(), path)
 	if err != nil {
 		return 0, pathErr("resolve", path, err)
 	}
@@ -47,7 +47,7 @@ func (s *Store) Stat(ctx context.Context, path string) (Attr, error) {
 	if err := checkPath(path, true); err != nil {
 		return Attr{}, pathErr("stat", path, err)
 	}
-	n, err := resolve(ctx, s.rq, path)
+	n, err := resolve(ctx, s.committed(), path)
 	if err == nil && n.kind.Special() {
 		err = ErrNotExist
 	}
@@ -87,7 +87,7 @@ func (s *Store) Manifest(ctx context.Context, path string) (chunkstore.Manifest,
 	if err := checkPath(path, false); err != nil {
 		return nil, pathErr("manifest", path, err)
 	}
-	n, err := resolve(ctx, s.rq, path)
+	n, err := resolve(ctx, s.committed(), path)
 	if err != nil {
 		return nil, pathErr("manifest", path, err)
 	}
@@ -102,7 +102,7 @@ func (s *Store) OpenReader(ctx context.Context, path string) (io.ReaderAt, int64
 	if err := checkPath(path, false); err != nil {
 		return nil, 0, pathErr("open", path, err)
 	}
-	n, err := resolve(ctx, s.rq, path)
+	n, err := resolve(ctx, s.committed(), path)
 	if err != nil {
 		return nil, 0, pathErr("open", path, err)
 	}
@@ -144,7 +144,7 @@ func (s *Store) ReadLinkPath(ctx context.Context, path string) (string, error) {
 	if err := checkPath(path, false); err != nil {
 		return "", pathErr("readlink", path, err)
 	}
-	n, err := resolve(ctx, s.rq, path)
+	n, err := resolve(ctx, s.committed(), path)
 	if err != nil {
 		return "", pathErr("readlink", path, err)
 	}

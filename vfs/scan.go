@@ -32,6 +32,7 @@ type TreeRow struct {
 // rev. fn must not call back into the store (an in-memory store has one
 // connection, and the scan holds it).
 func (s *Store) ScanTree(ctx context.Context, fn func(*TreeRow) error) (int64, error) {
+	s.settle()
 	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return 0, fmt.Errorf("scan tree: %w", err)
@@ -69,7 +70,7 @@ func (s *Store) ScanTree(ctx context.Context, fn func(*TreeRow) error) (int64, e
 // files aside (a snapshot installs over them).
 func (s *Store) Empty(ctx context.Context) (bool, error) {
 	var one int
-	err := s.rq.QueryRowContext(ctx, `SELECT 1 FROM dirents d JOIN nodes n ON n.ino = d.child
+	err := s.committed().QueryRowContext(ctx, `SELECT 1 FROM dirents d JOIN nodes n ON n.ino = d.child
 		WHERE n.kind IN `+syncedKinds+` LIMIT 1`).Scan(&one)
 	if errors.Is(err, sql.ErrNoRows) {
 		return true, nil
@@ -86,7 +87,7 @@ func (s *Store) Empty(ctx context.Context) (bool, error) {
 func (s *Store) ChangeRevs(ctx context.Context, paths []string) ([]int64, error) {
 	out := make([]int64, len(paths))
 	for i, p := range paths {
-		err := s.rq.QueryRowContext(ctx, `SELECT rev FROM changes WHERE path = ?`, p).Scan(&out[i])
+		err := s.committed().QueryRowContext(ctx, `SELECT rev FROM changes WHERE path = ?`, p).Scan(&out[i])
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return nil, fmt.Errorf("change rev %q: %w", p, err)
 		}
@@ -105,6 +106,7 @@ func (s *Store) EntriesAt(ctx context.Context, paths []string) ([]ChangeEntry, e
 			return nil, pathErr("entries", p, err)
 		}
 	}
+	s.settle()
 	tx, err := s.r.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return nil, fmt.Errorf("entries: %w", err)

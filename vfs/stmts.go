@@ -113,6 +113,16 @@ type txQuerier struct {
 	c      *stmtCache
 	stmts  map[string]*sql.Stmt
 	misses []string
+	// detached: statements ignore their context's cancellation (a
+	// group's transaction, which an interrupt would roll back whole).
+	detached bool
+}
+
+func (t *txQuerier) ctx(ctx context.Context) context.Context {
+	if t.detached {
+		return context.WithoutCancel(ctx)
+	}
+	return ctx
 }
 
 func newTxQuerier(tx *sql.Tx, c *stmtCache) *txQuerier {
@@ -147,6 +157,7 @@ func (t *txQuerier) done(ctx context.Context) {
 }
 
 func (t *txQuerier) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
+	ctx = t.ctx(ctx)
 	st, err := t.stmt(ctx, q)
 	if err != nil {
 		return nil, err
@@ -155,6 +166,7 @@ func (t *txQuerier) ExecContext(ctx context.Context, q string, args ...any) (sql
 }
 
 func (t *txQuerier) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+	ctx = t.ctx(ctx)
 	st, err := t.stmt(ctx, q)
 	if err != nil {
 		return nil, err
@@ -163,6 +175,7 @@ func (t *txQuerier) QueryContext(ctx context.Context, q string, args ...any) (*s
 }
 
 func (t *txQuerier) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
+	ctx = t.ctx(ctx)
 	st, err := t.stmt(ctx, q)
 	if err != nil {
 		return t.tx.QueryRowContext(ctx, q, args...)

@@ -32,8 +32,13 @@ type Options struct {
 	NoSync bool
 	// GC configures live chunk collection (gc.go); the zero value runs
 	// none in the background.
-	GC     GCOptions
-	Logger *slog.Logger
+	GC GCOptions
+	// GroupWindow is how long local mutations may wait, answered but
+	// uncommitted, to share one commit (group.go): 0 means
+	// DefaultGroupWindow, negative commits every mutation before it
+	// returns. An in-memory store never groups.
+	GroupWindow time.Duration
+	Logger      *slog.Logger
 }
 
 // Store is one workspace's VFS: a SQLite database of nodes, directory
@@ -54,6 +59,9 @@ type Store struct {
 	wmu      sync.Mutex     // serialises write transactions
 	dirCache map[Ino]string // directory paths; guarded by wmu
 	rev      atomic.Int64   // last committed rev
+	grp      *group         // the open group of local mutations; guarded by wmu
+	grpOpen  atomic.Bool    // grp != nil, for reads that take no lock
+	grpErr   error          // a group failure not yet returned by Sync; guarded by wmu
 
 	openMu sync.Mutex
 	open   map[Ino]*openFile
@@ -237,7 +245,7 @@ func (s *Store) Close() error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	var errs []error
-	errs = append(errs, ferr)
+	errs = append(errs, ferr, s.commitGroup())
 	if s.r != s.w {
 		errs = append(errs, s.r.Close())
 	}
@@ -255,8 +263,12 @@ func (s *Store) Close() error {
 // ID is the store's identity, fixed when it was created.
 func (s *Store) ID() string { return s.id }
 
-// CurrentRev is the rev of the last committed mutation.
-func (s *Store) CurrentRev() int64 { return s.rev.Load() }
+// CurrentRev is the rev of the last mutation. It commits the open group
+// first, so a feed read through it sees every mutation answered before.
+func (s *Store) CurrentRev() int64 {
+	s.settle()
+	return s.rev.Load()
+}
 
 // Chunks is the store's chunk store (staging received chunks, probing).
 func (s *Store) Chunks() *chunkstore.Store { return s.chunks }
@@ -318,12 +330,14 @@ type wtx struct {
 	cur     int64 // rev of the current mutation, 0 before its first stamp
 	inval   []Invalidation
 	now     int64
-	after   []func()         // run after commit
 	dirty   map[Ino]struct{} // directories whose times change at commit
 	dirs    map[string]Ino   // directory paths resolved by this transaction
 	adds    []chunkstore.Ref // chunk references to take at commit
 	drops   []chunkstore.Ref // and to release
 	dirAdds map[Ino]string   // directory paths learnt, cached at commit
+	forgot  bool             // the cache of directory paths was dropped
+	// stages hold chunks this transaction references until it ends (hold).
+	stages []*chunkstore.Stage
 	// known is what the transaction knows of directories' names, batch
 	// the names of an Apply batch by directory path (see knownAbsent).
 	known map[Ino]*dirNames
@@ -336,15 +350,23 @@ type wtx struct {
 	fence *fenceSet
 }
 
-// update runs fn in one write transaction and commits it.
+// update runs fn in one write transaction of its own and commits it
+// before it returns (after committing the open group, if any).
 func (s *Store) update(ctx context.Context, fn func(*wtx) error) error {
 	if s.closed.Load() && ctx.Value(closingKey{}) == nil {
 		return ErrClosed
 	}
 	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	return s.updateLocked(ctx, fn)
+}
+
+// updateLocked is update with wmu held. A failed group commit is the
+// group's (logged, kept for Sync); the transaction goes on.
+func (s *Store) updateLocked(ctx context.Context, fn func(*wtx) error) error {
+	s.commitGroup()
 	t, err := s.begin(ctx)
 	if err != nil {
-		s.wmu.Unlock()
 		return err
 	}
 	err = fn(t)
@@ -354,14 +376,22 @@ func (s *Store) update(ctx context.Context, fn func(*wtx) error) error {
 		t.rollback()
 	}
 	t.tx.done(ctx)
-	s.wmu.Unlock()
-	if err != nil {
-		return err
+	if err == nil {
+		t.releaseStages()
 	}
-	for _, f := range t.after {
-		f()
+	return err
+}
+
+// hold makes the transaction the owner of st, whose chunks its
+// references need until it commits: released after a commit; after a
+// failure the caller keeps it (to retry).
+func (t *wtx) hold(st *chunkstore.Stage) { t.stages = append(t.stages, st) }
+
+func (t *wtx) releaseStages() {
+	for _, st := range t.stages {
+		st.Release()
 	}
-	return nil
+	t.stages = nil
 }
 
 type closingKey struct{}

@@ -20,16 +20,21 @@ import (
 	"github.com/wsync/wsync/computer"
 	"github.com/wsync/wsync/fusefs"
 	"github.com/wsync/wsync/internal/bearer"
+	"github.com/wsync/wsync/vfs"
 )
 
 const usage = `computerd: the container side of wsync (FUSE mount + sync server + command runner)
 
 Usage:
   computerd [--listen 127.0.0.1:45678] [--mount /workspace] [--state /var/lib/computerd/state.db | :memory:]
-            [--token-file FILE] [--owner 0:0] [--log-level info]
+            [--token-file FILE] [--owner 0:0] [--group-commit 5ms] [--log-level info]
 
 Every flag has an environment twin: COMPUTERD_LISTEN, COMPUTERD_MOUNT, COMPUTERD_STATE,
-COMPUTERD_TOKEN (the token itself), COMPUTERD_OWNER, COMPUTERD_LOG_LEVEL.
+COMPUTERD_TOKEN (the token itself), COMPUTERD_OWNER, COMPUTERD_GROUP_COMMIT, COMPUTERD_LOG_LEVEL.
+
+--group-commit is how long mutations made through the mount may wait, answered but not yet
+committed, to share one commit: a SIGKILL of computerd loses at most that window of what was
+not fsynced (fsync, and every pull, commit first). 0 commits every mutation before answering it.
 
 Example (in a container started with --device /dev/fuse --cap-add SYS_ADMIN):
   echo "$SECRET" > /run/computerd.token
@@ -64,6 +69,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	tokenFile := fs.String("token-file", "", "file holding the bearer token (default: $COMPUTERD_TOKEN)")
 	owner := fs.String("owner", env("COMPUTERD_OWNER", "0:0"), "UID:GID owning the mount root and synced nodes")
 	level := fs.String("log-level", env("COMPUTERD_LOG_LEVEL", "info"), "debug, info, warn or error")
+	group := fs.String("group-commit", env("COMPUTERD_GROUP_COMMIT", vfs.DefaultGroupWindow.String()), "group commit window for mutations through the mount (0: commit each one)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -80,6 +86,14 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lv}))
+	window, err := time.ParseDuration(*group)
+	if err != nil || window < 0 || window > time.Second {
+		fmt.Fprintf(stderr, "computerd: --group-commit %q: want a duration from 0 to 1s\n", *group)
+		return 2
+	}
+	if window == 0 {
+		window = -1 // vfs: negative is off, zero the default
+	}
 	own, err := parseOwner(*owner)
 	if err != nil {
 		fmt.Fprintf(stderr, "computerd: --owner: %v\n", err)
@@ -90,7 +104,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "computerd: %v\n", err)
 		return 1
 	}
-	d, err := computer.Start(ctx, computer.Config{Listen: *listen, Mount: *mount, State: *state, Token: token, Owner: own, Logger: log})
+	d, err := computer.Start(ctx, computer.Config{Listen: *listen, Mount: *mount, State: *state, Token: token, Owner: own, GroupWindow: window, Logger: log})
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1

@@ -1,0 +1,108 @@
+package fusefs_test
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/wsync/wsync/internal/fusetest"
+	"github.com/wsync/wsync/internal/testutil"
+)
+
+// The metadata benchmarks run one workload on our mount and, in the same
+// run, on go-fuse's loopback filesystem over a directory of the same medium
+// (WSYNC_BENCH_DIR, e.g. /dev/shm) with the mount options ours uses: the
+// ratio of the two is the figure (SPEC section 7, issue 12). Both servers
+// run in this process, so `-cpuprofile` profiles the daemon too:
+//
+//	WSYNC_BENCH_DIR=/dev/shm go test -run '^$' -bench Mount -benchtime 3x ./fusefs
+
+// benchTargets mounts ours and the loopback, each with an empty directory.
+func benchTargets(b *testing.B) map[string]string {
+	b.Helper()
+	base := testutil.BenchDir(b, "fusefsbench")
+	m := fusetest.NewMount(b, fusetest.Options{StoreDir: base})
+	src, err := os.MkdirTemp(base, "loopback-src-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { os.RemoveAll(src) })
+	root, err := fs.NewLoopbackRoot(src)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sec := time.Second
+	mnt := b.TempDir()
+	srv, err := fs.Mount(mnt, root, &fs.Options{
+		EntryTimeout: &sec, AttrTimeout: &sec, NullPermissions: true,
+		MountOptions: fuse.MountOptions{AllowOther: true, DirectMount: true, MaxWrite: 1 << 20,
+			Options: []string{"default_permissions"}},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if err := srv.Unmount(); err != nil {
+			b.Logf("loopback unmount: %v", err)
+		}
+	})
+	return map[string]string{"ours": m.Dir, "loopback": mnt}
+}
+
+// runTargets runs fn(b, dir) as a sub-benchmark per target, each iteration
+// in a fresh directory that setup (untimed) prepares.
+func runTargets(b *testing.B, setup, fn func(b *testing.B, dir string)) {
+	targets := benchTargets(b)
+	for _, name := range []string{"loopback", "ours"} {
+		b.Run(name, func(b *testing.B) {
+			for range b.N {
+				b.StopTimer()
+				dir, err := os.MkdirTemp(targets[name], "run-")
+				if err != nil {
+					b.Fatal(err)
+				}
+				if setup != nil {
+					setup(b, dir)
+				}
+				b.StartTimer()
+				fn(b, dir)
+			}
+		})
+	}
+}
+
+func create1000(b *testing.B, dir string) {
+	data := []byte("a small file of about forty bytes here\n")
+	for i := range 1000 {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprint("f", i)), data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkMountCreate1000(b *testing.B) { runTargets(b, nil, create1000) }
+
+func BenchmarkMountUnlink1000(b *testing.B) {
+	runTargets(b, create1000, func(b *testing.B, dir string) {
+		for i := range 1000 {
+			if err := os.Remove(filepath.Join(dir, fmt.Sprint("f", i))); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+func BenchmarkMountMkdir1000(b *testing.B) {
+	runTargets(b, nil, func(b *testing.B, dir string) {
+		for i := range 1000 {
+			if err := os.Mkdir(filepath.Join(dir, fmt.Sprint("d", i)), 0o755); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
