@@ -61,8 +61,9 @@ type ApplyResult struct {
 	Deferred []string
 }
 
-// Apply applies a batch of entries in one transaction, each entry in a
-// savepoint of its own and stamped with a rev of its own. An entry whose
+// Apply applies a batch of entries in one transaction, each entry stamped
+// with a rev of its own (entries that create free names are written in
+// bulk, bulk.go). An entry whose
 // content, mode and target already match is skipped and stamps nothing, so
 // re-applying a batch is a no-op. Missing parents are created; a node of a
 // different type at a path (or at a parent path) is replaced, its subtree
@@ -100,10 +101,17 @@ func (s *Store) Apply(ctx context.Context, entries []ChangeEntry, opts ApplyOpti
 		if err := t.startSync(entries, opts); err != nil {
 			return err
 		}
+		bulk := &bulkRows{t: t}
 		for i := range entries {
 			e := &entries[i]
 			t.nextMutation()
 			if t.fence != nil {
+				if !t.fence.quiet() {
+					// The check reads the tree.
+					if err := bulk.flush(); err != nil {
+						return err
+					}
+				}
 				held, err := t.fenced(e)
 				if err != nil {
 					return &EntryError{Index: i, Rev: e.Rev, Path: e.Path, Err: err}
@@ -113,15 +121,14 @@ func (s *Store) Apply(ctx context.Context, entries []ChangeEntry, opts ApplyOpti
 					continue
 				}
 			}
-			if _, err := t.tx.ExecContext(ctx, `SAVEPOINT entry`); err != nil {
-				return err
+			handled, changed, err := bulk.create(e)
+			if err == nil && !handled {
+				if err = bulk.flush(); err == nil {
+					changed, err = t.applyEntry(e)
+				}
 			}
-			changed, err := t.applyEntry(e)
 			if err != nil {
 				return &EntryError{Index: i, Rev: e.Rev, Path: e.Path, Err: err}
-			}
-			if _, err := t.tx.ExecContext(ctx, `RELEASE entry`); err != nil {
-				return err
 			}
 			if !changed {
 				res.Skipped++
@@ -132,6 +139,9 @@ func (s *Store) Apply(ctx context.Context, entries []ChangeEntry, opts ApplyOpti
 				res.FirstRev = t.cur
 			}
 			res.LastRev = t.cur
+		}
+		if err := bulk.flush(); err != nil {
+			return err
 		}
 		if opts.Watermarks != nil {
 			if err := t.setWatermarks(opts.Peer, *opts.Watermarks); err != nil {

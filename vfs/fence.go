@@ -86,6 +86,10 @@ func (f *fenceSet) hasUnder(dir string) bool {
 	return i < len(f.paths) && strings.HasPrefix(f.paths[i], dir+"/")
 }
 
+// quiet reports whether the fence holds no local change: fenced then
+// reads nothing.
+func (f *fenceSet) quiet() bool { return !f.all && len(f.paths) == 0 }
+
 // fenced reports whether the fence holds e back: its path has a local
 // change to another state, a non-directory ancestor has one (the apply
 // would replace it by a directory), or it would remove a directory with a
@@ -93,7 +97,7 @@ func (f *fenceSet) hasUnder(dir string) bool {
 // nothing behind.
 func (t *wtx) fenced(e *ChangeEntry) (bool, error) {
 	f := t.fence
-	if !f.all && len(f.paths) == 0 {
+	if f.quiet() {
 		return false, nil // no local change since the peer's last fetch
 	}
 	var ancestors []string

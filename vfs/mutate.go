@@ -79,32 +79,14 @@ type newNode struct {
 // path (a special file stamps no rev and records nothing: it never syncs).
 // It takes references on the manifest's chunks.
 func (t *wtx) insertNode(parent Ino, path, name string, nn newNode) (node, error) {
-	mtime := nn.mtime
-	if mtime == 0 {
-		mtime = t.now
-	}
-	mode := nn.attr.Mode & 0o7777
+	n := t.newRow(nn)
 	var target any
-	if nn.kind == KindSymlink {
-		mode = 0o777
-		target = nn.target
-	}
-	var enc []byte
-	if nn.kind == KindFile {
-		enc = chunkstore.AppendManifest(nil, nn.manifest)
-		t.addRefs(nn.manifest)
-	}
-	size := nn.manifest.Size()
-	if nn.kind == KindSymlink {
-		size = int64(len(nn.target))
-	}
-	var rev int64
-	if !nn.kind.Special() {
-		rev = t.stamp()
+	if n.kind == KindSymlink {
+		target = n.target
 	}
 	res, err := t.exec(`INSERT INTO nodes(kind, mode, uid, gid, nlink, size, mtime, ctime, atime, manifest, target, rdev, rev)
 		VALUES(?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		nn.kind, mode, nn.attr.Uid, nn.attr.Gid, size, mtime, t.now, t.now, enc, target, nn.rdev, rev)
+		n.kind, n.mode, n.uid, n.gid, n.size, n.mtime, n.ctime, n.atime, n.manifest, target, n.rdev, n.rev)
 	if err != nil {
 		return node{}, fmt.Errorf("insert node: %w", err)
 	}
@@ -112,8 +94,7 @@ func (t *wtx) insertNode(parent Ino, path, name string, nn newNode) (node, error
 	if err != nil {
 		return node{}, err
 	}
-	n := node{ino: Ino(id), kind: nn.kind, mode: mode, uid: nn.attr.Uid, gid: nn.attr.Gid, nlink: 1, size: size,
-		mtime: mtime, ctime: t.now, atime: t.now, manifest: enc, target: nn.target, rdev: nn.rdev, rev: rev}
+	n.ino = Ino(id)
 	if nn.kind == KindDir {
 		t.names(n.ino).complete = true // empty, and only addDirent fills it
 	}
@@ -124,6 +105,28 @@ func (t *wtx) insertNode(parent Ino, path, name string, nn newNode) (node, error
 		return node{}, err
 	}
 	return n, nil
+}
+
+// newRow is the row insertNode writes for nn, without its inode number:
+// it stamps the mutation's rev (a synced kind) and takes references on
+// the manifest's chunks.
+func (t *wtx) newRow(nn newNode) node {
+	n := node{kind: nn.kind, mode: nn.attr.Mode & 0o7777, uid: nn.attr.Uid, gid: nn.attr.Gid, nlink: 1,
+		size: nn.manifest.Size(), mtime: nn.mtime, ctime: t.now, atime: t.now, rdev: nn.rdev}
+	if n.mtime == 0 {
+		n.mtime = t.now
+	}
+	switch nn.kind {
+	case KindSymlink:
+		n.mode, n.target, n.size = 0o777, nn.target, int64(len(nn.target))
+	case KindFile:
+		n.manifest = chunkstore.AppendManifest(nil, nn.manifest)
+		t.addRefs(nn.manifest)
+	}
+	if !nn.kind.Special() {
+		n.rev = t.stamp()
+	}
+	return n
 }
 
 // touchSynced records path as changed unless the node there is a special

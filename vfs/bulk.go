@@ -1,0 +1,214 @@
+package vfs
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/wsync/wsync/chunkstore"
+)
+
+// Bulk creation in Apply (issue 12). An entry that creates a name its
+// directory does not hold (knownAbsent: a directory the batch created, or
+// the batch's names probed once per directory) needs no savepoint, no
+// lookup and no statement of its own: its node, name and changes rows are
+// queued with the inode number SQLite would have given it (AUTOINCREMENT
+// hands out max + 1, in order) and written by multi-row INSERTs, 256 rows
+// a statement. Everything else the apply records for the entry (its rev,
+// chunk references, invalidations, the conflict detection of an absent
+// path, the parent's times) happens where it did, so the rows written are
+// the ones the entry-by-entry path writes.
+//
+// Queued rows are invisible to SQL, so they are written (flush) before
+// anything that reads or writes the tables they go to: before any entry
+// that takes the entry-by-entry path, before a fence check that reads, and
+// at the end of the batch. What the entry-by-entry path reads from memory
+// instead (the directories resolved, t.dirs; the names known, t.known) is
+// kept current as rows are queued.
+
+// bulkApply turns bulk creation on; tests turn it off to compare the rows
+// both paths write.
+var bulkApply = true
+
+// bulkRows is the rows of new nodes not yet written; at most one per
+// Apply.
+type bulkRows struct {
+	t     *wtx
+	next  Ino // the next inode number; 0: read it before queueing
+	nodes []node
+	names []bulkName
+}
+
+type bulkName struct {
+	parent Ino
+	name   string
+	path   string
+}
+
+// bulkStatementRows is how many rows one INSERT writes (14 parameters a
+// node row, well under SQLite's limit of 32,766).
+const bulkStatementRows = 256
+
+// create applies e in bulk when it creates a name that is certainly free
+// under a directory already resolved; handled false leaves e to applyEntry
+// (after flush). changed is what applyEntry would have reported.
+func (b *bulkRows) create(e *ChangeEntry) (handled, changed bool, err error) {
+	t := b.t
+	if !bulkApply {
+		return false, false, nil
+	}
+	var kind Kind
+	switch e.Kind {
+	case EntryFile:
+		kind = KindFile
+	case EntryDir:
+		kind = KindDir
+	case EntrySymlink:
+		kind = KindSymlink
+	default:
+		return false, false, nil
+	}
+	dir, name := splitPath(e.Path)
+	parent := RootIno
+	if dir != "" {
+		var ok bool
+		if parent, ok = t.dirs[dir]; !ok {
+			// Resolving may read and create directories: as applyEntry
+			// would, after the queued rows are in.
+			if err := b.flush(); err != nil {
+				return true, false, err
+			}
+			if parent, err = t.ensureDir(dir, false); errors.Is(err, errSkipEntry) {
+				return true, false, nil
+			}
+			if err != nil || parent == 0 {
+				return true, false, err
+			}
+		}
+	}
+	if !t.knownAbsent(dir, parent, name) {
+		return false, false, nil
+	}
+	if t.cf != nil {
+		// Detection of an absent path reads bases and the changes row of
+		// e's own path (never queued: the name is free) and may record a
+		// conflict; it never moves anything aside.
+		var cur node
+		exists := false
+		done, changed, err := t.detect(e, parent, name, &cur, &exists)
+		if err != nil || done {
+			return true, changed, err
+		}
+		if exists {
+			return true, false, fmt.Errorf("%w: detection found %q in place", ErrInvalid, e.Path)
+		}
+	}
+	nn := newNode{kind: kind, attr: NewAttr{Mode: e.Mode, Uid: t.s.opts.Owner.Uid, Gid: t.s.opts.Owner.Gid}, mtime: e.Mtime}
+	switch kind {
+	case KindFile:
+		for _, r := range e.Chunks {
+			if _, ok := t.missing[r.Hash]; ok {
+				return true, false, fmt.Errorf("chunk %s: %w", r.Hash, chunkstore.ErrUnknownHash)
+			}
+		}
+		nn.manifest = e.Chunks
+	case KindSymlink:
+		nn.target = e.Target
+	}
+	if b.next == 0 {
+		if b.next, err = b.nextIno(); err != nil {
+			return true, false, err
+		}
+	}
+	n := t.newRow(nn)
+	n.ino = b.next
+	b.next++
+	b.nodes = append(b.nodes, n)
+	b.names = append(b.names, bulkName{parent: parent, name: name, path: e.Path})
+	t.noteName(parent, name, true)
+	if err := t.dirChanged(parent); err != nil {
+		return true, false, err
+	}
+	if kind == KindDir {
+		t.names(n.ino).complete = true // empty, and only its batch's names go in
+		if t.dirs == nil {
+			t.dirs = make(map[string]Ino)
+		}
+		t.dirs[e.Path] = n.ino
+	}
+	t.inval = append(t.inval, Invalidation{Ino: n.ino, Parent: parent, Name: name})
+	return true, true, nil
+}
+
+// nextIno is the inode number the next inserted node gets: AUTOINCREMENT
+// gives the largest ever handed out plus one (the root has ino 1, so
+// sqlite_sequence holds a row for nodes).
+func (b *bulkRows) nextIno() (Ino, error) {
+	var seq int64
+	err := b.t.tx.QueryRowContext(b.t.ctx, `SELECT max(seq, (SELECT max(ino) FROM nodes)) FROM sqlite_sequence WHERE name = 'nodes'`).Scan(&seq)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = b.t.tx.QueryRowContext(b.t.ctx, `SELECT max(ino) FROM nodes`).Scan(&seq)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("next inode: %w", err)
+	}
+	return Ino(seq + 1), nil
+}
+
+// flush writes the queued rows. The next queued node reads its inode
+// number again: what runs between may insert nodes.
+func (b *bulkRows) flush() error {
+	b.next = 0
+	if len(b.nodes) == 0 {
+		return nil
+	}
+	t := b.t
+	for start := 0; start < len(b.nodes); start += bulkStatementRows {
+		end := min(start+bulkStatementRows, len(b.nodes))
+		nodes, names, k := b.nodes[start:end], b.names[start:end], end-start
+		args := make([]any, 0, 14*k)
+		for i := range nodes {
+			n := &nodes[i]
+			var target any
+			if n.kind == KindSymlink {
+				target = n.target
+			}
+			args = append(args, n.ino, n.kind, n.mode, n.uid, n.gid, n.nlink, n.size, n.mtime, n.ctime, n.atime, n.manifest, target, n.rdev, n.rev)
+		}
+		if _, err := t.exec(`INSERT INTO nodes(ino, kind, mode, uid, gid, nlink, size, mtime, ctime, atime, manifest, target, rdev, rev) VALUES `+
+			rowsOf("(?,?,?,?,?,?,?,?,?,?,?,?,?,?)", k), args...); err != nil {
+			return fmt.Errorf("insert %d nodes: %w", k, err)
+		}
+		args = args[:0]
+		for i, nm := range names {
+			args = append(args, nm.parent, nm.name, nodes[i].ino)
+		}
+		if _, err := t.exec(`INSERT INTO dirents(parent, name, child) VALUES `+rowsOf("(?,?,?)", k), args...); err != nil {
+			return fmt.Errorf("add %d entries: %w", k, err)
+		}
+		args = args[:0]
+		for i, nm := range names {
+			args = append(args, nm.path, nodes[i].rev)
+		}
+		if _, err := t.exec(`INSERT INTO changes(path, rev) VALUES `+rowsOf("(?,?)", k)+
+			` ON CONFLICT(path) DO UPDATE SET rev = excluded.rev`, args...); err != nil {
+			return fmt.Errorf("touch %d paths: %w", k, err)
+		}
+	}
+	b.nodes, b.names = b.nodes[:0], b.names[:0]
+	return nil
+}
+
+// rowsOf is the VALUES list of n rows of the form row.
+func rowsOf(row string, n int) string {
+	var sb strings.Builder
+	sb.Grow(n * (len(row) + 1))
+	for i := range n {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteString(row)
+	}
+	return sb.String()
+}
