@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/wsync/wsync/chunkstore"
 	"github.com/wsync/wsync/internal/testutil"
@@ -17,8 +18,11 @@ import (
 // /dev/shm for tmpfs), else in the test's temp dir. Stores sync as in
 // production (NoSync off) unless WSYNC_BENCH_NOSYNC=1.
 
-func benchStore(b *testing.B) *Store {
-	s, err := Open(ctx, filepath.Join(testutil.BenchDir(b, "vfsbench"), "s.db"), Options{NoSync: os.Getenv("WSYNC_BENCH_NOSYNC") == "1"})
+func benchStore(b *testing.B) *Store { return benchStoreWith(b, Options{}) }
+
+func benchStoreWith(b *testing.B, o Options) *Store {
+	o.NoSync = os.Getenv("WSYNC_BENCH_NOSYNC") == "1"
+	s, err := Open(ctx, filepath.Join(testutil.BenchDir(b, "vfsbench"), "s.db"), o)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -26,23 +30,29 @@ func benchStore(b *testing.B) *Store {
 	return s
 }
 
+// BenchmarkCreateSmallFile creates, writes and closes small files as the
+// mount's CREATE, WRITE and FLUSH do: with the group commit (the default)
+// and with a commit per mutation, in the same run.
 func BenchmarkCreateSmallFile(b *testing.B) {
-	s := benchStore(b)
-	data := pattern(100, 1)
-	b.ResetTimer()
-	for i := range b.N {
-		a, err := s.Create(ctx, RootIno, fmt.Sprint("f", i), NewAttr{Mode: 0o644})
-		if err != nil {
-			b.Fatal(err)
-		}
-		h, err := s.OpenHandle(ctx, a.Ino)
-		if err != nil {
-			b.Fatal(err)
-		}
-		h.WriteAt(ctx, data, 0)
-		if err := h.Release(ctx); err != nil {
-			b.Fatal(err)
-		}
+	for _, c := range []struct {
+		name   string
+		window time.Duration
+	}{{"group", 0}, {"each", -1}} {
+		b.Run(c.name, func(b *testing.B) {
+			s := benchStoreWith(b, Options{GroupWindow: c.window})
+			data := pattern(100, 1)
+			b.ResetTimer()
+			for i := range b.N {
+				_, h, err := s.CreateOpen(ctx, RootIno, fmt.Sprint("f", i), NewAttr{Mode: 0o644})
+				if err != nil {
+					b.Fatal(err)
+				}
+				h.WriteAt(ctx, data, 0)
+				if err := h.Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 

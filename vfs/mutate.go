@@ -1,6 +1,8 @@
 package vfs
 
 import (
+	"database/sql"
+	"errors"
 	"fmt"
 
 	"github.com/wsync/wsync/chunkstore"
@@ -181,9 +183,13 @@ func (t *wtx) touchDirs() error {
 
 // deleteNode removes a node row, its xattrs and its chunk references.
 func (t *wtx) deleteNode(ino Ino) error {
-	n, err := getNode(t.ctx, t.tx, ino)
+	var n node
+	err := t.tx.QueryRowContext(t.ctx, `DELETE FROM nodes WHERE ino = ? RETURNING kind, manifest`, ino).Scan(&n.kind, &n.manifest)
+	if errors.Is(err, sql.ErrNoRows) {
+		return ErrNotExist
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("delete inode %d: %w", ino, err)
 	}
 	if n.kind == KindFile {
 		m, err := n.decodeManifest()
@@ -192,10 +198,7 @@ func (t *wtx) deleteNode(ino Ino) error {
 		}
 		t.dropRefs(m)
 	}
-	if _, err := t.exec(`DELETE FROM xattrs WHERE ino = ?`, ino); err != nil {
-		return err
-	}
-	_, err = t.exec(`DELETE FROM nodes WHERE ino = ?`, ino)
+	_, err = t.exec(`DELETE FROM xattrs WHERE ino = ?`, ino)
 	return err
 }
 
