@@ -178,14 +178,15 @@ func (s *Store) commitGroup() error {
 	s.grp = nil
 	g.timer.Stop()
 	crashpoint.Hit("vfs.group.commit")
+	t0 := time.Now()
 	err := g.t.commit()
+	metricGroupCommit.Observe(time.Since(t0).Seconds())
 	if err == nil {
 		crashpoint.Hit("vfs.group.committed")
 	}
 	g.t.tx.done(context.Background())
 	g.t.releaseStages()
 	s.grpOpen.Store(false)
-	metricGroupCommits.Inc()
 	if err != nil {
 		g.t.rollback()
 		return s.groupFailed(g.n, err)

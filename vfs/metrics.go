@@ -76,9 +76,10 @@ var (
 		Name: "wsync_vfs_group_mutations_total",
 		Help: "Local mutations made in a group commit (answered before their group committed).",
 	})
-	metricGroupCommits = promauto.NewCounter(prometheus.CounterOpts{
-		Name: "wsync_vfs_group_commits_total",
-		Help: "Group commits of local mutations.",
+	metricGroupCommit = promauto.NewHistogram(prometheus.HistogramOpts{
+		Name:    "wsync_vfs_group_commit_seconds",
+		Help:    "Time of one group commit of local mutations (the writer lock is held meanwhile).",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 12),
 	})
 	metricGroupFailures = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "wsync_vfs_group_failures_total",
