@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/internal/crashpoint"
 	"github.com/wsync/wsync/watermark"
 )
 
@@ -142,6 +143,11 @@ func (s *Store) Apply(ctx context.Context, entries []ChangeEntry, opts ApplyOpti
 		}
 		if err := bulk.flush(); err != nil {
 			return err
+		}
+		if bulk.written > 0 {
+			// Rows written in bulk, not yet committed (a snapshot
+			// install's large transactions).
+			crashpoint.Hit("vfs.apply.bulk")
 		}
 		if opts.Watermarks != nil {
 			if err := t.setWatermarks(opts.Peer, *opts.Watermarks); err != nil {

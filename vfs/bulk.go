@@ -34,10 +34,11 @@ var bulkApply = true
 // bulkRows is the rows of new nodes not yet written; at most one per
 // Apply.
 type bulkRows struct {
-	t     *wtx
-	next  Ino // the next inode number; 0: read it before queueing
-	nodes []node
-	names []bulkName
+	t       *wtx
+	next    Ino // the next inode number; 0: read it before queueing
+	nodes   []node
+	names   []bulkName
+	written int // rows written so far
 }
 
 type bulkName struct {
@@ -196,6 +197,7 @@ func (b *bulkRows) flush() error {
 			return fmt.Errorf("touch %d paths: %w", k, err)
 		}
 	}
+	b.written += len(b.nodes)
 	b.nodes, b.names = b.nodes[:0], b.names[:0]
 	return nil
 }
