@@ -119,7 +119,7 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 		return fail(fmt.Errorf("computerd: %w", err))
 	}
 	d.sync = syncwire.NewServer(d.store, rpc.ServerOptions{Token: cfg.Token, Config: rpc.Config{ID: d.store.ID(), Logger: log}})
-	execrpc.Register(d.sync, d.runner, execrpc.Options{BeforeStart: d.mnt.WaitInvalidated, Logger: log})
+	execrpc.Register(d.sync, d.runner, execrpc.Options{BeforeStart: d.mnt.WaitInvalidated, Head: d.head, Logger: log})
 	converge.Register(d.sync, d.store, log)
 
 	d.http = &http.Server{Handler: d.routes(), ReadHeaderTimeout: 10 * time.Second}
@@ -127,6 +127,18 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	d.log.Info("computerd up", "listen", ln.Addr().String(), "mount", cfg.Mount, "state", cfg.State,
 		"runtime", rpc.RuntimeID.String(), "store", d.store.ID())
 	return d, nil
+}
+
+// head is the store's feed head once everything written through the mount
+// is committed: the files still open (a process the command left behind
+// may hold one), then the open group of mutations (CurrentRev commits it).
+// Every exit event carries it, so the server skips the pull after a
+// command that changed nothing (docs/PROTOCOL.md, exec).
+func (d *Daemon) head(ctx context.Context) (int64, error) {
+	if err := d.store.FlushAll(ctx); err != nil {
+		return 0, err
+	}
+	return d.store.CurrentRev(), nil
 }
 
 // Addr is the address computerd listens on.

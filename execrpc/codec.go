@@ -45,7 +45,23 @@ type Exit struct {
 	Duration time.Duration
 	TimedOut bool
 	Killed   bool
+	// HasHead: Head is the callee's feed head (its store's rev) read after
+	// the command ended, once every file still open was committed (see
+	// Options.Head). A caller that has fetched through it knows the
+	// command changed nothing it has not pulled.
+	HasHead bool
+	Head    int64
 }
+
+// Exit flags on the wire.
+const (
+	exitTimedOut = 1 << iota
+	exitKilled
+	exitHead // a rev follows: Exit.Head
+)
+
+// maxHead bounds a decoded head, as every rev on the wire.
+const maxHead = 1 << 62
 
 // Event is one piece of output, or the exit (Exit non-nil).
 type Event struct {
@@ -143,12 +159,18 @@ func AppendEvent(b []byte, ev Event) []byte {
 		e.PutUvarint(uint64(max(x.Duration, 0)))
 		var flags uint64
 		if x.TimedOut {
-			flags |= 1
+			flags |= exitTimedOut
 		}
 		if x.Killed {
-			flags |= 2
+			flags |= exitKilled
+		}
+		if x.HasHead {
+			flags |= exitHead
 		}
 		e.PutUvarint(flags)
+		if x.HasHead {
+			e.PutUvarint(uint64(max(x.Head, 0)))
+		}
 		return e.Bytes()
 	}
 	e.PutUvarint(uint64(ev.Stream))
@@ -174,8 +196,12 @@ func DecodeEvent(p []byte) (Event, error) {
 		code := d.Bounded("code", 0xffffffff)
 		sig := d.Bounded("signal", 128)
 		dur := d.Uvarint()
-		flags := d.Bounded("flags", 3)
-		ev.Exit = &Exit{Code: int(int32(uint32(code))), Signal: syscall.Signal(sig), Duration: time.Duration(dur), TimedOut: flags&1 != 0, Killed: flags&2 != 0}
+		flags := d.Bounded("flags", exitTimedOut|exitKilled|exitHead)
+		ev.Exit = &Exit{Code: int(int32(uint32(code))), Signal: syscall.Signal(sig), Duration: time.Duration(dur),
+			TimedOut: flags&exitTimedOut != 0, Killed: flags&exitKilled != 0, HasHead: flags&exitHead != 0}
+		if ev.Exit.HasHead {
+			ev.Exit.Head = int64(d.Bounded("head", maxHead))
+		}
 	default:
 		d.Fail("tag %d", tag)
 	}

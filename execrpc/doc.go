@@ -14,6 +14,10 @@
 // learns ELOG_TRUNCATED, or EEXEC_LOST when computerd restarted). Kill
 // signals the exec's process group.
 //
+// The exit event may carry the callee's feed head, read after the command
+// ended (Options.Head): a caller that has already fetched through it skips
+// the pull it would make after the command, which then changed nothing.
+//
 // Output flows under the session's per-stream credit, so a slow reader
 // holds back only its own stream; the runner's bounded log is the buffer.
 //

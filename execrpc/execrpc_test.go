@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -25,6 +26,12 @@ type rig struct {
 
 func newRig(t *testing.T, opts execrun.Options) *rig {
 	t.Helper()
+	return newRigWith(t, opts, Options{})
+}
+
+// newRigWith is newRig with the exec methods registered with o.
+func newRigWith(t *testing.T, opts execrun.Options, o Options) *rig {
+	t.Helper()
 	ctx := context.Background()
 	store, err := vfs.Open(ctx, filepath.Join(t.TempDir(), "c.db"), vfs.Options{NoSync: true})
 	if err != nil {
@@ -40,7 +47,7 @@ func newRig(t *testing.T, opts execrun.Options) *rig {
 	}
 	t.Cleanup(func() { r.Shutdown(context.Background()) })
 	srv := syncwire.NewServer(store, rpc.ServerOptions{})
-	Register(srv, r, Options{})
+	Register(srv, r, o)
 	hs := httptest.NewServer(srv)
 	url := "ws" + strings.TrimPrefix(hs.URL, "http") + "/sync"
 	c := rpc.NewClient(rpc.ClientOptions{URL: url})
@@ -190,6 +197,67 @@ func TestLogTruncatedPastCap(t *testing.T) {
 	}
 }
 
+// The exit event carries the feed head Options.Head reads once the command
+// has ended; without one, or when reading it fails, the event has none.
+func TestExitEventCarriesTheHead(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		head     func(context.Context) (int64, error)
+		wantHead bool
+	}{
+		{"head", func(context.Context) (int64, error) { return 42, nil }, true},
+		{"no head reader", nil, false},
+		{"read failed", func(context.Context) (int64, error) { return 0, errors.New("store closed") }, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			head := tc.head
+			if head != nil {
+				head = func(ctx context.Context) (int64, error) {
+					// The command's last act is there when the head is read.
+					if b, err := os.ReadFile(filepath.Join(root, "last")); err != nil || string(b) != "done\n" {
+						t.Errorf("head read before the command ended: %q, %v", b, err)
+					}
+					return tc.head(ctx)
+				}
+			}
+			r := newRigWith(t, execrun.Options{Root: root}, Options{Head: head})
+			st, err := Start(context.Background(), r.session(t), Request{Shell: "echo done > last"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			res := drain(t, st)
+			if res.exit == nil {
+				t.Fatal("no exit event")
+			}
+			if got := res.exit.HasHead; got != tc.wantHead {
+				t.Errorf("exit has a head: %v, want %v", got, tc.wantHead)
+			}
+			if tc.wantHead && res.exit.Head != 42 {
+				t.Errorf("head %d, want 42", res.exit.Head)
+			}
+		})
+	}
+}
+
+func TestExitEventRoundTrip(t *testing.T) {
+	for _, x := range []Exit{
+		{Code: 0},
+		{Code: -1, Signal: 9, Duration: time.Second, TimedOut: true, Killed: true},
+		{Code: 3, HasHead: true, Head: 0},
+		{Code: 3, HasHead: true, Head: 1 << 62},
+	} {
+		ev, err := DecodeEvent(AppendEvent(nil, Event{Offset: 9, Exit: &x}))
+		if err != nil {
+			t.Fatalf("%+v: %v", x, err)
+		}
+		if got := *ev.Exit; got != x {
+			t.Errorf("round trip of %+v = %+v", x, got)
+		}
+	}
+}
+
 func TestDecodersRefuseGarbage(t *testing.T) {
 	for _, p := range [][]byte{nil, {0xff}, AppendRequest(nil, Request{}), append(AppendRequest(nil, Request{Shell: "x"}), 0)} {
 		if _, err := DecodeRequest(p); !errors.Is(err, ErrBadMessage) {
@@ -198,6 +266,17 @@ func TestDecodersRefuseGarbage(t *testing.T) {
 	}
 	if _, err := DecodeEvent([]byte{9, 0}); !errors.Is(err, ErrBadMessage) {
 		t.Errorf("event with a bad tag: %v", err)
+	}
+	exit := AppendEvent(nil, Event{Exit: &Exit{HasHead: true, Head: 5}})
+	for name, p := range map[string][]byte{
+		"exit with a head flag and no head": exit[:len(exit)-1],
+		"exit with trailing bytes":          append(exit, 0),
+		"exit with an unknown flag":         {3, 0, 0, 0, 0, 8},
+		"head beyond 2^62":                  AppendEvent(nil, Event{Exit: &Exit{HasHead: true, Head: 1<<62 + 1}}),
+	} {
+		if _, err := DecodeEvent(p); !errors.Is(err, ErrBadMessage) {
+			t.Errorf("%s (%x): %v", name, p, err)
+		}
 	}
 }
 
@@ -219,6 +298,7 @@ func FuzzDecodeRequest(f *testing.F) {
 func FuzzDecodeEvent(f *testing.F) {
 	f.Add(AppendEvent(nil, Event{Offset: 5, Stream: Stdout, Data: []byte("hi")}))
 	f.Add(AppendEvent(nil, Event{Offset: 7, Exit: &Exit{Code: 130, Signal: 2, Killed: true}}))
+	f.Add(AppendEvent(nil, Event{Offset: 7, Exit: &Exit{Code: 0, HasHead: true, Head: 1234}}))
 	f.Fuzz(func(t *testing.T, p []byte) {
 		ev, err := DecodeEvent(p)
 		if err != nil {

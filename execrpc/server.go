@@ -26,7 +26,13 @@ type Options struct {
 	// exec. computerd waits here until the kernel has dropped what the last
 	// apply invalidated, so the command sees the pushed bytes.
 	BeforeStart func(ctx context.Context) error
-	Logger      *slog.Logger
+	// Head, when set, is read once a command has ended, before its exit
+	// event is sent, and the event carries it (Exit.Head): computerd's
+	// feed head once everything the command wrote is committed, files
+	// still held open by a process it left behind included. An error sends
+	// the event without a head, and the caller pulls as it would anyway.
+	Head   func(ctx context.Context) (int64, error)
+	Logger *slog.Logger
 }
 
 // Mux is where Register adds the exec methods: an *rpc.Server, or the
@@ -41,7 +47,7 @@ func Register(srv Mux, r *execrun.Runner, opts Options) {
 	if log == nil {
 		log = slog.Default()
 	}
-	h := &handler{r: r, before: opts.BeforeStart, log: log.With("component", "execrpc")}
+	h := &handler{r: r, before: opts.BeforeStart, head: opts.Head, log: log.With("component", "execrpc")}
 	srv.Handle(MethodStart, h.start)
 	srv.Handle(MethodAttach, h.attach)
 	srv.Handle(MethodKill, h.kill)
@@ -50,6 +56,7 @@ func Register(srv Mux, r *execrun.Runner, opts Options) {
 type handler struct {
 	r      *execrun.Runner
 	before func(ctx context.Context) error
+	head   func(ctx context.Context) (int64, error)
 	log    *slog.Logger
 }
 
@@ -127,12 +134,27 @@ func (h *handler) stream(ctx context.Context, c *rpc.Incoming, id string, from i
 		if ev.Exit != nil {
 			x := ev.Exit
 			out.Exit = &Exit{Code: x.Code, Signal: x.Signal, Duration: x.Duration, TimedOut: x.TimedOut, Killed: x.Killed}
+			out.Exit.HasHead, out.Exit.Head = h.readHead(ctx, id)
 		}
 		buf = AppendEvent(buf[:0], out)
 		if err := c.Send(ctx, buf); err != nil {
 			return err
 		}
 	}
+}
+
+// readHead is the feed head for an exit event; false when there is none
+// to send.
+func (h *handler) readHead(ctx context.Context, id string) (bool, int64) {
+	if h.head == nil {
+		return false, 0
+	}
+	rev, err := h.head(ctx)
+	if err != nil {
+		h.log.Warn("exit event without the feed head: the caller will pull", "id", id, "err", err)
+		return false, 0
+	}
+	return true, rev
 }
 
 func (h *handler) kill(ctx context.Context, c *rpc.Incoming) error {

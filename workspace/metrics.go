@@ -32,6 +32,10 @@ var (
 		Help:    "Duration of whole exec brackets: push, command, pull.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
 	})
+	metricPullsSkipped = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "wsync_workspace_exec_pulls_skipped_total",
+		Help: "Exec brackets that made no pull: the container's head after the command was already fetched.",
+	})
 	metricPending = promauto.NewGauge(prometheus.GaugeOpts{
 		Name: "wsync_workspace_pending_pulls",
 		Help: "Workspaces whose post-command pull failed and waits for a retry.",

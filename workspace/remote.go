@@ -35,6 +35,9 @@ type Remote interface {
 	Pull(ctx context.Context, ignore []string) (SyncReport, error)
 
 	// Exec runs one command in the container and blocks until it exits.
+	// The result carries the container's feed head (ExecResult.HasHead)
+	// only when the remote can vouch for it; one that cannot leaves it out
+	// and the workspace pulls after every command.
 	// out is called with each piece of output, in the order the container
 	// produced it, from one goroutine at a time; Exec does not return before
 	// its last call. An error means the command's fate is unknown or it never
@@ -140,6 +143,15 @@ type ExecResult struct {
 	TimedOut bool          `json:"timed_out,omitempty"`
 	Killed   bool          `json:"killed,omitempty"`
 	Duration time.Duration `json:"duration_ns"`
+
+	// HasHead: Head is the container's feed head after the command (its
+	// rev once everything the command wrote was committed, files a process
+	// it left behind still holds open included), as the remote vouches for
+	// it: of the container feed the runtime's fetch cursor follows, with no
+	// reconnect since the push before the command. The exec bracket skips
+	// its pull when the server has fetched through it. Not part of the API.
+	HasHead bool  `json:"-"`
+	Head    int64 `json:"-"`
 }
 
 // Cursor is a watermark.Cursor in JSON form: {"rev": 5, "path": null} is

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/wsync/wsync/vfs"
+	"github.com/wsync/wsync/watermark"
 )
 
 // Sync states of an exec bracket.
@@ -534,6 +535,11 @@ func (t Target) Exec(ctx context.Context, spec ExecSpec, out func(ExecEvent)) (E
 	pullErr := w.q.Do(pctx, func() error {
 		var err error
 		ran = true
+		if w.fetchedThrough(pctx, rs, res) {
+			rep.Pulled = SyncReport{RuntimeID: runtime}
+			metricPullsSkipped.Inc()
+			return nil
+		}
 		rep.Pulled, err = w.pullSettling(pctx, rs, r, PendingPull{ExecID: res.ExecID, RuntimeID: runtime})
 		return err
 	})
@@ -559,6 +565,36 @@ func (t Target) Exec(ctx context.Context, spec ExecSpec, out func(ExecEvent)) (E
 	rs.log.Info("exec", "exec", res.ExecID, "code", res.ExitCode, "signal", res.Signal,
 		"pushed", rep.Pushed.Entries, "pulled", rep.Pulled.Entries, "sync", rep.Sync, "duration", time.Since(start))
 	return rep, nil
+}
+
+// fetchedThrough reports, inside the FIFO turn after a command, whether
+// the pull it owes would fetch nothing: the remote reported the
+// container's feed head after the command, no pull from the runtime is
+// pending (nor owed since the workspace was opened), and the server's
+// fetch cursor for the runtime covers that head. Everything the command
+// wrote has a rev at or below the head, so it is already here; a write it
+// made past the head (a process it left behind) waits for the next sync,
+// as it would after a pull. A cursor that cannot be read is no proof: the
+// bracket pulls.
+func (w *Workspace) fetchedThrough(ctx context.Context, rs *runtimeState, res ExecResult) bool {
+	if !res.HasHead {
+		return false
+	}
+	w.stateMu.Lock()
+	owed := rs.pending != nil || !rs.pulled
+	w.stateMu.Unlock()
+	if owed {
+		return false
+	}
+	s, err := w.Store(ctx)
+	if err != nil {
+		return false
+	}
+	ws, err := s.Watermarks(ctx, rs.rt.Peer())
+	if err != nil {
+		return false
+	}
+	return ws.Fetch.Covers(watermark.At(res.Head))
 }
 
 // Exec request limits: what the container accepts in one exec request

@@ -16,11 +16,15 @@ const ProtocolName = "wsync"
 // announcing its hashes, and the EBUSY answer to a call over the limit.
 // Version 3 (issue 11): a push carries the sender's fetch cursor as a
 // fence and its answer the entries the fence held back; a version 2
-// receiver would overwrite changes the server has not pulled, so 3 is the
-// only one spoken.
+// receiver would overwrite changes the server has not pulled. Version 4
+// (issue 12): an exec's exit event may carry the container's feed head, so
+// the caller skips the pull after a command that changed nothing; a
+// version 3 caller would refuse that event, and one version spoken keeps
+// the event's encoding free of a version switch, so 4 is the only one
+// spoken.
 const (
-	ProtocolMinVersion = 3
-	ProtocolMaxVersion = 3
+	ProtocolMinVersion = 4
+	ProtocolMaxVersion = 4
 )
 
 // RuntimeID identifies this process start in every handshake.

@@ -152,7 +152,7 @@ func TestWatchdogFailsASilentPeer(t *testing.T) {
 func TestVersionMismatchFailsBothSides(t *testing.T) {
 	a, b := Pipe()
 	ca := testConfig()
-	ca.MinVersion, ca.MaxVersion = 2, 2 // a peer from before version 3 (push fences)
+	ca.MinVersion, ca.MaxVersion = 3, 3 // a peer from before version 4 (exit events with the feed head)
 	sa := NewSession(a, true, ca, nil)
 	sb := NewSession(b, false, testConfig(), nil)
 	ctx := testutil.Context(t, 10*time.Second)
@@ -161,8 +161,8 @@ func TestVersionMismatchFailsBothSides(t *testing.T) {
 	go func() { errc <- sb.Handshake(ctx) }()
 	for range 2 {
 		err := <-errc
-		if !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), "2..2") || !strings.Contains(err.Error(), "3..3") {
-			t.Errorf("err = %v, want ErrVersion naming 2..2 and 3..3", err)
+		if !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), "3..3") || !strings.Contains(err.Error(), "4..4") {
+			t.Errorf("err = %v, want ErrVersion naming 3..3 and 4..4", err)
 		}
 	}
 }

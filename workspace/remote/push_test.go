@@ -14,12 +14,10 @@ import (
 	"github.com/wsync/wsync/workspace/remote"
 )
 
-// TestIdlePushIsSilent: a push with nothing to send, the one before every
-// exec, makes no call to the container once the session has been seen
-// not to need a bootstrap: the exec of a command with nothing to sync
-// pays for no round trip before it starts.
-func TestIdlePushIsSilent(t *testing.T) {
-	ctx := context.Background()
+// newRemote is a real remote from a server store to a computerd, with no
+// token; t's cleanup closes all three.
+func newRemote(ctx context.Context, t *testing.T) (*computer.Daemon, *vfs.Store, *remote.Remote) {
+	t.Helper()
 	d := computertest.Start(t, computer.Config{})
 	server, err := vfs.Open(ctx, filepath.Join(t.TempDir(), "server.db"), vfs.Options{NoSync: true})
 	if err != nil {
@@ -28,6 +26,16 @@ func TestIdlePushIsSilent(t *testing.T) {
 	t.Cleanup(func() { server.Close() })
 	r := remote.New(server, remote.Options{Runtime: workspace.Runtime{Endpoint: d.SyncURL()}, Logger: slog.New(slog.DiscardHandler)})
 	t.Cleanup(func() { r.Close() })
+	return d, server, r
+}
+
+// TestIdlePushIsSilent: a push with nothing to send, the one before every
+// exec, makes no call to the container once the session has been seen
+// not to need a bootstrap: the exec of a command with nothing to sync
+// pays for no round trip before it starts.
+func TestIdlePushIsSilent(t *testing.T) {
+	ctx := context.Background()
+	_, server, r := newRemote(ctx, t)
 
 	if _, err := server.WriteFile(ctx, "f", []byte("x"), 0o644); err != nil {
 		t.Fatal(err)

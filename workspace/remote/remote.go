@@ -12,6 +12,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -46,6 +47,11 @@ type Remote struct {
 	// once per session, not before every exec. Used inside the driver's
 	// FIFO only.
 	probed *rpc.Session
+
+	// pushed is the session the last push ran on. An exec whose exit
+	// event comes on it reports the container's head: that session was
+	// reconciled, so the fetch cursor follows the feed the head is of.
+	pushed atomic.Pointer[rpc.Session]
 }
 
 var _ workspace.Remote = (*Remote)(nil)
@@ -191,6 +197,9 @@ func (r *Remote) Push(ctx context.Context) (workspace.SyncReport, error) {
 		}
 		res, err := x.Push(ctx)
 		rep = Report(res, start, x.Session().Peer().RuntimeID.String())
+		if err == nil {
+			r.pushed.Store(x.Session())
+		}
 		if booted {
 			rep.Entries += boot.Total
 			rep.Objects += boot.Chunks
@@ -243,7 +252,11 @@ func (r *Remote) Pull(ctx context.Context, ignore []string) (workspace.SyncRepor
 // maxReattach bounds how often one Exec re-attaches after lost sessions.
 const maxReattach = 5
 
-// Exec runs a command, re-attaching by id when the session drops.
+// Exec runs a command, re-attaching by id when the session drops. The
+// result carries the container's feed head from the exit event only when
+// the event came on the session the last push used: after a reconnect the
+// container may be another (a restarted computerd with a new store) whose
+// revs the fetch cursor does not follow until a sync reconciles them.
 func (r *Remote) Exec(ctx context.Context, spec workspace.ExecSpec, out func(workspace.ExecEvent)) (workspace.ExecResult, error) {
 	req := execrpc.Request{
 		Argv: spec.Argv, Shell: spec.Shell, Cwd: strings.TrimPrefix(spec.Cwd, "/"),
@@ -293,7 +306,8 @@ func (r *Remote) Exec(ctx context.Context, spec workspace.ExecSpec, out func(wor
 			// The session died: re-dial and resume from the next offset.
 			attempts++
 			r.log.Warn("exec stream lost, re-attaching", "exec", st.ID, "offset", st.NextOffset, "err", err)
-			sess, _, derr := r.client.Session(sctx)
+			var derr error
+			sess, _, derr = r.client.Session(sctx)
 			if derr != nil {
 				return res, r.note(fmt.Errorf("exec %s: re-attach: %w", st.ID, derr))
 			}
@@ -308,6 +322,9 @@ func (r *Remote) Exec(ctx context.Context, spec workspace.ExecSpec, out func(wor
 		if ev.Exit != nil {
 			res.ExitCode, res.Signal = ev.Exit.Code, int(ev.Exit.Signal)
 			res.TimedOut, res.Killed, res.Duration = ev.Exit.TimedOut, ev.Exit.Killed, ev.Exit.Duration
+			if ev.Exit.HasHead && sess == r.pushed.Load() {
+				res.HasHead, res.Head = true, ev.Exit.Head
+			}
 			exited = true
 			continue
 		}

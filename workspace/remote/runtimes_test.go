@@ -78,23 +78,32 @@ func twoRuntimes(ctx context.Context, t *testing.T) (w *workspace.Workspace, a, 
 	t.Helper()
 	a = computertest.Start(t, computer.Config{Token: "token-a"})
 	b = computertest.Start(t, computer.Config{Token: "token-b"})
+	w = openDefault(ctx, t, a, "token-a", remote.Factory(slog.New(slog.DiscardHandler)))
+	if _, err := w.Attach(ctx, workspace.AttachOptions{Name: "b", Endpoint: b.SyncURL(), ComputerdToken: "token-b"}); err != nil {
+		t.Fatal(err)
+	}
+	return w, a, b
+}
+
+// openDefault is the default workspace of a Manager (closed at cleanup)
+// whose remotes come from factory, with d as its default runtime.
+func openDefault(ctx context.Context, t *testing.T, d *computer.Daemon, token string, factory workspace.RemoteFactory) *workspace.Workspace {
+	t.Helper()
 	m, err := workspace.Open(ctx, workspace.Options{
 		DataDir: t.TempDir(), NoSync: true,
-		DefaultEndpoint: a.SyncURL(), DefaultToken: "token-a",
+		DefaultEndpoint: d.SyncURL(), DefaultToken: token,
 		AllowEndpoints: []string{"127.0.0.1:*"},
-		Remote:         remote.Factory(slog.New(slog.DiscardHandler)),
+		Remote:         factory,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { m.Close() })
-	if w, err = m.Workspace(workspace.DefaultName); err != nil {
+	w, err := m.Workspace(workspace.DefaultName)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.Attach(ctx, workspace.AttachOptions{Name: "b", Endpoint: b.SyncURL(), ComputerdToken: "token-b"}); err != nil {
-		t.Fatal(err)
-	}
-	return w, a, b
+	return w
 }
 
 func writeMount(t *testing.T, d *computer.Daemon, rel, data string) {

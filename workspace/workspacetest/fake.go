@@ -214,6 +214,11 @@ func (f *Fake) Exec(ctx context.Context, spec workspace.ExecSpec, out func(works
 	start := time.Now()
 	res, err := run(ctx, f.Container, spec, out)
 	res.ExecID, res.RuntimeID = id, runtime
+	if err == nil {
+		// The container store is the fake's one feed, whatever its
+		// runtime: the head is always of the feed the fetch cursor follows.
+		res.HasHead, res.Head = true, f.Container.CurrentRev()
+	}
 	if res.Duration == 0 {
 		res.Duration = time.Since(start)
 	}
