@@ -47,9 +47,26 @@ type bulkName struct {
 	path   string
 }
 
-// bulkStatementRows is how many rows one INSERT writes (14 parameters a
+// bulkStatementRows is the most rows one INSERT writes (14 parameters a
 // node row, well under SQLite's limit of 32,766).
 const bulkStatementRows = 256
+
+// Parsing a statement of 256 rows costs as much as running it, so a flush
+// cuts its rows into powers of two (256, then 128, 64, ... for the rest):
+// the same few statements come again, and the writer's statement cache
+// keeps a batch statement that repeats (stmts.go).
+func nodesInsert(k int) string {
+	return `INSERT INTO nodes(ino, kind, mode, uid, gid, nlink, size, mtime, ctime, atime, manifest, target, rdev, rev) VALUES ` +
+		rowsOf("(?,?,?,?,?,?,?,?,?,?,?,?,?,?)", k)
+}
+
+func direntsInsert(k int) string {
+	return `INSERT INTO dirents(parent, name, child) VALUES ` + rowsOf("(?,?,?)", k)
+}
+
+func changesUpsert(k int) string {
+	return `INSERT INTO changes(path, rev) VALUES ` + rowsOf("(?,?)", k) + ` ON CONFLICT(path) DO UPDATE SET rev = excluded.rev`
+}
 
 // create applies e in bulk when it creates a name that is certainly free
 // under a directory already resolved; handled false leaves e to applyEntry
@@ -165,9 +182,13 @@ func (b *bulkRows) flush() error {
 		return nil
 	}
 	t := b.t
-	for start := 0; start < len(b.nodes); start += bulkStatementRows {
-		end := min(start+bulkStatementRows, len(b.nodes))
-		nodes, names, k := b.nodes[start:end], b.names[start:end], end-start
+	for start := 0; start < len(b.nodes); {
+		k := bulkStatementRows
+		for k > len(b.nodes)-start {
+			k /= 2
+		}
+		nodes, names := b.nodes[start:start+k], b.names[start:start+k]
+		start += k
 		args := make([]any, 0, 14*k)
 		for i := range nodes {
 			n := &nodes[i]
@@ -177,23 +198,21 @@ func (b *bulkRows) flush() error {
 			}
 			args = append(args, n.ino, n.kind, n.mode, n.uid, n.gid, n.nlink, n.size, n.mtime, n.ctime, n.atime, n.manifest, target, n.rdev, n.rev)
 		}
-		if _, err := t.exec(`INSERT INTO nodes(ino, kind, mode, uid, gid, nlink, size, mtime, ctime, atime, manifest, target, rdev, rev) VALUES `+
-			rowsOf("(?,?,?,?,?,?,?,?,?,?,?,?,?,?)", k), args...); err != nil {
+		if _, err := t.exec(nodesInsert(k), args...); err != nil {
 			return fmt.Errorf("insert %d nodes: %w", k, err)
 		}
 		args = args[:0]
 		for i, nm := range names {
 			args = append(args, nm.parent, nm.name, nodes[i].ino)
 		}
-		if _, err := t.exec(`INSERT INTO dirents(parent, name, child) VALUES `+rowsOf("(?,?,?)", k), args...); err != nil {
+		if _, err := t.exec(direntsInsert(k), args...); err != nil {
 			return fmt.Errorf("add %d entries: %w", k, err)
 		}
 		args = args[:0]
 		for i, nm := range names {
 			args = append(args, nm.path, nodes[i].rev)
 		}
-		if _, err := t.exec(`INSERT INTO changes(path, rev) VALUES `+rowsOf("(?,?)", k)+
-			` ON CONFLICT(path) DO UPDATE SET rev = excluded.rev`, args...); err != nil {
+		if _, err := t.exec(changesUpsert(k), args...); err != nil {
 			return fmt.Errorf("touch %d paths: %w", k, err)
 		}
 	}

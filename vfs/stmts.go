@@ -23,9 +23,39 @@ type stmtCache struct {
 	db *sql.DB
 	mu sync.Mutex
 	m  map[string]*sql.Stmt
+	// seen are the batch statements missed once, batches how many
+	// batch statements the cache keeps (repeated).
+	seen    map[string]bool
+	batches int
 }
 
-func newStmtCache(db *sql.DB) *stmtCache { return &stmtCache{db: db, m: make(map[string]*sql.Stmt)} }
+// maxCachedBatches bounds the batch statements cached, so they never
+// crowd out the hot ones.
+const maxCachedBatches = 32
+
+func newStmtCache(db *sql.DB) *stmtCache {
+	return &stmtCache{db: db, m: make(map[string]*sql.Stmt), seen: make(map[string]bool)}
+}
+
+// repeated reports whether the batch statement q was missed before and
+// may join the cache, and remembers it (at most maxCached of them).
+func (c *stmtCache) repeated(q string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seen[q] {
+		if c.batches >= maxCachedBatches {
+			return false
+		}
+		delete(c.seen, q)
+		c.batches++
+		return true
+	}
+	if len(c.seen) >= maxCached {
+		clear(c.seen)
+	}
+	c.seen[q] = true
+	return false
+}
 
 func (c *stmtCache) get(q string) *sql.Stmt {
 	c.mu.Lock()
@@ -37,9 +67,10 @@ func (c *stmtCache) get(q string) *sql.Stmt {
 // the caller holds a transaction on a database with a single connection.
 func (c *stmtCache) prepare(ctx context.Context, qs []string) {
 	for _, q := range qs {
-		if strings.Count(q, "?") > maxCachedParams {
+		if strings.Count(q, "?") > maxCachedParams && !c.repeated(q) {
 			// Batch statements (IN lists, multi-row inserts) come in
-			// many lengths; caching them would crowd out the hot ones.
+			// many lengths; caching them all would crowd out the hot
+			// ones. One that comes again (a full batch) is kept.
 			continue
 		}
 		c.mu.Lock()
