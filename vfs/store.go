@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,6 +74,8 @@ type Store struct {
 
 	closed atomic.Bool
 
+	ckpt *checkpointer // nil for an in-memory store
+
 	gcState // live chunk collection (gc.go)
 }
 
@@ -92,13 +95,12 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	}
 	s.log = s.log.With("component", "vfs")
 	if err := s.openDB(); err != nil {
+		s.closeDBs()
 		return nil, err
 	}
 	if err := s.init(ctx); err != nil {
-		s.w.Close()
-		if s.r != s.w {
-			s.r.Close()
-		}
+		s.closeDBs()
+		s.chunks.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	s.startGC()
@@ -132,7 +134,8 @@ func (s *Store) openDB() error {
 		}
 		base := "file:" + (&url.URL{Path: s.path}).EscapedPath()
 		q := "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(" + sync + ")&_pragma=foreign_keys(0)"
-		w, err := sql.Open("sqlite", base+q+"&_txlock=immediate")
+		// Checkpoints run off the writer (checkpoint.go).
+		w, err := sql.Open("sqlite", base+q+"&_pragma=wal_autocheckpoint("+strconv.Itoa(walBackstop)+")&_txlock=immediate")
 		if err != nil {
 			return fmt.Errorf("open store: %w", err)
 		}
@@ -149,6 +152,9 @@ func (s *Store) openDB() error {
 		r.SetMaxIdleConns(4)
 		r.SetConnMaxIdleTime(0)
 		s.w, s.r = w, r
+		if err := s.startCheckpointer(base + q); err != nil {
+			return err
+		}
 		if chunkDir == "" {
 			chunkDir = s.path + ".chunks"
 		}
@@ -161,6 +167,19 @@ func (s *Store) openDB() error {
 	}
 	s.chunks = cs
 	return nil
+}
+
+// closeDBs closes the database handles of a store that failed to open.
+func (s *Store) closeDBs() {
+	if s.ckpt != nil {
+		s.ckpt.close()
+	}
+	if s.r != nil && s.r != s.w {
+		s.r.Close()
+	}
+	if s.w != nil {
+		s.w.Close()
+	}
 }
 
 func (s *Store) init(ctx context.Context) error {
@@ -248,6 +267,9 @@ func (s *Store) Close() error {
 	errs = append(errs, ferr, s.commitGroup())
 	if s.r != s.w {
 		errs = append(errs, s.r.Close())
+	}
+	if s.ckpt != nil {
+		errs = append(errs, s.ckpt.close())
 	}
 	if !s.memory {
 		// Fold the WAL back so the database file stands alone.
@@ -423,6 +445,7 @@ func (t *wtx) commit() error {
 	if err := t.sqltx.Commit(); err != nil {
 		return fmt.Errorf("commit: %w", err)
 	}
+	t.s.kickCheckpoint()
 	t.s.rev.Store(t.last)
 	if len(t.s.dirCache)+len(t.dirAdds) > maxDirCache {
 		clear(t.s.dirCache)
