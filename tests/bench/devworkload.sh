@@ -18,15 +18,26 @@
 #   - go_build: GOCACHE lives inside DIR, seeded (untimed) with a warm cache of the hello module's dependencies;
 #     main.go changes every run, so the timed `go build` compiles main, reads the cached std archives through the
 #     filesystem under test (the linker mmaps them), writes cache entries and links a ~2.4 MB binary into DIR.
+#   - npm_ci: `npm ci --offline` of tests/bench/npm (496 packages, 11,602 files, 124 MB) from an npm cache outside
+#     DIR, warmed once from the registry (the only network use; never timed). read_node_modules (cold) and
+#     rm_node_modules work on that tree.
+#   - git_clone: `git clone --no-hardlinks` of a local 800-commit repository built once outside DIR (gentree
+#     -git-commits: deterministic, so every target clones the same objects); --no-hardlinks because on a tmpfs target
+#     the clone could otherwise hardlink the objects from the source on the same tmpfs, which no FUSE target can.
+#     git_checkout checks out 400 commits back (1,556 files differ) and forth in that clone.
 #
 # Environment:
 #   WSYNC_BENCH_DATA       input directory (created and filled if missing pieces)
 #   WSYNC_BENCH_SCENARIOS  space-separated subset of scenarios to run (default: all, in the order below)
 #   WSYNC_BENCH_NODROP=1   never drop caches (sleep past the kernel cache timeouts instead)
+#   WSYNC_BENCH_NPM_CACHE  npm cache directory (default $WSYNC_BENCH_DATA/npm-cache); warmed from the registry when it
+#                          lacks the project's packages, so a persistent one spares the download on later runs
 set -euo pipefail
 export LC_ALL=C
 
-ALL_SCENARIOS="create_1000 stat_1000 rm_1000 mkdir_tree find_tree write_64M read_64M copy_64M overwrite_64M git_commit_100 untar_src go_build"
+ALL_SCENARIOS="create_1000 stat_1000 rm_1000 mkdir_tree find_tree write_64M read_64M copy_64M overwrite_64M git_commit_100 untar_src go_build npm_ci read_node_modules rm_node_modules git_clone git_checkout"
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
 
 usage() { echo "usage: $0 DIR" >&2; exit 2; }
 [[ $# -eq 1 ]] || usage
@@ -46,6 +57,7 @@ if [[ -z $DATA ]]; then
 	OWN_DATA=1
 fi
 mkdir -p "$DATA"
+NPM_CACHE=${WSYNC_BENCH_NPM_CACHE:-$DATA/npm-cache}
 W="$DIR/devworkload.$$.$RANDOM"
 
 cleanup() {
@@ -63,6 +75,10 @@ log() { echo "devworkload: $*" >&2; }
 go_env() {
 	env GOTOOLCHAIN=local GOPROXY=off GOTELEMETRY=off GOFLAGS= GOWORK=off GO111MODULE=on CGO_ENABLED=0 \
 		GOENV=off GOMODCACHE="$DATA/gomodcache" "$@"
+}
+npm_env() { # no user or global npmrc, no update check; the cache is always named on the command line
+	env npm_config_userconfig="$DATA/none.npmrc" npm_config_globalconfig="$DATA/none-global.npmrc" npm_config_update_notifier=false \
+		npm_config_loglevel=error "$@"
 }
 git_env() {
 	env GIT_CONFIG_GLOBAL=/dev/null GIT_CONFIG_NOSYSTEM=1 GIT_AUTHOR_NAME=bench GIT_AUTHOR_EMAIL=bench@example.invalid \
@@ -89,6 +105,23 @@ prepare_data() {
 		log "warming a Go build cache for the hello module (once; ~5 s)"
 		(cd "$DATA/hello" && go_env GOCACHE="$DATA/gocache-seed.tmp" go build -o /dev/null .)
 		mv "$DATA/gocache-seed.tmp" "$DATA/gocache-seed"
+	fi
+	if [[ " $SCENARIOS " == *" npm_"* || " $SCENARIOS " == *"_node_modules "* ]] && [[ ! -f $NPM_CACHE/.wsync-warm ]]; then
+		log "warming the npm cache $NPM_CACHE from the registry (once; ~1 min)"
+		rm -rf "$DATA/npm-warm"
+		mkdir -p "$DATA/npm-warm" "$NPM_CACHE"
+		cp "$HERE/npm/package.json" "$HERE/npm/package-lock.json" "$DATA/npm-warm/"
+		(cd "$DATA/npm-warm" && npm_env npm ci --no-audit --no-fund --cache "$NPM_CACHE" >/dev/null)
+		rm -rf "$DATA/npm-warm"
+		touch "$NPM_CACHE/.wsync-warm"
+	fi
+	if [[ " $SCENARIOS " == *" git_clone "* || " $SCENARIOS " == *" git_checkout "* ]] && [[ ! -d $DATA/repo.git ]]; then
+		log "building the local 800-commit git repository (once; ~20 s)"
+		(cd "$REPO" && go build -o "$DATA/gentree" ./tests/bench/gentree)
+		git_env git init -q --bare -b main "$DATA/repo.git.tmp"
+		"$DATA/gentree" -git-commits 800 | git_env git -C "$DATA/repo.git.tmp" fast-import --quiet
+		git_env git -C "$DATA/repo.git.tmp" repack -adq
+		mv "$DATA/repo.git.tmp" "$DATA/repo.git"
 	fi
 	# Fresh random sources on every run, so no content-addressed store can dedup against an earlier run.
 	head -c $((64 << 20)) /dev/urandom >"$DATA/rand-a.bin"
@@ -117,6 +150,8 @@ go_cold() {
 		dd if=/dev/null of=/dev/null status=none
 		cp "$DATA/hello/go.mod" "$DATA/warm.tmp"
 		sync "$DATA/warm.tmp"
+		cat /dev/null >/dev/null
+		xargs -0 true </dev/null
 	else
 		sleep 1.1 # past the 1 s entry/attr timeouts: every lookup revalidates with the daemon
 	fi
@@ -245,6 +280,54 @@ sc_go_build() {
 	go_env GOCACHE="$W/gocache" go build -o hello .
 	tstop go_build
 	./hello >/dev/null
+	cd "$W"
+}
+
+sc_npm_ci() {
+	mkdir "$W/app"
+	cp "$HERE/npm/package.json" "$HERE/npm/package-lock.json" "$W/app/"
+	cd "$W/app"
+	tstart
+	npm_env npm ci --offline --no-audit --no-fund --cache "$NPM_CACHE" >/dev/null
+	tstop npm_ci
+	[[ -f node_modules/typescript/package.json ]] || { log "npm_ci: no node_modules/typescript"; exit 1; }
+	cd "$W"
+}
+ensure_node_modules() { [[ -d $W/app/node_modules ]] || sc_npm_ci >/dev/null; }
+sc_read_node_modules() {
+	ensure_node_modules
+	cd "$W/app"
+	go_cold
+	local n
+	tstart
+	n=$(find node_modules -type f -print0 | xargs -0 cat | wc -c)
+	tstop read_node_modules
+	[[ $n -gt 80000000 ]] || { log "read_node_modules: read only $n bytes (the tree holds 84,060,690)"; exit 1; }
+	cd "$W"
+}
+sc_rm_node_modules() {
+	ensure_node_modules
+	cd "$W/app"
+	tstart
+	rm -rf node_modules
+	tstop rm_node_modules
+	cd "$W"
+}
+sc_git_clone() {
+	cd "$W"
+	tstart
+	git_env git clone -q --no-hardlinks "$DATA/repo.git" clone
+	tstop git_clone
+	[[ $(git_env git -C clone rev-list --count HEAD) -eq 800 ]] || { log "git_clone: expected 800 commits"; exit 1; }
+}
+sc_git_checkout() {
+	[[ -d $W/clone/.git ]] || sc_git_clone >/dev/null
+	cd "$W/clone"
+	tstart
+	git_env git checkout -q HEAD~400
+	git_env git checkout -q main
+	tstop git_checkout
+	[[ -z $(git_env git status --porcelain) ]] || { log "git_checkout: the work tree is not clean"; exit 1; }
 	cd "$W"
 }
 

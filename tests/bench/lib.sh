@@ -144,3 +144,67 @@ bench_term_group() {
 		sleep 0.1
 	done
 }
+
+# bench_rsync_daemon DIR NAME=PATH...: start `rsync --daemon` on 127.0.0.1 (a free port, rsyncd.conf and logs in DIR,
+# no chroot, one read-only module per NAME=PATH) in its own process group, and wait until it listens. Sets RSYNC_PORT
+# and RSYNC_PID (the group: bench_term_group stops it).
+bench_rsync_daemon() {
+	local dir=$1 m i
+	shift
+	RSYNC_PORT=$(bench_free_port)
+	{
+		echo "port = $RSYNC_PORT"
+		echo "address = 127.0.0.1"
+		echo "use chroot = no"
+		echo "pid file = $dir/rsyncd.pid"
+		echo "log file = $dir/rsyncd.log"
+		echo "max connections = 8"
+		for m in "$@"; do
+			printf '[%s]\n\tpath = %s\n\tread only = yes\n\tuid = root\n\tgid = root\n' "${m%%=*}" "${m#*=}"
+		done
+	} >"$dir/rsyncd.conf"
+	setsid rsync --daemon --no-detach --config="$dir/rsyncd.conf" </dev/null >"$dir/rsyncd.out" 2>&1 &
+	RSYNC_PID=$!
+	for ((i = 0; i < 100; i++)); do
+		if (exec 3<>"/dev/tcp/127.0.0.1/$RSYNC_PORT") 2>/dev/null; then
+			bench_log "rsync daemon on 127.0.0.1:$RSYNC_PORT (pid $RSYNC_PID); $(rsync --version | head -n 1)"
+			return 0
+		fi
+		kill -0 "$RSYNC_PID" 2>/dev/null || break
+		sleep 0.1
+	done
+	bench_log "rsync daemon did not start:"
+	cat "$dir/rsyncd.out" "$dir/rsyncd.log" >&2 || true
+	return 1
+}
+
+# bench_stop_rsync_daemon: stop bench_rsync_daemon's daemon, if any.
+bench_stop_rsync_daemon() {
+	[[ -n ${RSYNC_PID:-} ]] || return 0
+	bench_term_group "$RSYNC_PID" 50
+	kill -KILL -- "-$RSYNC_PID" 2>/dev/null || true
+	RSYNC_PID=
+}
+
+# bench_time_rsync MODULE DST [RSYNC_OPTION...]: `rsync -a` of bench_rsync_daemon's MODULE into DST; prints seconds.
+bench_time_rsync() {
+	local t0 t1 module=$1 dst=$2
+	shift 2
+	bench_now t0
+	rsync -a "$@" "rsync://127.0.0.1:$RSYNC_PORT/$module/" "$dst/"
+	bench_now t1
+	bench_fmt_us $((t1 - t0))
+}
+
+# bench_change_one ROOT N: overwrite 16 bytes in the middle of one file of the tree ROOT, in place, with a new mtime;
+# N picks the file (a different one for every N). Prints the file's path relative to ROOT.
+bench_change_one() {
+	local root=$1 rel size files
+	mapfile -t files < <(cd "$root" && find . -type f -size +1k | sort)
+	rel=${files[$(((37 * $2) % ${#files[@]}))]}
+	rel=${rel#./}
+	size=$(stat -c %s "$root/$rel")
+	printf 'rep%02d-changed!!\n' "$2" | dd of="$root/$rel" bs=1 seek=$((size / 2)) conv=notrunc status=none
+	touch -d "@$(($(date +%s) + $2))" "$root/$rel"
+	printf '%s' "$rel"
+}

@@ -6,8 +6,9 @@
 #   loopback-nopt the same loopback with passthrough off: every READ and WRITE goes through the Go daemon, the floor
 #                 for a filesystem that serves bytes from user space (as ours must: files are chunk manifests)
 #   ours          our mount (computerd), its state on the same tmpfs
-# Medians over WSYNC_BENCH_REPS repetitions (default 3); the target order rotates every repetition. Prints a table of
-# per-scenario seconds and the ratios ours/loopback, ours/tmpfs, loopback/tmpfs, and the SPEC section 7 bars.
+# Medians over WSYNC_BENCH_REPS repetitions (default 3, 1 with WSYNC_BENCH_QUICK=1); the target order rotates every
+# repetition. Prints a table of per-scenario seconds and the ratios ours/loopback, ours/tmpfs, loopback/tmpfs, and the
+# SPEC section 7 bars.
 # Needs root (mount(2), /dev/fuse, drop_caches). Leaves no mounts behind (trap on EXIT, INT, TERM).
 #
 # Our mount, first match wins:
@@ -30,7 +31,7 @@ REPO=$(cd "$HERE/../.." && pwd)
 # shellcheck source=tests/bench/lib.sh
 source "$HERE/lib.sh"
 
-REPS=${WSYNC_BENCH_REPS:-3}
+if [[ -n ${WSYNC_BENCH_QUICK:-} && ${WSYNC_BENCH_QUICK:-} != 0 ]]; then REPS=${WSYNC_BENCH_REPS:-1}; else REPS=${WSYNC_BENCH_REPS:-3}; fi
 read -r -a TARGETS <<<"${WSYNC_BENCH_TARGETS:-tmpfs loopback loopback-nopt ours}"
 MOUNT_TIMEOUT=${WSYNC_MOUNT_TIMEOUT:-30}
 
@@ -50,13 +51,13 @@ report() {
 	fi
 	echo "${WSYNC_BENCH_STAT:-median} of $REPS (seconds); targets measured: ${ACTIVE[*]}"
 	for t in "${TARGETS[@]}"; do if [[ -n ${SKIP[$t]:-} ]]; then echo "skipped $t: ${SKIP[$t]}"; fi; done
-	printf '\n%-15s %9s %9s %9s %9s | %8s %8s %8s %8s %8s | %4s %5s %5s\n' scenario tmpfs loopback lb-nopt ours \
+	printf '\n%-17s %9s %9s %9s %9s | %8s %8s %8s %8s %8s | %4s %5s %5s\n' scenario tmpfs loopback lb-nopt ours \
 		lb/tmpfs nopt/tmp ours/lb ours/nopt ours/tmp bar vs-lb vs-nopt
 	SCEN=$(awk '{ if (!seen[$3]++) print $3 }' "$RESULTS")
 	for s in $SCEN; do
 		a=$(med ours "$s") b=$(med loopback "$s") bn=$(med loopback-nopt "$s") c=$(med tmpfs "$s")
 		r_ob=$(bench_ratio "$a" "$b") r_on=$(bench_ratio "$a" "$bn") bar=$(bar_of "$s")
-		printf '%-15s %9s %9s %9s %9s | %8s %8s %8s %8s %8s | %4s %5s %5s\n' "$s" "$c" "$b" "$bn" "$a" \
+		printf '%-17s %9s %9s %9s %9s | %8s %8s %8s %8s %8s | %4s %5s %5s\n' "$s" "$c" "$b" "$bn" "$a" \
 			"$(bench_ratio "$b" "$c")" "$(bench_ratio "$bn" "$c")" "$r_ob" "$r_on" "$(bench_ratio "$a" "$c")" \
 			"$bar" "$(verdict "$r_ob" "$bar")" "$(verdict "$r_on" "$bar")"
 	done

@@ -37,15 +37,12 @@ KIND=${WSYNC_BENCH_KIND:-random}
 command -v rsync >/dev/null || { bench_log "rsync is not installed (apt-get install rsync)"; exit 2; }
 
 BASE= BASE_IS_MOUNT= # bench_tmpfs
-DAEMON_PID=
+RSYNC_PID= # bench_rsync_daemon
 cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM
 	cd /
-	if [[ -n $DAEMON_PID ]]; then
-		bench_term_group "$DAEMON_PID" 50
-		kill -KILL -- "-$DAEMON_PID" 2>/dev/null || true
-	fi
+	bench_stop_rsync_daemon
 	bench_release_base
 	exit "$rc"
 }
@@ -70,40 +67,14 @@ for tree in "${TREES[@]}"; do
 done
 
 # --- rsync daemon on loopback ---------------------------------------------------------------------------------------
-PORT=$(bench_free_port)
-{
-	echo "port = $PORT"
-	echo "address = 127.0.0.1"
-	echo "use chroot = no"
-	echo "pid file = $BASE/rsyncd.pid"
-	echo "log file = $BASE/rsyncd.log"
-	echo "max connections = 8"
-	for tree in "${TREES[@]}"; do
-		printf '[%s]\n\tpath = %s\n\tread only = yes\n\tuid = root\n\tgid = root\n' "$tree" "$BASE/src/$tree"
-	done
-} >"$BASE/rsyncd.conf"
-setsid rsync --daemon --no-detach --config="$BASE/rsyncd.conf" </dev/null >"$BASE/rsyncd.out" 2>&1 &
-DAEMON_PID=$!
-for ((i = 0; i < 100; i++)); do
-	if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then break; fi
-	kill -0 "$DAEMON_PID" 2>/dev/null || { bench_log "rsync daemon died:"; cat "$BASE/rsyncd.out" "$BASE/rsyncd.log" >&2 || true; exit 1; }
-	sleep 0.1
-done
-bench_log "rsync daemon on 127.0.0.1:$PORT (pid $DAEMON_PID); $(rsync --version | head -n 1)"
+modules=()
+for tree in "${TREES[@]}"; do modules+=("$tree=$BASE/src/$tree"); done
+bench_rsync_daemon "$BASE" "${modules[@]}"
 
 # --- helpers --------------------------------------------------------------------------------------------------------
 RESULTS=$BASE/results.txt
 : >"$RESULTS"
 record() { echo "$1 $2 $3 $4" >>"$RESULTS"; } # record TREE WHAT REP SECONDS
-
-time_rsync() { # time_rsync TREE DST [RSYNC_OPTION...]: prints seconds
-	local t0 t1 tree=$1 dst=$2
-	shift 2
-	bench_now t0
-	rsync -a "$@" "rsync://127.0.0.1:$PORT/$tree/" "$dst/"
-	bench_now t1
-	bench_fmt_us $((t1 - t0))
-}
 
 fill() { # fill TEMPLATE TREE DST PHASE CHANGED REP
 	local c=$1
@@ -126,19 +97,6 @@ time_ours() { # time_ours TREE DST PHASE CHANGED REP: prints seconds (wall clock
 	if [[ -n $self ]]; then echo "$self"; else bench_fmt_us $((t1 - t0)); fi
 }
 
-# change_one TREE REP: overwrite 16 bytes in the middle of one file (a different one every repetition), in place,
-# with a new mtime; prints its path relative to the tree.
-change_one() {
-	local root=$BASE/src/$1 rel size files
-	mapfile -t files < <(cd "$root" && find . -type f -size +1k | sort)
-	rel=${files[$(((37 * $2) % ${#files[@]}))]}
-	rel=${rel#./}
-	size=$(stat -c %s "$root/$rel")
-	printf 'rep%02d-changed!!\n' "$2" | dd of="$root/$rel" bs=1 seek=$((size / 2)) conv=notrunc status=none
-	touch -d "@$(($(date +%s) + $2))" "$root/$rel"
-	printf '%s' "$rel"
-}
-
 # --- runs -----------------------------------------------------------------------------------------------------------
 bench_log "trees: ${TREES[*]}; $REPS repetitions; machine: $(bench_machine)"
 for ((rep = 1; rep <= REPS; rep++)); do
@@ -148,15 +106,15 @@ for ((rep = 1; rep <= REPS; rep++)); do
 		dst=$BASE/dst/$tree-rsync-$rep
 		mkdir "$dst"
 		sync
-		record "$tree" rsync_initial "$rep" "$(time_rsync "$tree" "$dst")"
+		record "$tree" rsync_initial "$rep" "$(bench_time_rsync "$tree" "$dst")"
 		if [[ -n ${WSYNC_PULL_CMD:-} ]]; then
 			odst=$BASE/dst/$tree-ours-$rep
 			mkdir "$odst"
 			if [[ -n ${WSYNC_PULL_SETUP_CMD:-} ]]; then bash -c "$(fill "$WSYNC_PULL_SETUP_CMD" "$tree" "$odst" setup "" "$rep")" </dev/null; fi
 			record "$tree" ours_initial "$rep" "$(time_ours "$tree" "$odst" initial "" "$rep")"
 		fi
-		changed=$(change_one "$tree" "$rep")
-		record "$tree" rsync_second "$rep" "$(time_rsync "$tree" "$dst")"
+		changed=$(bench_change_one "$BASE/src/$tree" "$rep")
+		record "$tree" rsync_second "$rep" "$(bench_time_rsync "$tree" "$dst")"
 		cmp -s "$BASE/src/$tree/$changed" "$dst/$changed" || { bench_log "rsync did not carry $changed"; exit 1; }
 		if [[ -n ${WSYNC_PULL_CMD:-} ]]; then
 			record "$tree" ours_second "$rep" "$(time_ours "$tree" "$odst" second "$changed" "$rep")"
@@ -177,11 +135,11 @@ if [[ -n ${WSYNC_RSYNC_DISK_DIR:-} && " ${TREES[*]} " == *" small "* ]]; then
 	for ((rep = 1; rep <= REPS; rep++)); do
 		mkdir "$ddst/$rep"
 		sync
-		record small rsync_disk "$rep" "$(time_rsync small "$ddst/$rep")"
+		record small rsync_disk "$rep" "$(bench_time_rsync small "$ddst/$rep")"
 		rm -rf -- "${ddst:?}/$rep"
 		mkdir "$ddst/$rep"
 		sync
-		record small rsync_disk_fsync "$rep" "$(time_rsync small "$ddst/$rep" --fsync)"
+		record small rsync_disk_fsync "$rep" "$(bench_time_rsync small "$ddst/$rep" --fsync)"
 		rm -rf -- "${ddst:?}/$rep"
 	done
 	rmdir "$ddst"

@@ -4,6 +4,8 @@
 //	                                        100 package-like directories (pkgNNN/, pkgNNN/lib/, pkgNNN/lib/internal/,
 //	                                        pkgNNN/test/), like an npm-installed tree
 //	gentree -n 16 -size 67108864 DIR        16 files of exactly 64 MiB each (fileNN.bin)
+//	gentree -git-commits 800 | git fast-import   a git history of 800 commits of a Go-like source tree (1,200 files,
+//	                                        growing to 1,600), as a fast-import stream on stdout (githistory.go)
 //
 // Contents come from a ChaCha8 stream seeded by (-seed, file index): -kind random gives incompressible bytes (the
 // default, so no side's compression matters), -kind text gives source-like lines that compress about 3-4x.
@@ -27,9 +29,16 @@ func main() {
 	size := flag.Int64("size", 0, "if > 0, every file has exactly this size (flat layout fileNN.bin)")
 	seed := flag.Uint64("seed", 1, "stream seed")
 	kind := flag.String("kind", "random", "content: random (incompressible) or text (compressible)")
+	gitCommits := flag.Int("git-commits", 0, "if > 0, write a git fast-import stream of that many commits to stdout instead of a tree")
 	flag.Parse()
+	if *gitCommits > 0 && flag.NArg() == 0 {
+		if err := writeGitHistory(os.Stdout, *gitCommits, *seed); err != nil {
+			fatal(err)
+		}
+		return
+	}
 	if flag.NArg() != 1 || *n <= 0 || (*kind != "random" && *kind != "text") {
-		fmt.Fprintln(os.Stderr, "usage: gentree [-n N] [-total BYTES | -size BYTES] [-seed S] [-kind random|text] DIR")
+		fmt.Fprintln(os.Stderr, "usage: gentree [-n N] [-total BYTES | -size BYTES] [-seed S] [-kind random|text] DIR\n       gentree -git-commits N [-seed S] >STREAM")
 		os.Exit(2)
 	}
 	dir := flag.Arg(0)
