@@ -64,7 +64,10 @@
 // the container produces it), then a pull. The pull runs even when the
 // caller has gone away, so what the command wrote comes back. When it
 // fails, the command's result stands and the report says "pending" with the
-// error.
+// error. A command that changed nothing costs no pull: when the remote
+// reports the container's feed head after the command (ExecResult.HasHead)
+// and no pull is owed, a fetch cursor that covers the head means there is
+// nothing to fetch, and the bracket ends without a round trip.
 //
 // # Pending pulls
 //
