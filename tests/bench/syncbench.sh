@@ -112,10 +112,7 @@ cleanup() {
 			bench_log "daemon logs of the failed repetition: $LOGDIR/syncbench-failed-$$.log"
 		fi
 	fi
-	if [[ -n $RSYNC_PID ]]; then
-		bench_term_group "$RSYNC_PID" 50
-		kill -KILL -- "-$RSYNC_PID" 2>/dev/null || true
-	fi
+	bench_stop_rsync_daemon
 	bench_release_base
 	exit "$rc"
 }
