@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,10 +27,18 @@ import (
 // WSYNC_BENCH_DIR (default: the test's temp dir), over a loopback
 // WebSocket, beside `rsync -a` of the same tree (plain files in the same
 // directory) from a loopback rsync daemon in the same run.
+// WSYNC_BOOTSTRAP_FILES sets another count (the curve: 30000, 100000).
 //
 //	WSYNC_BENCH_DIR=/dev/shm go test -run '^$' -bench Bootstrap -benchtime 1x ./converge
 func BenchmarkBootstrap10000x10KB(b *testing.B) {
 	ctx := context.Background()
+	n := 10000
+	if v := os.Getenv("WSYNC_BOOTSTRAP_FILES"); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil || n < 100 {
+			b.Fatalf("WSYNC_BOOTSTRAP_FILES=%q: want a count of at least 100", v)
+		}
+	}
 	dir := b.TempDir()
 	if d := os.Getenv("WSYNC_BENCH_DIR"); d != "" {
 		var err error
@@ -38,7 +47,6 @@ func BenchmarkBootstrap10000x10KB(b *testing.B) {
 		b.Cleanup(func() { os.RemoveAll(dir) })
 	}
 	server := openStore(b, filepath.Join(dir, "server.db"))
-	const n = 10000
 	src := filepath.Join(dir, "src")
 	rnd := rand.New(rand.NewPCG(1, 2))
 	for i := 0; i < n; i += 256 {
@@ -46,7 +54,7 @@ func BenchmarkBootstrap10000x10KB(b *testing.B) {
 		var es []vfs.ChangeEntry
 		for j := i; j < min(i+256, n); j++ {
 			if j%100 == 0 {
-				es = append(es, vfs.ChangeEntry{Kind: vfs.EntryDir, Path: fmt.Sprintf("d%02d", j/100), Mode: 0o755})
+				es = append(es, vfs.ChangeEntry{Kind: vfs.EntryDir, Path: fmt.Sprintf("d%03d", j/100), Mode: 0o755})
 			}
 			data := make([]byte, 8000+rnd.IntN(4000))
 			for k := range data {
@@ -54,10 +62,10 @@ func BenchmarkBootstrap10000x10KB(b *testing.B) {
 			}
 			r, err := st.PutHashed(ctx, data)
 			must(b, err)
-			p := filepath.Join(src, fmt.Sprintf("d%02d/f%02d", j/100, j%100))
+			p := filepath.Join(src, fmt.Sprintf("d%03d/f%02d", j/100, j%100))
 			must(b, os.MkdirAll(filepath.Dir(p), 0o755))
 			must(b, os.WriteFile(p, data, 0o644))
-			es = append(es, vfs.ChangeEntry{Kind: vfs.EntryFile, Path: fmt.Sprintf("d%02d/f%02d", j/100, j%100), Mode: 0o644,
+			es = append(es, vfs.ChangeEntry{Kind: vfs.EntryFile, Path: fmt.Sprintf("d%03d/f%02d", j/100, j%100), Mode: 0o644,
 				Mtime: 1_700_000_000_000_000_000, Size: int64(len(data)), Chunks: chunkstore.Manifest{r}})
 		}
 		_, err := server.Apply(ctx, es, vfs.ApplyOptions{Source: vfs.Local, Stage: st})
@@ -82,8 +90,8 @@ func BenchmarkBootstrap10000x10KB(b *testing.B) {
 		br, err := Bootstrap(ctx, server, r.session(b), BootstrapOptions{Peer: "bench"})
 		must(b, err)
 		took := time.Since(start)
-		if br.Total != n+100 {
-			b.Fatalf("bootstrap of %d records, want %d", br.Total, n+100)
+		if want := n + (n+99)/100; br.Total != want {
+			b.Fatalf("bootstrap of %d records, want %d", br.Total, want)
 		}
 		for _, l := range strings.Split(logs.String(), "\n") {
 			if strings.Contains(l, "snapshot timing") {
@@ -93,6 +101,7 @@ func BenchmarkBootstrap10000x10KB(b *testing.B) {
 		b.ReportMetric(took.Seconds()*1000, "bootstrap-ms")
 		b.ReportMetric(rs.Seconds()*1000, "rsync-ms")
 		b.ReportMetric(took.Seconds()/rs.Seconds(), "bootstrap/rsync")
+		b.ReportMetric(float64(took.Microseconds())/float64(n), "us/file")
 	}
 }
 
