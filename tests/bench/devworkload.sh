@@ -162,7 +162,7 @@ for ((i = 0; i < 1000; i++)); do FILES+=("f$i"); done
 
 # --- scenarios ------------------------------------------------------------------------------------------------------
 sc_create_1000() {
-	mkdir "$W/small"
+	mkdir -p "$W/small" # -p: ensure_small may recreate it after rm_1000
 	cd "$W/small"
 	local i line
 	line=$(printf 'small file content line for the create scenario %.0s' {1..4})
