@@ -155,7 +155,7 @@ func (s *Store) roomForGroup() bool {
 	if err := unix.Statfs(s.path, &st); err != nil {
 		return false
 	}
-	return st.Bavail*uint64(st.Bsize) >= groupMinFree
+	return st.Bavail*uint64(st.Bsize) >= s.groupMinFree
 }
 
 // expire commits g when its window is over (the timer's goroutine).

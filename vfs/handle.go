@@ -405,11 +405,11 @@ func (f *openFile) readChunk(ctx context.Context, i int64, p []byte, off int64, 
 		clear(p)
 		return nil
 	}
-	var k int
-	err := f.s.view(ctx, func(ctx context.Context, q chunkstore.Querier) (err error) {
-		k, err = f.s.chunks.ReadAt(ctx, q, ref, p, off)
-		return err
-	})
+	// A reader connection even while a group is open: a chunk that a
+	// group's mutation names is pinned by a stage the group holds until it
+	// commits, and chunkstore reads pinned chunks without SQL; everything
+	// else is in committed rows. So a read never waits for the writer.
+	k, err := f.s.chunks.ReadAt(ctx, f.s.rq, ref, p, off)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("read chunk %d of inode %d: %w", i, f.ino, err)
 	}

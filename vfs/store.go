@@ -63,6 +63,8 @@ type Store struct {
 	grp      *group         // the open group of local mutations; guarded by wmu
 	grpOpen  atomic.Bool    // grp != nil, for reads that take no lock
 	grpErr   error          // a group failure not yet returned by Sync; guarded by wmu
+	// groupMinFree is the free space a group needs (group.go; tests lower it).
+	groupMinFree uint64
 
 	openMu sync.Mutex
 	open   map[Ino]*openFile
@@ -88,7 +90,7 @@ const Memory = ":memory:"
 // Open opens (creating if needed) the store at path, or an in-memory store
 // for Memory. It migrates an older schema and refuses a newer one.
 func Open(ctx context.Context, path string, opts Options) (*Store, error) {
-	s := &Store{path: path, opts: opts, open: make(map[Ino]*openFile), hashSem: make(chan struct{}, 3), dirCache: make(map[Ino]string)}
+	s := &Store{path: path, opts: opts, open: make(map[Ino]*openFile), hashSem: make(chan struct{}, 3), dirCache: make(map[Ino]string), groupMinFree: groupMinFree}
 	s.log = opts.Logger
 	if s.log == nil {
 		s.log = slog.Default()

@@ -1,0 +1,92 @@
+package vfs
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	dto "github.com/prometheus/client_model/go"
+
+	itestutil "github.com/wsync/wsync/internal/testutil"
+)
+
+// TestGroupsOnAFullDisk checks the two halves of the full-disk rule of
+// the group commit (docs/ARCHITECTURE.md "Durability"). Below the free
+// space a group needs, every mutation commits before it returns, so a full
+// disk fails the mutation itself with ENOSPC. And a group that could not
+// commit anyway (the disk filled after it opened) loses only its own
+// mutations, is counted, and reaches the writer at the next Sync; the store
+// goes on once space is free.
+func TestGroupsOnAFullDisk(t *testing.T) {
+	t.Run("below the floor, mutations commit one by one", func(t *testing.T) {
+		disk := itestutil.Tmpfs(t, 8<<20)
+		s, err := Open(context.Background(), filepath.Join(disk, "s.db"), Options{NoSync: true})
+		must(t, err)
+		t.Cleanup(func() { s.Close() })
+		if _, err := s.Create(ctx, RootIno, "a", NewAttr{Mode: 0o644}); err != nil {
+			t.Fatal(err)
+		}
+		if s.grpOpen.Load() {
+			t.Fatal("a group opened on a disk with less than the floor free")
+		}
+		itestutil.Fill(t, disk, 0)
+		var ferr error
+		for i := 0; i < 1000 && ferr == nil; i++ {
+			_, ferr = s.Mkdir(ctx, RootIno, fmt.Sprintf("d%04d-with-a-long-name-to-fill-pages", i), NewAttr{Mode: 0o755})
+		}
+		if Errno(ferr) != syscall.ENOSPC {
+			t.Fatalf("mutation on a full disk: %v (errno %v), want ENOSPC", ferr, Errno(ferr))
+		}
+	})
+	t.Run("a group that cannot commit is reported by Sync", func(t *testing.T) {
+		disk := itestutil.Tmpfs(t, 8<<20)
+		s, err := Open(context.Background(), filepath.Join(disk, "s.db"), Options{NoSync: true, GroupWindow: 1 << 40})
+		must(t, err)
+		t.Cleanup(func() { s.Close() })
+		s.groupMinFree = 0 // a group opens whatever is free
+		_, err = s.Mkdir(ctx, RootIno, "kept", NewAttr{Mode: 0o755})
+		must(t, err)
+		must(t, s.Sync(ctx))
+		ballast := itestutil.Fill(t, disk, 0)
+		failures := groupFailures(t)
+		answered := 0
+		for i := range 200 {
+			if _, err := s.Mkdir(ctx, RootIno, fmt.Sprintf("lost%04d-with-a-long-name-to-fill-pages", i), NewAttr{Mode: 0o755}); err != nil {
+				break
+			}
+			answered++
+		}
+		if answered == 0 || !s.grpOpen.Load() {
+			t.Fatalf("%d mutations answered, group open %v: the test needs an open group", answered, s.grpOpen.Load())
+		}
+		if err := s.Sync(ctx); err == nil {
+			t.Fatal("Sync committed a group on a full disk")
+		}
+		if got := groupFailures(t) - failures; got != 1 {
+			t.Errorf("group failures counted: %v, want 1", got)
+		}
+		must(t, s.Sync(ctx)) // reported once
+		must(t, os.Remove(ballast))
+		// The store goes on: what was committed is there, the lost group
+		// is not, and new mutations commit.
+		if _, err := s.Lookup(ctx, RootIno, "kept"); err != nil {
+			t.Errorf("kept: %v", err)
+		}
+		if _, err := s.Lookup(ctx, RootIno, "lost0000-with-a-long-name-to-fill-pages"); err == nil {
+			t.Error("a mutation of the failed group survived")
+		}
+		_, err = s.Mkdir(ctx, RootIno, "after", NewAttr{Mode: 0o755})
+		must(t, err)
+		must(t, s.Sync(ctx))
+	})
+}
+
+func groupFailures(t *testing.T) float64 {
+	t.Helper()
+	var m dto.Metric
+	must(t, metricGroupFailures.Write(&m))
+	return m.GetCounter().GetValue()
+}
