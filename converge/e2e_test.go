@@ -37,7 +37,7 @@ func TestRemoteVerifyAndRepairWithMount(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := rem.Push(ctx); err != nil {
+	if _, err := rem.Push(ctx, workspace.SyncOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// Drift no rev describes: a mode flipped in the container's database.

@@ -25,14 +25,18 @@ type Remote interface {
 	// (seed Lifecycle step 1) and returns once the container has committed
 	// them and the push watermark is persisted. On error nothing the server
 	// holds is lost; the next Push resends what was not acknowledged.
-	Push(ctx context.Context) (SyncReport, error)
+	// opts.Progress, when set, is told after each committed batch; a push
+	// ignores opts.Ignore and opts.Budget.
+	Push(ctx context.Context, opts SyncOptions) (SyncReport, error)
 
 	// Pull fetches the container's changes after the fetch cursor and
 	// applies them to the server store (steps 4-6), checkpointing the cursor
 	// per committed batch, so an error or a crash resumes where it stopped.
-	// ignore is the list of path segments left in the container; nil means
-	// the default ["node_modules"], an empty non-nil list ignores nothing.
-	Pull(ctx context.Context, ignore []string) (SyncReport, error)
+	// opts.Ignore is the list of path segments left in the container; nil
+	// means the default ["node_modules"], an empty non-nil list ignores
+	// nothing. A pull stops after the batch that reaches opts.Budget and
+	// reports More: the rest of the feed waits for the next pull.
+	Pull(ctx context.Context, opts SyncOptions) (SyncReport, error)
 
 	// Exec runs one command in the container and blocks until it exits.
 	// The result carries the container's feed head (ExecResult.HasHead)
@@ -65,6 +69,46 @@ type Remote interface {
 // runtime without an endpoint never reaches the factory (ErrNoRemote).
 type RemoteFactory func(ws *Workspace, rt Runtime) (Remote, error)
 
+// SyncOptions are the options of one push or pull call.
+type SyncOptions struct {
+	// Ignore is a pull's ignore list (see Remote.Pull).
+	Ignore []string
+	// Budget bounds one pull; its zero value bounds nothing.
+	Budget Budget
+	// Progress, when set, is called after every committed batch with the
+	// totals of the call so far, from the goroutine that runs the call and
+	// never after the call returned. It must not block for long: the sync
+	// waits for it.
+	Progress func(Progress)
+}
+
+// Budget bounds one pull call: it stops after the first committed batch
+// that reaches any bound that is set (zero: unbounded), so every call
+// moves at least one batch. The fetch cursor follows the committed
+// batches, so the next pull goes on where this one stopped.
+type Budget struct {
+	Entries int           // entries received
+	Bytes   int64         // chunk bytes fetched
+	Wall    time.Duration // time since the call started
+}
+
+// IsZero reports whether b bounds nothing.
+func (b Budget) IsZero() bool { return b == Budget{} }
+
+// Progress is how far one sync call has gone: totals so far.
+type Progress struct {
+	// Op is "push", "pull" or "bootstrap" (a snapshot sent to an empty
+	// container, inside a push).
+	Op      string `json:"op"`
+	Entries int    `json:"entries"`
+	Objects int    `json:"objects"`
+	Bytes   int64  `json:"bytes"`
+	Batches int    `json:"batches"`
+	// Total is the number of entries the call will move when it is known
+	// (a snapshot's record count), else 0.
+	Total int `json:"total,omitempty"`
+}
+
 // SyncReport is what one push or pull moved.
 type SyncReport struct {
 	// Entries is the number of change entries the receiver applied (entries
@@ -93,6 +137,9 @@ type SyncReport struct {
 	// changed them and the server had not pulled that yet. They go again
 	// after the next pull, where they apply or become conflicts.
 	Deferred int `json:"deferred,omitempty"`
+	// More: a pull stopped on its Budget before the end of the container's
+	// feed; the next pull fetches the rest.
+	More bool `json:"more,omitempty"`
 }
 
 // MaxConflictPaths bounds SyncReport.ConflictPaths.

@@ -312,7 +312,7 @@ func (w *Workspace) verify(ctx context.Context, rs *runtimeState, repair bool) (
 
 func (w *Workspace) push(ctx context.Context, rs *runtimeState, r Remote) (SyncReport, error) {
 	start := time.Now()
-	rep, err := r.Push(ctx)
+	rep, err := r.Push(ctx, SyncOptions{})
 	w.record(rs, "push", start, rep, err)
 	return rep, err
 }
@@ -323,7 +323,7 @@ func (w *Workspace) push(ctx context.Context, rs *runtimeState, r Remote) (SyncR
 // it succeeds; a successful one settles the record.
 func (w *Workspace) pull(ctx context.Context, rs *runtimeState, r Remote, owed PendingPull) (SyncReport, error) {
 	start := time.Now()
-	rep, err := r.Pull(ctx, w.IgnoreList())
+	rep, err := r.Pull(ctx, SyncOptions{Ignore: w.IgnoreList()})
 	w.record(rs, "pull", start, rep, err)
 	if err != nil {
 		if owed.RuntimeID == "" {
@@ -485,38 +485,10 @@ func (t Target) Exec(ctx context.Context, spec ExecSpec, out func(ExecEvent)) (E
 	w := t.w
 	start := time.Now()
 	var rep ExecReport
-	if (len(spec.Argv) == 0) == (spec.Shell == "") {
-		return rep, fmt.Errorf("exec: %w: give exactly one of argv and shell", vfs.ErrInvalid)
-	}
-	if _, err := vfs.CleanAPIPath(spec.Cwd); err != nil {
-		return rep, fmt.Errorf("exec: cwd: %w", err)
-	}
-	if spec.Timeout < 0 {
-		return rep, fmt.Errorf("exec: %w: negative timeout", vfs.ErrInvalid)
-	}
-	if err := checkExecSizes(spec); err != nil {
-		return rep, err
-	}
-	for _, e := range spec.Env {
-		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
-			return rep, fmt.Errorf("exec: %w: env entry %q is not K=V", vfs.ErrInvalid, e)
-		}
-	}
-	rs, err := w.state(t.name)
+	rs, r, pushed, err := t.beforeCommand(ctx, spec)
+	rep.Pushed = pushed
 	if err != nil {
 		return rep, err
-	}
-	r, err := w.remoteFor(rs)
-	if err != nil {
-		return rep, err
-	}
-	err = w.q.Do(ctx, func() error {
-		rep.Pushed, err = w.settledPush(ctx, rs, r)
-		return err
-	})
-	if err != nil {
-		metricExecs.WithLabelValues("push_failed").Inc()
-		return rep, fmt.Errorf("exec: %w: %w", ErrPushFailed, err)
 	}
 
 	if out == nil {
@@ -531,31 +503,8 @@ func (t Target) Exec(ctx context.Context, spec ExecSpec, out func(ExecEvent)) (E
 
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.m.opts.PullTimeout)
 	defer cancel()
-	ran := false
-	pullErr := w.q.Do(pctx, func() error {
-		var err error
-		ran = true
-		if w.fetchedThrough(pctx, rs, res) {
-			rep.Pulled = SyncReport{RuntimeID: runtime}
-			metricPullsSkipped.Inc()
-			return nil
-		}
-		rep.Pulled, err = w.pullSettling(pctx, rs, r, PendingPull{ExecID: res.ExecID, RuntimeID: runtime})
-		return err
-	})
+	rep.Pulled, rep.Sync, rep.SyncError = w.afterCommand(pctx, rs, r, res, runtime)
 	rep.Conflicts = rep.Pulled.Conflicts
-	if pullErr != nil {
-		rep.Sync, rep.SyncError = SyncPending, pullErr.Error()
-		if !ran {
-			// The FIFO turn never came (PullTimeout): pull recorded nothing.
-			if err := w.markPending(rs, PendingPull{ExecID: res.ExecID, RuntimeID: runtime, Error: pullErr.Error(), Since: time.Now().UTC()}); err != nil {
-				rep.SyncError += "; " + err.Error()
-			}
-		}
-	} else {
-		rep.Sync = SyncComplete
-		w.verifyAfterSync(pctx, rs)
-	}
 	metricExecSeconds.Observe(time.Since(start).Seconds())
 	if execErr != nil {
 		metricExecs.WithLabelValues("error").Inc()
@@ -565,6 +514,90 @@ func (t Target) Exec(ctx context.Context, spec ExecSpec, out func(ExecEvent)) (E
 	rs.log.Info("exec", "exec", res.ExecID, "code", res.ExitCode, "signal", res.Signal,
 		"pushed", rep.Pushed.Entries, "pulled", rep.Pulled.Entries, "sync", rep.Sync, "duration", time.Since(start))
 	return rep, nil
+}
+
+// beforeCommand is the first half of the bracket: it checks spec, finds
+// the runtime and its remote and pushes through the FIFO (settling a
+// pending pull first). A failed push fails with ErrPushFailed: nothing may
+// be spawned.
+func (t Target) beforeCommand(ctx context.Context, spec ExecSpec) (*runtimeState, Remote, SyncReport, error) {
+	if err := checkExecSpec(spec); err != nil {
+		return nil, nil, SyncReport{}, err
+	}
+	rs, err := t.w.state(t.name)
+	if err != nil {
+		return nil, nil, SyncReport{}, err
+	}
+	r, err := t.w.remoteFor(rs)
+	if err != nil {
+		return nil, nil, SyncReport{}, err
+	}
+	var pushed SyncReport
+	err = t.w.q.Do(ctx, func() error {
+		pushed, err = t.w.settledPush(ctx, rs, r)
+		return err
+	})
+	if err != nil {
+		metricExecs.WithLabelValues("push_failed").Inc()
+		return nil, nil, pushed, fmt.Errorf("exec: %w: %w", ErrPushFailed, err)
+	}
+	return rs, r, pushed, nil
+}
+
+// checkExecSpec refuses a spec the container would refuse, before anything
+// is synced for it.
+func checkExecSpec(spec ExecSpec) error {
+	if (len(spec.Argv) == 0) == (spec.Shell == "") {
+		return fmt.Errorf("exec: %w: give exactly one of argv and shell", vfs.ErrInvalid)
+	}
+	if _, err := vfs.CleanAPIPath(spec.Cwd); err != nil {
+		return fmt.Errorf("exec: cwd: %w", err)
+	}
+	if spec.Timeout < 0 {
+		return fmt.Errorf("exec: %w: negative timeout", vfs.ErrInvalid)
+	}
+	if err := checkExecSizes(spec); err != nil {
+		return err
+	}
+	for _, e := range spec.Env {
+		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
+			return fmt.Errorf("exec: %w: env entry %q is not K=V", vfs.ErrInvalid, e)
+		}
+	}
+	return nil
+}
+
+// afterCommand is the second half of the bracket: the pull a command owes
+// its runtime (res.ExecID ran on runtime), through the FIFO. It is skipped
+// when the command changed nothing (fetchedThrough). A pull that fails, or
+// whose turn never comes before ctx ends, leaves a pending record naming
+// the exec; the sync state says which (SyncComplete or SyncPending, with
+// the error).
+func (w *Workspace) afterCommand(ctx context.Context, rs *runtimeState, r Remote, res ExecResult, runtime string) (pulled SyncReport, state, syncErr string) {
+	ran := false
+	err := w.q.Do(ctx, func() error {
+		var err error
+		ran = true
+		if w.fetchedThrough(ctx, rs, res) {
+			pulled = SyncReport{RuntimeID: runtime}
+			metricPullsSkipped.Inc()
+			return nil
+		}
+		pulled, err = w.pullSettling(ctx, rs, r, PendingPull{ExecID: res.ExecID, RuntimeID: runtime})
+		return err
+	})
+	if err == nil {
+		w.verifyAfterSync(ctx, rs)
+		return pulled, SyncComplete, ""
+	}
+	syncErr = err.Error()
+	if !ran {
+		// The FIFO turn never came (PullTimeout): pull recorded nothing.
+		if err := w.markPending(rs, PendingPull{ExecID: res.ExecID, RuntimeID: runtime, Error: syncErr, Since: time.Now().UTC()}); err != nil {
+			syncErr += "; " + err.Error()
+		}
+	}
+	return pulled, SyncPending, syncErr
 }
 
 // fetchedThrough reports, inside the FIFO turn after a command, whether

@@ -29,9 +29,9 @@ type countingRemote struct {
 	pulls atomic.Int64
 }
 
-func (c *countingRemote) Pull(ctx context.Context, ignore []string) (workspace.SyncReport, error) {
+func (c *countingRemote) Pull(ctx context.Context, opts workspace.SyncOptions) (workspace.SyncReport, error) {
 	c.pulls.Add(1)
-	return c.Remote.Pull(ctx, ignore)
+	return c.Remote.Pull(ctx, opts)
 }
 
 // The exec bracket against a real computerd (its FUSE mount, commands run
@@ -182,7 +182,7 @@ func TestExecReportsTheHeadOnlyOnThePushedSession(t *testing.T) {
 	if res.HasHead {
 		t.Errorf("exec before any push reported head %d", res.Head)
 	}
-	if _, err := r.Push(ctx); err != nil {
+	if _, err := r.Push(ctx, workspace.SyncOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	res, err = r.Exec(ctx, workspace.ExecSpec{Shell: "echo x > f"}, discard)

@@ -40,13 +40,13 @@ func TestIdlePushIsSilent(t *testing.T) {
 	if _, err := server.WriteFile(ctx, "f", []byte("x"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	rep, err := r.Push(ctx)
+	rep, err := r.Push(ctx, workspace.SyncOptions{})
 	if err != nil || rep.Entries == 0 {
 		t.Fatalf("first push: %+v, %v", rep, err)
 	}
 	for i := range 3 {
 		var wc rpc.WireCounter
-		rep, err := r.Push(rpc.WithWireCounter(ctx, &wc))
+		rep, err := r.Push(rpc.WithWireCounter(ctx, &wc), workspace.SyncOptions{})
 		if err != nil || rep.Entries != 0 {
 			t.Fatalf("idle push %d: %+v, %v", i, rep, err)
 		}

@@ -187,7 +187,7 @@ func Report(res syncwire.Result, start time.Time, runtime string) workspace.Sync
 // fresh one, or one restarted with :memory: state) gets the whole tree as a
 // verified snapshot first, in the same turn of the driver's FIFO; the push
 // then sends whatever came after it.
-func (r *Remote) Push(ctx context.Context) (workspace.SyncReport, error) {
+func (r *Remote) Push(ctx context.Context, opts workspace.SyncOptions) (workspace.SyncReport, error) {
 	start := time.Now()
 	rep := workspace.SyncReport{}
 	err := r.drv.Do(ctx, func(ctx context.Context, x *syncwire.Exchange) error {
@@ -242,10 +242,10 @@ func (r *Remote) bootstrap(ctx context.Context, x *syncwire.Exchange) (converge.
 	return rep, true, nil
 }
 
-// Pull fetches the container's changes, leaving out the paths of ignore.
-func (r *Remote) Pull(ctx context.Context, ignore []string) (workspace.SyncReport, error) {
+// Pull fetches the container's changes, leaving out the paths of opts.Ignore.
+func (r *Remote) Pull(ctx context.Context, opts workspace.SyncOptions) (workspace.SyncReport, error) {
 	start := time.Now()
-	res, err := r.drv.PullIgnoring(ctx, ignore)
+	res, err := r.drv.PullIgnoring(ctx, opts.Ignore)
 	return Report(res, start, r.runtimeID(ctx)), r.note(err)
 }
 

@@ -123,7 +123,7 @@ func lacks(t *testing.T, side string, s *vfs.Store, path string) {
 
 func push(t *testing.T, h Harness) workspace.SyncReport {
 	t.Helper()
-	rep, err := h.Remote.Push(ctxOf(t))
+	rep, err := h.Remote.Push(ctxOf(t), workspace.SyncOptions{})
 	if err != nil {
 		t.Fatalf("push: %v", err)
 	}
@@ -132,7 +132,7 @@ func push(t *testing.T, h Harness) workspace.SyncReport {
 
 func pull(t *testing.T, h Harness, ignore []string) workspace.SyncReport {
 	t.Helper()
-	rep, err := h.Remote.Pull(ctxOf(t), ignore)
+	rep, err := h.Remote.Pull(ctxOf(t), workspace.SyncOptions{Ignore: ignore})
 	if err != nil {
 		t.Fatalf("pull %q: %v", ignore, err)
 	}
@@ -251,10 +251,10 @@ func testClosed(t *testing.T, h Harness) {
 	}
 	write(t, h.Server, "after-close", "x")
 	write(t, h.Container, "after-close-c", "y")
-	if _, err := h.Remote.Push(ctxOf(t)); err == nil {
+	if _, err := h.Remote.Push(ctxOf(t), workspace.SyncOptions{}); err == nil {
 		t.Error("push on a closed remote: no error")
 	}
-	if _, err := h.Remote.Pull(ctxOf(t), nil); err == nil {
+	if _, err := h.Remote.Pull(ctxOf(t), workspace.SyncOptions{}); err == nil {
 		t.Error("pull on a closed remote: no error")
 	}
 	lacks(t, "container", h.Container, "after-close")
@@ -349,18 +349,18 @@ func testRuntimes(t *testing.T, h Harness) {
 	other, container := h.Attach(t, rt)
 	write(t, h.Server, "shared/s", "server")
 	push(t, h)
-	if _, err := other.Push(ctx); err != nil {
+	if _, err := other.Push(ctx, workspace.SyncOptions{}); err != nil {
 		t.Fatalf("push to b: %v", err)
 	}
 	has(t, "container", h.Container, "shared/s", "server")
 	has(t, "b", container, "shared/s", "server")
 	write(t, container, "from-b", "b")
-	if _, err := other.Pull(ctx, nil); err != nil {
+	if _, err := other.Pull(ctx, workspace.SyncOptions{}); err != nil {
 		t.Fatalf("pull from b: %v", err)
 	}
 	push(t, h)
 	has(t, "container", h.Container, "from-b", "b")
-	rep, err := other.Push(ctx)
+	rep, err := other.Push(ctx, workspace.SyncOptions{})
 	if err != nil {
 		t.Fatalf("push to b again: %v", err)
 	}

@@ -174,7 +174,7 @@ func pop(q *[]error) error {
 }
 
 // Push runs the real push (syncwire.Driver) into the container store.
-func (f *Fake) Push(ctx context.Context) (workspace.SyncReport, error) {
+func (f *Fake) Push(ctx context.Context, opts workspace.SyncOptions) (workspace.SyncReport, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, "push")
@@ -186,8 +186,8 @@ func (f *Fake) Push(ctx context.Context) (workspace.SyncReport, error) {
 	return remote.Report(res, start, f.runtime), err
 }
 
-// Pull runs the real pull from the container store, leaving out ignore.
-func (f *Fake) Pull(ctx context.Context, ignore []string) (workspace.SyncReport, error) {
+// Pull runs the real pull from the container store, leaving out opts.Ignore.
+func (f *Fake) Pull(ctx context.Context, opts workspace.SyncOptions) (workspace.SyncReport, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, "pull")
@@ -195,7 +195,7 @@ func (f *Fake) Pull(ctx context.Context, ignore []string) (workspace.SyncReport,
 		return workspace.SyncReport{}, err
 	}
 	start := time.Now()
-	res, err := f.drv.PullIgnoring(ctx, ignore)
+	res, err := f.drv.PullIgnoring(ctx, opts.Ignore)
 	return remote.Report(res, start, f.runtime), err
 }
 
