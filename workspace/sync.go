@@ -312,7 +312,7 @@ func (w *Workspace) verify(ctx context.Context, rs *runtimeState, repair bool) (
 
 func (w *Workspace) push(ctx context.Context, rs *runtimeState, r Remote) (SyncReport, error) {
 	start := time.Now()
-	rep, err := r.Push(ctx, SyncOptions{})
+	rep, err := r.Push(ctx, SyncOptions{Progress: w.progress(ctx, rs)})
 	w.record(rs, "push", start, rep, err)
 	return rep, err
 }
@@ -323,7 +323,7 @@ func (w *Workspace) push(ctx context.Context, rs *runtimeState, r Remote) (SyncR
 // it succeeds; a successful one settles the record.
 func (w *Workspace) pull(ctx context.Context, rs *runtimeState, r Remote, owed PendingPull) (SyncReport, error) {
 	start := time.Now()
-	rep, err := r.Pull(ctx, SyncOptions{Ignore: w.IgnoreList()})
+	rep, err := r.Pull(ctx, SyncOptions{Ignore: w.IgnoreList(), Progress: w.progress(ctx, rs)})
 	w.record(rs, "pull", start, rep, err)
 	if err != nil {
 		if owed.RuntimeID == "" {

@@ -1,0 +1,23 @@
+package workspace
+
+import "context"
+
+type progressKey struct{}
+
+// WithProgress returns a context whose sync calls tell fn how far they
+// have gone, after every committed batch: a push or pull made with it, and
+// the pull after a command (Exec) made with it. fn is called from the
+// goroutine running the sync and must not block for long.
+func WithProgress(ctx context.Context, fn func(Progress)) context.Context {
+	return context.WithValue(ctx, progressKey{}, fn)
+}
+
+// progress is the SyncOptions.Progress of one sync call with rs: the one
+// place a sync's progress goes, to the caller's observer (WithProgress).
+func (w *Workspace) progress(ctx context.Context, rs *runtimeState) func(Progress) {
+	obs, _ := ctx.Value(progressKey{}).(func(Progress))
+	if obs == nil {
+		return nil
+	}
+	return func(p Progress) { obs(p) }
+}
