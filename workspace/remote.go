@@ -160,7 +160,18 @@ type ExecSpec struct {
 	Timeout time.Duration `json:"timeout_ns,omitempty"`
 	// User runs the command under these ids (nil: computerd's own).
 	User *ExecUser `json:"user,omitempty"`
+	// Sync is when the caller hears of the command's end: SyncWait (or
+	// empty), after the pull that brings back what it wrote; SyncDefer, at
+	// once, with the pull running after the reply. Not sent to the
+	// container.
+	Sync string `json:"sync,omitempty"`
 }
+
+// Post-command sync modes (ExecSpec.Sync).
+const (
+	SyncWait  = "wait"
+	SyncDefer = "defer"
+)
 
 // ExecUser is the uid and optional gid an exec runs as (--user UID[:GID]).
 type ExecUser struct {

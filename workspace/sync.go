@@ -556,6 +556,9 @@ func checkExecSpec(spec ExecSpec) error {
 	if spec.Timeout < 0 {
 		return fmt.Errorf("exec: %w: negative timeout", vfs.ErrInvalid)
 	}
+	if spec.Sync != "" && spec.Sync != SyncWait && spec.Sync != SyncDefer {
+		return fmt.Errorf("exec: %w: sync %q is neither %q nor %q", vfs.ErrInvalid, spec.Sync, SyncWait, SyncDefer)
+	}
 	if err := checkExecSizes(spec); err != nil {
 		return err
 	}
