@@ -20,6 +20,7 @@ import (
 
 	"github.com/wsync/wsync/internal/bearer"
 	"github.com/wsync/wsync/vfs"
+	"github.com/wsync/wsync/workspace/events"
 )
 
 // Options configures a Manager.
@@ -61,7 +62,10 @@ type Options struct {
 	// the metrics. A verify that fails or finds drift never fails the call
 	// it follows.
 	VerifyAfterSync bool
-	Logger          *slog.Logger
+	// Events bounds the retention of each workspace's event log (zero:
+	// the defaults of package events).
+	Events events.Options
+	Logger *slog.Logger
 }
 
 // Manager owns the workspaces of one server: their registry, their stores
@@ -164,6 +168,7 @@ func (m *Manager) newWorkspace(c Config) *Workspace {
 		ignore:   vfs.NewIgnore(c.Ignore),
 		log:      m.log.With("workspace", c.Name),
 		runtimes: make(map[string]*runtimeState, 1+len(attached)),
+		events:   events.New(m.opts.Events),
 	}
 	w.runtimes[DefaultRuntime] = w.newRuntime(w.defaultRuntime(), pending[DefaultRuntime])
 	for _, rt := range attached {

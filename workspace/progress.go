@@ -13,11 +13,16 @@ func WithProgress(ctx context.Context, fn func(Progress)) context.Context {
 }
 
 // progress is the SyncOptions.Progress of one sync call with rs: the one
-// place a sync's progress goes, to the caller's observer (WithProgress).
+// place a sync's progress goes, to the workspace's events (sync.progress,
+// numbered by the call's span, beginSync) and to the caller's observer
+// (WithProgress).
 func (w *Workspace) progress(ctx context.Context, rs *runtimeState) func(Progress) {
 	obs, _ := ctx.Value(progressKey{}).(func(Progress))
-	if obs == nil {
-		return nil
+	sync := syncOf(ctx)
+	return func(p Progress) {
+		w.publish(rs, EventSyncProgress, SyncProgress{Sync: sync, Progress: p})
+		if obs != nil {
+			obs(p)
+		}
 	}
-	return func(p Progress) { obs(p) }
 }

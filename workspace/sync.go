@@ -161,6 +161,7 @@ func (w *Workspace) Tick(ctx context.Context) (TickReport, error) {
 	}
 	var synced []*runtimeState
 	err := w.q.Do(ctx, func() error {
+		ctx, sp := w.beginSync(ctx, nil, "tick")
 		rep.Runtimes = make([]RuntimeTick, len(rss))
 		errs := make([]error, len(rss))
 		for i, rs := range rss {
@@ -185,7 +186,9 @@ func (w *Workspace) Tick(ctx context.Context) (TickReport, error) {
 				rep.Pulled, rep.Pushed = rep.Runtimes[i].Pulled, rep.Runtimes[i].Pushed
 			}
 		}
-		return errors.Join(errs...)
+		err := errors.Join(errs...)
+		sp.finish(tickTotal(rep), err)
+		return err
 	})
 	metricSyncs.WithLabelValues("tick", result(err)).Inc()
 	for _, rs := range synced {
@@ -296,6 +299,7 @@ func (w *Workspace) verify(ctx context.Context, rs *runtimeState, repair bool) (
 		name = "repair"
 	}
 	metricSyncs.WithLabelValues(name, result(err)).Inc()
+	w.publishVerify(rs, repair, rep, err)
 	if err != nil {
 		return rep, err
 	}
@@ -311,9 +315,10 @@ func (w *Workspace) verify(ctx context.Context, rs *runtimeState, repair bool) (
 // push and pull run inside a FIFO turn.
 
 func (w *Workspace) push(ctx context.Context, rs *runtimeState, r Remote) (SyncReport, error) {
-	start := time.Now()
+	ctx, sp := w.beginSync(ctx, rs, "push")
 	rep, err := r.Push(ctx, SyncOptions{Progress: w.progress(ctx, rs)})
-	w.record(rs, "push", start, rep, err)
+	w.record(rs, "push", sp.start, rep, err)
+	sp.finish(rep, err)
 	return rep, err
 }
 
@@ -322,9 +327,10 @@ func (w *Workspace) push(ctx context.Context, rs *runtimeState, r Remote) (SyncR
 // follows a command) that fences pushes to the runtime until a pull from
 // it succeeds; a successful one settles the record.
 func (w *Workspace) pull(ctx context.Context, rs *runtimeState, r Remote, owed PendingPull) (SyncReport, error) {
-	start := time.Now()
+	ctx, sp := w.beginSync(ctx, rs, "pull")
 	rep, err := r.Pull(ctx, SyncOptions{Ignore: w.IgnoreList(), Progress: w.progress(ctx, rs)})
-	w.record(rs, "pull", start, rep, err)
+	w.record(rs, "pull", sp.start, rep, err)
+	sp.finish(rep, err)
 	if err != nil {
 		if owed.RuntimeID == "" {
 			owed.RuntimeID = rep.RuntimeID
@@ -436,9 +442,11 @@ func (w *Workspace) resolvePending(rs *runtimeState, runtimeID string) {
 		rs.abandoned = done
 		w.stateMu.Unlock()
 		rs.log.Warn("pending pull abandoned: container runtime changed", "exec", done.ExecID, "ran_on", done.RuntimeID, "now", runtimeID)
+		w.publish(rs, EventPendingCleared, PendingEvent{PendingPull: *done, Outcome: "abandoned"})
 		return
 	}
 	rs.log.Info("pending pull completed", "exec", done.ExecID)
+	w.publish(rs, EventPendingCleared, PendingEvent{PendingPull: *done, Outcome: "completed"})
 }
 
 // updatePending replaces the runtime's pending record with f(old) and,
@@ -451,6 +459,9 @@ func (w *Workspace) updatePending(rs *runtimeState, f func(old *PendingPull) *Pe
 	rs.pending = f(old)
 	now := rs.pending
 	w.stateMu.Unlock()
+	if now != nil {
+		w.publish(rs, EventPending, PendingEvent{PendingPull: *now})
+	}
 	switch {
 	case old == nil && now == nil:
 		return nil
@@ -494,7 +505,9 @@ func (t Target) Exec(ctx context.Context, spec ExecSpec, out func(ExecEvent)) (E
 	if out == nil {
 		out = w.collector(&rep)
 	}
+	w.publishExecStarted(rs, "", spec)
 	res, execErr := r.Exec(ctx, spec, out)
+	w.publishExecExited(rs, res, execErr)
 	rep.ExecResult = res
 	runtime := res.RuntimeID
 	if runtime == "" {

@@ -9,10 +9,12 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/wsync/wsync/internal/fifo"
 	"github.com/wsync/wsync/vfs"
+	"github.com/wsync/wsync/workspace/events"
 )
 
 // Workspace is one registered workspace: its store, its runtimes (each
@@ -26,6 +28,9 @@ type Workspace struct {
 	log    *slog.Logger
 
 	q fifo.Queue
+
+	events *events.Log
+	syncs  atomic.Uint64 // numbers the sync calls (SyncStarted.Sync)
 
 	storeMu sync.Mutex
 	store   *vfs.Store
@@ -128,6 +133,7 @@ func (w *Workspace) remoteFor(rs *runtimeState) (Remote, error) {
 			}
 			return nil, fmt.Errorf("workspace %q: runtime %q: remote: %w", w.cfg.Name, rs.rt.Name, err)
 		}
+		w.watchSession(rs, r)
 		return r, nil
 	})
 }

@@ -31,6 +31,7 @@ Verbs (clients of a running server):
                              runtimes detach NAME
   conflicts [--all] [--json] conflicts resolve PATH --keep server|container|both
                              conflicts policy [keep-both|server-wins|container-wins]
+  events [--json] [--after ID] [--types LIST]   (follows until interrupted)
 
 Client flags (after the verb), with their environment twins:
   --server URL       WSYNC_SERVER      (default http://127.0.0.1:8080)
@@ -71,6 +72,7 @@ var verbs = map[string]verb{
 	"workspaces": runWorkspaces,
 	"runtimes":   runRuntimes,
 	"conflicts":  runConflicts,
+	"events":     runEvents,
 }
 
 func main() {

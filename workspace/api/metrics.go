@@ -15,4 +15,12 @@ var (
 		Help:    "HTTP API request durations by route pattern (an exec's includes its command).",
 		Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
 	}, []string{"route"})
+	metricStreams = promauto.NewGauge(prometheus.GaugeOpts{
+		Name: "wsync_api_event_streams",
+		Help: "Event streams (GET .../events) open.",
+	})
+	metricStreamsDropped = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "wsync_api_event_streams_dropped_total",
+		Help: "Event streams ended because a write to the client failed or did not finish in time.",
+	})
 )

@@ -33,6 +33,14 @@ type Options struct {
 	// MaxJSON, MaxExec and MaxWrite bound request bodies: JSON calls, exec
 	// requests (their stdin included), file writes. Zero means the default.
 	MaxJSON, MaxExec, MaxWrite int64
+	// EventHeartbeat is how long an event stream stays silent before a
+	// comment goes out; EventWriteTimeout how long one write to it may
+	// take before the stream is dropped; MaxEventStreams how many streams
+	// may be open on one workspace (more: 429 EBUSY). Zero means the
+	// default (DefaultEventHeartbeat, ...).
+	EventHeartbeat    time.Duration
+	EventWriteTimeout time.Duration
+	MaxEventStreams   int
 	// Gatherer serves /metrics; nil is prometheus.DefaultGatherer.
 	Gatherer prometheus.Gatherer
 	Logger   *slog.Logger
@@ -46,6 +54,10 @@ type Server struct {
 	token   bearer.Token
 	mux     *http.ServeMux
 	metrics http.Handler
+
+	streams    streamLimit
+	ending     context.Context // done once EndStreams is called
+	endStreams context.CancelFunc
 }
 
 // New builds the API. It refuses an empty token: every route but /health
@@ -60,6 +72,15 @@ func New(opts Options) (*Server, error) {
 	setDefault(&opts.MaxJSON, DefaultMaxJSON)
 	setDefault(&opts.MaxExec, DefaultMaxExec)
 	setDefault(&opts.MaxWrite, DefaultMaxWrite)
+	if opts.EventHeartbeat <= 0 {
+		opts.EventHeartbeat = DefaultEventHeartbeat
+	}
+	if opts.EventWriteTimeout <= 0 {
+		opts.EventWriteTimeout = DefaultEventWriteTimeout
+	}
+	if opts.MaxEventStreams <= 0 {
+		opts.MaxEventStreams = DefaultMaxEventStreams
+	}
 	if opts.Gatherer == nil {
 		opts.Gatherer = prometheus.DefaultGatherer
 	}
@@ -67,7 +88,9 @@ func New(opts Options) (*Server, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	s := &Server{opts: opts, m: opts.Manager, log: log.With("component", "api"), token: bearer.New(opts.Token)}
+	s := &Server{opts: opts, m: opts.Manager, log: log.With("component", "api"), token: bearer.New(opts.Token),
+		streams: streamLimit{max: opts.MaxEventStreams}}
+	s.ending, s.endStreams = context.WithCancel(context.Background())
 	s.metrics = promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{})
 	s.routes()
 	return s, nil
@@ -108,6 +131,7 @@ func (s *Server) routes() {
 	mux.HandleFunc("GET "+ws+"/conflicts", s.withWS(s.listConflicts))
 	mux.HandleFunc("POST "+ws+"/conflicts/resolve", s.withWS(s.resolveConflict))
 	mux.HandleFunc("PUT "+ws+"/conflict-policy", s.withWS(s.setConflictPolicy))
+	mux.HandleFunc("GET "+ws+"/events", s.withWS(s.events))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fmt.Errorf("no route for %s %s: %w", r.Method, r.URL.Path, vfs.ErrNotExist))
 	})

@@ -254,6 +254,10 @@ type Subscription struct {
 	restart bool   // the first Next reports a GapRestart
 }
 
+// Position is the id a Subscribe goes on from to read what this
+// subscription has yet to read (while it has no gap to tell).
+func (s *Subscription) Position() string { return s.l.id(s.next - 1) }
+
 // Next blocks until there is an event for the subscription or ctx ends,
 // and returns it. When events the subscription has not read were dropped
 // it returns a TypeGap event (data: Gap) first, then goes on from the

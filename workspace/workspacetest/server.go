@@ -50,6 +50,7 @@ func Serve(t testing.TB, mo workspace.Options, ao api.Options) (*httptest.Server
 	}
 	hs := httptest.NewServer(a)
 	t.Cleanup(func() {
+		a.EndStreams() // httptest's Close waits for every request
 		hs.Close()
 		m.Close()
 	})
