@@ -24,6 +24,11 @@ type ClientOptions struct {
 	Dial func(ctx context.Context) (Conn, error)
 	// DialTimeout bounds dial plus handshake (default 10s).
 	DialTimeout time.Duration
+	// OnSession, when set, is told of every session the client opens,
+	// once its handshake is done, before any call uses it. It is called
+	// with the client's lock held: it must not block or call the Client.
+	// Session.Done says when the session ends.
+	OnSession func(*Session)
 }
 
 // Client holds one session to a peer at a time and redials on the next
@@ -97,6 +102,9 @@ func (c *Client) Session(ctx context.Context) (*Session, uint64, error) {
 		return nil, 0, err
 	}
 	metricSessions.WithLabelValues("client").Inc()
+	if c.opts.OnSession != nil {
+		c.opts.OnSession(sess)
+	}
 	c.wg.Go(func() { sess.Serve(context.Background()) })
 	c.sess = sess
 	c.epoch++

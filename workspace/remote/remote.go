@@ -38,6 +38,8 @@ type Remote struct {
 	drv    *syncwire.Driver
 	log    *slog.Logger
 
+	watch *sessions // NotifySession
+
 	mu      sync.Mutex
 	lastErr string
 
@@ -101,8 +103,10 @@ func New(store *vfs.Store, o Options) *Remote {
 		log = slog.Default()
 	}
 	cfg := rpc.Config{ID: store.ID(), Logger: log}
-	c := rpc.NewClient(rpc.ClientOptions{Config: cfg, URL: o.Runtime.Endpoint, Token: o.Token})
+	watch := &sessions{}
+	c := rpc.NewClient(rpc.ClientOptions{Config: cfg, URL: o.Runtime.Endpoint, Token: o.Token, OnSession: watch.up})
 	return &Remote{
+		watch:  watch,
 		store:  store,
 		rt:     o.Runtime,
 		ignore: o.Ignore,
@@ -119,7 +123,11 @@ func (r *Remote) SetConflictPolicy(p vfs.ConflictPolicy) {
 }
 
 // Close ends the session.
-func (r *Remote) Close() error { return r.client.Close() }
+func (r *Remote) Close() error {
+	err := r.client.Close()
+	r.watch.wait()
+	return err
+}
 
 // note records the last error for Status and tells computerd's failures
 // from the server's own (peerError).
