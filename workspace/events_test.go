@@ -393,4 +393,3 @@ func TestEventTypesAreListed(t *testing.T) {
 		t.Errorf("a misspelt type: %v", err)
 	}
 }
-
