@@ -27,14 +27,19 @@ func runEvents(ctx context.Context, args []string, stdin io.Reader, stdout, stde
 	asJSON := c.fs.Bool("json", false, "print each event as its JSON object, one per line")
 	after := c.fs.String("after", "", "follow from the event after ID (an event's id; 0: every event the server retains; default: from now)")
 	types := c.fs.String("types", "", "only these event types or families, comma-separated (sync, exec, sync.finished, runtime, ...)")
-	return c.clientVerb(ctx, args, cf, noArgs, func(ctx context.Context, ws *client.Workspace, _ []string) error {
-		var list []string
-		if *types != "" {
-			if _, err := events.ParseFilter(*types, workspace.EventTypes); err != nil {
-				return err
-			}
-			list = strings.Split(*types, ",")
+	var list []string
+	check := func(pos []string) error {
+		if err := noArgs(pos); err != nil {
+			return err
 		}
+		if *types == "" {
+			return nil
+		}
+		_, err := events.ParseFilter(*types, workspace.EventTypes)
+		list = strings.Split(*types, ",")
+		return err
+	}
+	return c.clientVerb(ctx, args, cf, check, func(ctx context.Context, ws *client.Workspace, _ []string) error {
 		err := ws.EventsOf(ctx, *after, list, func(ev events.Event) error {
 			var err error
 			if *asJSON {
