@@ -393,3 +393,30 @@ func TestEventTypesAreListed(t *testing.T) {
 		t.Errorf("a misspelt type: %v", err)
 	}
 }
+
+// The log is in memory: a server that opens the registry again starts a
+// log of another epoch, and an id from the last one replays what the new
+// one holds after a gap that says the server restarted.
+func TestEventIDsAreNotConfusedAcrossARestart(t *testing.T) {
+	h, w := newDefault(t)
+	_, err := w.Pull(context.Background())
+	must(t, err)
+	sub, err := w.Events().Subscribe("0")
+	must(t, err)
+	evs := published(t, sub)
+	last := evs[len(evs)-1].ID
+	h.m.Close()
+	h.m = h.open(t)
+	w = h.ws(t, "default")
+	_, err = w.Pull(context.Background())
+	must(t, err)
+	sub, err = w.Events().Subscribe(last)
+	must(t, err)
+	evs = published(t, sub)
+	if len(evs) != 3 || evs[0].Type != events.TypeGap || evs[1].ID != w.Events().Epoch()+"-1" {
+		t.Fatalf("after the restart, from %s: %q", last, types(evs))
+	}
+	if g := data[events.Gap](t, evs[0]); g.Reason != events.GapRestart || g.After != last {
+		t.Errorf("gap %+v", g)
+	}
+}

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wsync/wsync/computer"
+	"github.com/wsync/wsync/internal/computertest"
 	"github.com/wsync/wsync/internal/testutil"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/workspace"
@@ -581,5 +583,54 @@ func TestClientEventsReconnect(t *testing.T) {
 	err = cl.Workspace("default").Events(context.Background(), "0", func(events.Event) error { return stop })
 	if !errors.Is(err, stop) {
 		t.Errorf("fn's error: %v", err)
+	}
+}
+
+// Against a real computerd (its FUSE mount, a loopback WebSocket through
+// a proxy that can cut it) the stream shows the runtime connecting, an
+// exec and the pull after it with the counts of the exec's report, and the
+// runtime lost when the connection is cut.
+func TestEventStreamOfARealRuntime(t *testing.T) {
+	const cdToken = "computerd-token"
+	ctx := testutil.Context(t, 2*time.Minute)
+	d := computertest.Start(t, computer.Config{Token: cdToken})
+	p := newProxy(t, d.Addr())
+	e, ws := peerEnv(t, "ws://"+p.addr()+"/sync", cdToken)
+	s := e.openStream(t, "default", "")
+	rep, err := ws.Exec(ctx, workspace.ExecSpec{Shell: "mkdir src && for i in $(seq 300); do echo $i > src/f$i; done"}, nil)
+	if err != nil || rep.ExitCode != 0 {
+		t.Fatalf("exec: %+v %v", rep, err)
+	}
+	evs := s.until(t, workspace.EventExecExited)
+	// The first sync dials: the runtime connects inside it.
+	if evs[0].Type != workspace.EventSyncStarted || evs[1].Type != workspace.EventConnected ||
+		decodeData[workspace.RuntimeEvent](t, evs[1]).RuntimeID != rep.RuntimeID {
+		t.Fatalf("events %q, want the runtime %s connected in the first sync", ids(evs), rep.RuntimeID)
+	}
+	if ex := decodeData[workspace.ExecExited](t, evs[len(evs)-1]); ex.ExecID != rep.ExecID || ex.ExitCode != 0 {
+		t.Errorf("exec.exited %+v, the exec answered %+v", ex, rep.ExecResult)
+	}
+	evs = s.until(t, workspace.EventSyncFinished)
+	started := decodeData[workspace.SyncStarted](t, evs[0])
+	done := decodeData[workspace.SyncFinished](t, evs[len(evs)-1])
+	if started.Op != "pull" || done.Sync != started.Sync || done.Entries != rep.Pulled.Entries || done.Bytes != rep.Pulled.Bytes || rep.Pulled.Entries != 301 {
+		t.Fatalf("the pull after the command: %q, finished %+v, the exec pulled %+v", ids(evs), done, rep.Pulled)
+	}
+	var last workspace.Progress
+	for _, ev := range evs[1 : len(evs)-1] {
+		p := decodeData[workspace.SyncProgress](t, ev)
+		if p.Sync != started.Sync || p.Entries < last.Entries || p.Batches <= last.Batches {
+			t.Fatalf("progress %s after %+v", ev.Data, last)
+		}
+		last = p.Progress
+	}
+	if len(evs) > 2 && last.Entries != done.Entries {
+		t.Errorf("the last progress has %d entries, the pull %d", last.Entries, done.Entries)
+	}
+
+	p.cut()
+	lost := s.until(t, workspace.EventLost)
+	if l := decodeData[workspace.RuntimeEvent](t, lost[len(lost)-1]); l.RuntimeID != rep.RuntimeID || l.Error == "" {
+		t.Errorf("runtime.lost %+v", l)
 	}
 }
