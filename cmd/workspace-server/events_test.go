@@ -54,7 +54,9 @@ func TestEventsVerb(t *testing.T) {
 	c.ok("", "exec", "--", "write", "/a", "x")
 
 	// Everything retained, one readable line each, then it follows.
-	out := c.follow(func(s string) bool { return strings.Contains(s, "exec.exited") && strings.Count(s, "sync.finished") >= 3 },
+	out := c.follow(func(s string) bool {
+		return strings.Contains(s, "exec.exited") && strings.Count(s, "sync.finished") >= 3
+	},
 		"events", "--after", "0")
 	for _, want := range []string{"sync.started", "default", "pull #1 started", "push #", "exec.started", "exited 0 after",
 		"pull #3: 1 entries, 1 objects (1 B)"} {
@@ -76,7 +78,9 @@ func TestEventsVerb(t *testing.T) {
 	var from syncBuffer
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"events", "--types", "verify"}, strings.NewReader(""), &from, &bytes.Buffer{}) }()
+	go func() {
+		done <- run(ctx, []string{"events", "--types", "verify"}, strings.NewReader(""), &from, &bytes.Buffer{})
+	}()
 	testutil.WaitFor(t, "a verify line", 30*time.Second, func() bool {
 		c.ok("", "verify")
 		return strings.Contains(from.String(), "verify: converged")
