@@ -104,6 +104,21 @@
 // the records as the API shows them (ConflictInfo); ResolveConflict
 // settles one, with ordinary server writes that the next push carries.
 //
+// # Events
+//
+// Each workspace has an event log (Events, package workspace/events: in
+// memory, bounded, replayable by id), and what it does is published there
+// from one place each: a sync call's start, progress and end from push and
+// pull (beginSync, the progress hook in progress.go, the span's finish;
+// a tick is a sync whose pulls and pushes name it as their parent), a
+// command's start and exit from the exec bracket (publishExecStarted and
+// publishExecExited, which a detached command calls too), a pending pull
+// recorded (updatePending) and settled (resolvePending), the conflicts a
+// pull recorded (with its end), verify verdicts (verify), and a runtime's
+// session coming up and going away, from a Remote that implements
+// SessionNotifier (the real one does). EventTypes names the types; the
+// HTTP API serves the log as Server-Sent Events.
+//
 // # Ignored paths
 //
 // The ignore list (default ["node_modules"], a workspace's own list

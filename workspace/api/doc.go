@@ -46,6 +46,17 @@
 // changes to and from the container, through the workspace's FIFO. Exec
 // answers with a stream of NDJSON frames so output is shown as it is made.
 //
+// # Events
+//
+// GET .../events serves the workspace's event log as Server-Sent Events
+// (events.go): from Last-Event-ID or ?after=, filtered by ?types=, flushed
+// event by event, with a comment every heartbeat. The log is the only
+// buffer: a client whose write does not finish in the write timeout is
+// dropped (it reconnects and loses nothing retained), the streams of a
+// workspace are bounded (429 EBUSY), and none holds a FIFO turn. The
+// server never ends a stream by itself, so a server that shuts down calls
+// EndStreams first (serve registers it with http.Server.RegisterOnShutdown).
+//
 // # Conflicts
 //
 // GET .../conflicts lists the conflicts the server's pulls recorded (the

@@ -1,6 +1,10 @@
 // Package client is the Go client of the workspace-server HTTP API (see
 // docs/API.md): one typed method per route.
 //
+// Events follows a workspace's event stream, reconnecting with
+// Last-Event-ID when the connection drops, so it misses nothing the
+// server still retains.
+//
 // Errors from the server come back as *Error, which carries the HTTP
 // status and the errno name and unwraps to the sentinel the workspace's
 // error registry gives the code (workspace.APISentinel), so
