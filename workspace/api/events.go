@@ -59,6 +59,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, ws *workspace.Wo
 	defer cancel()
 	defer context.AfterFunc(s.ending, cancel)()
 	sw := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: s.opts.EventWriteTimeout}
+	defer sw.rc.SetWriteDeadline(time.Time{}) // none left behind on a connection kept alive
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
