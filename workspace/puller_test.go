@@ -1,0 +1,149 @@
+package workspace_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wsync/wsync/vfs"
+	"github.com/wsync/wsync/workspace"
+)
+
+// eventually waits for cond, failing the test after a deadline. It polls:
+// the conditions are states of the server's store and registry, which
+// have nothing to wait on.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func pendingOf(t *testing.T, w *workspace.Workspace) *workspace.PendingPull {
+	t.Helper()
+	st, err := w.Status(context.Background())
+	must(t, err)
+	return st.Pending
+}
+
+// --sync defer: the exec answers before the pull after it has run (the
+// pull is held back here), the pull is recorded as owed and fences the
+// next push, and the background puller brings the files in once it can.
+func TestExecDeferAnswersBeforeThePull(t *testing.T) {
+	h, w := newDefault(t)
+	ctx := context.Background()
+	_, err := w.Pull(ctx)
+	must(t, err)
+	fake := h.remotes.Fake("default")
+	release := fake.HoldPulls()
+	t.Cleanup(release)
+
+	rep, err := w.Exec(ctx, workspace.ExecSpec{Shell: "write /a.txt hello ; write /src/b.go package b", Sync: workspace.SyncDefer}, nil)
+	must(t, err)
+	if rep.Sync != workspace.SyncDeferred || rep.SyncError != "" {
+		t.Fatalf("sync %q %q, want deferred", rep.Sync, rep.SyncError)
+	}
+	p := pendingOf(t, w)
+	if p == nil || p.ExecID != rep.ExecID || p.RuntimeID != rep.RuntimeID {
+		t.Fatalf("pending %+v, want the deferred pull of exec %s", p, rep.ExecID)
+	}
+	if _, err := w.Stat(ctx, "/a.txt", false); !errors.Is(err, vfs.ErrNotExist) {
+		t.Fatalf("a.txt before the deferred pull ran: %v", err)
+	}
+	release()
+	eventually(t, "the deferred pull", func() bool { return pendingOf(t, w) == nil })
+	if got := read(t, w, "/a.txt"); got != "hello" {
+		t.Fatalf("a.txt = %q", got)
+	}
+	if got := read(t, w, "/src/b.go"); got != "package b" {
+		t.Fatalf("b.go = %q", got)
+	}
+}
+
+// A bad mode is refused before anything syncs.
+func TestExecSyncModeIsChecked(t *testing.T) {
+	h, w := newDefault(t)
+	_, err := w.Exec(context.Background(), workspace.ExecSpec{Shell: "echo hi", Sync: "later"}, nil)
+	if !errors.Is(err, vfs.ErrInvalid) {
+		t.Fatalf("sync later: %v, want ErrInvalid", err)
+	}
+	if calls := h.remotes.Fake("default"); calls != nil && len(calls.Calls()) > 0 {
+		t.Fatalf("calls made for a refused exec: %v", calls.Calls())
+	}
+}
+
+// A server stopped while a deferred pull is owed (here: held back, so the
+// stop cuts it short) resumes it when it starts again, with nothing lost.
+func TestDeferredPullResumesAfterRestart(t *testing.T) {
+	h := newHarness(t, nil)
+	h.backoff = 5 * time.Millisecond
+	h.m.Close()
+	h.m = h.open(t)
+	w := h.ws(t, "default")
+	ctx := context.Background()
+	_, err := w.Pull(ctx)
+	must(t, err)
+	release := h.remotes.Fake("default").HoldPulls()
+	t.Cleanup(release)
+	var script []string
+	for i := range 20 {
+		script = append(script, fmt.Sprintf("write /out/f%02d data-%d", i, i))
+	}
+	rep, err := w.Exec(ctx, workspace.ExecSpec{Shell: strings.Join(script, " ; "), Sync: workspace.SyncDefer}, nil)
+	must(t, err)
+	if rep.Sync != workspace.SyncDeferred {
+		t.Fatalf("sync %q, want deferred", rep.Sync)
+	}
+	must(t, h.m.Close()) // the background puller stops; the record stays
+	release()
+
+	h.m = h.open(t)
+	w = h.ws(t, "default")
+	eventually(t, "the resumed pull", func() bool { return pendingOf(t, w) == nil })
+	for i := range 20 {
+		if got, want := read(t, w, fmt.Sprintf("/out/f%02d", i)), fmt.Sprintf("data-%d", i); got != want {
+			t.Fatalf("f%02d = %q, want %q", i, got, want)
+		}
+	}
+}
+
+// A post-command pull that fails is retried in the background with
+// backoff until it succeeds; the attempts show while it is owed.
+func TestFailedPullIsRetriedInTheBackground(t *testing.T) {
+	h := newHarness(t, nil)
+	h.backoff = 5 * time.Millisecond
+	h.m.Close()
+	h.m = h.open(t)
+	w := h.ws(t, "default")
+	ctx := context.Background()
+	_, err := w.Pull(ctx)
+	must(t, err)
+	fake := h.remotes.Fake("default")
+	fake.FailPull(errors.New("reset 1"), errors.New("reset 2"), errors.New("reset 3"))
+	rep, err := w.Exec(ctx, workspace.ExecSpec{Shell: "write /a.txt hello"}, nil)
+	must(t, err)
+	if rep.Sync != workspace.SyncPending || !strings.Contains(rep.SyncError, "reset 1") {
+		t.Fatalf("sync %q %q, want pending with the first failure", rep.Sync, rep.SyncError)
+	}
+	eventually(t, "the retried pull", func() bool { return pendingOf(t, w) == nil })
+	if got := read(t, w, "/a.txt"); got != "hello" {
+		t.Fatalf("a.txt = %q", got)
+	}
+	pulls := 0
+	for _, c := range fake.Calls() {
+		if c == "pull" {
+			pulls++
+		}
+	}
+	if pulls < 5 { // the first, three failures, the success
+		t.Fatalf("%d pulls, want at least 5: %v", pulls, fake.Calls())
+	}
+}
+
