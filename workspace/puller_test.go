@@ -8,22 +8,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wsync/wsync/internal/testutil"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/workspace"
 )
 
-// eventually waits for cond, failing the test after a deadline. It polls:
-// the conditions are states of the server's store and registry, which
-// have nothing to wait on.
+// eventually waits for cond: states of the server's store and registry,
+// which have nothing to wait on.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testutil.WaitFor(t, what, 20*time.Second, cond)
 }
 
 func pendingOf(t *testing.T, w *workspace.Workspace) *workspace.PendingPull {
