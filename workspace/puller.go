@@ -164,10 +164,12 @@ func (w *Workspace) backgroundPull(ctx context.Context, rs *runtimeState) {
 		_, done, err := w.slicedPull(ctx, rs, r, PendingPull{ExecID: owed.ExecID, RuntimeID: owed.RuntimeID}, nil)
 		switch {
 		case done:
+			metricBackgroundPulls.WithLabelValues("done").Inc()
 			backoff = w.m.opts.RetryBackoff
 		case ctx.Err() != nil:
 			return
 		case err != nil:
+			metricBackgroundPulls.WithLabelValues("error").Inc()
 			rs.log.Info("background pull failed; retrying", "exec", owed.ExecID, "err", err, "in", backoff)
 		}
 	}
