@@ -42,7 +42,7 @@ var (
 	})
 	metricBackgroundPulls = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "wsync_workspace_background_pulls_total",
-		Help: "Pulls the background puller made, by result (done, more, error): each a run of slices.",
+		Help: "Runs of slices the background puller made, by result (done: the feed drained, error: a slice failed).",
 	}, []string{"result"})
 	metricDiverged = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "wsync_workspace_verify_diverged_total",

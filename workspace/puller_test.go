@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -141,3 +142,67 @@ func TestFailedPullIsRetriedInTheBackground(t *testing.T) {
 	}
 }
 
+
+// While a deferred pull is owed, a push waits for it: the push's turn
+// first completes the pull (the fence), so what the command wrote is on
+// the server before anything of the server's goes to the container.
+func TestPushWaitsForTheDeferredPull(t *testing.T) {
+	h, w := newDefault(t)
+	ctx := context.Background()
+	pushed(t, w, "/f", "base")
+	fake := h.remotes.Fake("default")
+	release := fake.HoldPulls()
+	t.Cleanup(release)
+	rep, err := w.Exec(ctx, workspace.ExecSpec{Shell: "write /f container-new ; write /g new", Sync: workspace.SyncDefer}, nil)
+	must(t, err)
+	if rep.Sync != workspace.SyncDeferred {
+		t.Fatalf("sync %q, want deferred", rep.Sync)
+	}
+	pushDone := make(chan error, 1)
+	go func() {
+		_, err := w.Push(ctx)
+		pushDone <- err
+	}()
+	release()
+	must(t, <-pushDone)
+	calls := fake.Calls()
+	if i, j := slices.Index(calls, "exec"), slices.Index(calls[slices.Index(calls, "exec"):], "push"); i < 0 || j < 0 || !slices.Contains(calls[i:i+j], "pull") {
+		t.Fatalf("calls %v: want a pull between the exec and the push", calls)
+	}
+	if got := read(t, w, "/f"); got != "container-new" {
+		t.Fatalf("f on the server = %q, want the command's write", got)
+	}
+	if got := containerFile(t, fake, "f"); got != "container-new" {
+		t.Fatalf("f in the container = %q: the push replaced the command's write", got)
+	}
+	if got := read(t, w, "/g"); got != "new" {
+		t.Fatalf("g = %q", got)
+	}
+	settled(t, w)
+}
+
+// Detaching a runtime whose pull is owed stops its background puller, and
+// Close does not wait out a backoff.
+func TestDetachAndCloseStopTheBackgroundPuller(t *testing.T) {
+	h, w := newDefault(t)
+	ctx := context.Background()
+	rt, err := w.Attach(ctx, workspace.AttachOptions{Name: "b", Endpoint: "ws://127.0.0.1:45679/sync"})
+	must(t, err)
+	_, err = w.On(rt.Name).Pull(ctx)
+	must(t, err)
+	h.remotes.FakeOf("default", "b").FailPull(errors.New("down"))
+	rep, err := w.On("b").Exec(ctx, workspace.ExecSpec{Shell: "write /x 1"}, nil)
+	must(t, err)
+	if rep.Sync != workspace.SyncPending {
+		t.Fatalf("sync %q", rep.Sync)
+	}
+	must(t, w.Detach(ctx, "b"))
+	closed := make(chan error, 1)
+	go func() { closed <- h.m.Close() }()
+	select {
+	case err := <-closed:
+		must(t, err)
+	case <-time.After(10 * time.Second): // the harness's backoff is an hour
+		t.Fatal("Close waited for the background puller's backoff")
+	}
+}

@@ -475,6 +475,12 @@ func (w *Workspace) updatePending(rs *runtimeState, f func(old *PendingPull) *Pe
 	w.m.mu.Lock()
 	defer w.m.mu.Unlock()
 	w.stateMu.Lock()
+	if w.runtimes[rs.rt.Name] != rs {
+		// Detached (a pull that was under way ends after it): the
+		// registry has forgotten the runtime, and so does its record.
+		w.stateMu.Unlock()
+		return nil
+	}
 	old := rs.pending
 	rs.pending = f(old)
 	now := rs.pending
