@@ -142,7 +142,6 @@ func TestFailedPullIsRetriedInTheBackground(t *testing.T) {
 	}
 }
 
-
 // While a deferred pull is owed, a push waits for it: the push's turn
 // first completes the pull (the fence), so what the command wrote is on
 // the server before anything of the server's goes to the container.
