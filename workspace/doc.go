@@ -71,9 +71,16 @@
 //
 // # Pending pulls
 //
-// A pull that fails (after a command, explicit, or in a tick) leaves a
-// pending record: the container may hold changes the server has not
-// pulled. The record fences every write to the container: a push, the push
+// A pull that fails (after a command, explicit, or in a tick), the pull
+// after a command run with ExecSpec.Sync = SyncDefer (the exec answers when
+// the command exits), and the pull after a command that still has slices
+// to go (it runs in slices of Options.PullSlice, each one FIFO turn, so a
+// huge pull does not hold the FIFO for minutes) leave a pending record: the
+// container may hold changes the server has not pulled. Each runtime with
+// a record has a background puller (puller.go) that pulls slice after
+// slice until the feed is drained, at once for a deferred or cut-short
+// pull and after a backoff (Options.RetryBackoff, doubling up to 60 times)
+// for a failed one; Open restarts it for every record the registry holds. The record fences every write to the container: a push, the push
 // of an exec and a repair first complete the pending pull in the same FIFO
 // turn, and when that pull fails again they fail with ErrPendingPull
 // (EPENDING, HTTP 409) and the container is not written, so no push

@@ -214,17 +214,10 @@ func (sp *syncSpan) finish(rep SyncReport, err error) {
 func tickTotal(rep TickReport) SyncReport {
 	var t SyncReport
 	for _, rt := range rep.Runtimes {
-		for _, r := range []SyncReport{rt.Pulled, rt.Pushed} {
-			t.Entries += r.Entries
-			t.Skipped += r.Skipped
-			t.Objects += r.Objects
-			t.Bytes += r.Bytes
-			t.Batches += r.Batches
-			t.Conflicts += r.Conflicts
-			t.Deferred += r.Deferred
-			t.Rebaselined = t.Rebaselined || r.Rebaselined
-		}
+		t.add(rt.Pulled)
+		t.add(rt.Pushed)
 	}
+	t.RuntimeID, t.More = "", false // of every runtime: neither says anything
 	return t
 }
 

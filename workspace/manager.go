@@ -57,6 +57,12 @@ type Options struct {
 	// PullTimeout bounds the post-command pull, which runs even when the
 	// caller has gone away (default 10 minutes).
 	PullTimeout time.Duration
+	// PullSlice bounds each slice of a post-command pull, one FIFO turn
+	// (default DefaultPullSlice; a field left zero takes its default).
+	PullSlice Budget
+	// RetryBackoff is the background puller's first wait after a failed
+	// pull; it doubles up to 60 times this (default DefaultRetryBackoff).
+	RetryBackoff time.Duration
 	// VerifyAfterSync compares both sides' Merkle roots after every exec's
 	// pull and every explicit pull or tick; the verdict shows in Status and
 	// the metrics. A verify that fails or finds drift never fails the call
@@ -90,6 +96,18 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 	}
 	if opts.PullTimeout <= 0 {
 		opts.PullTimeout = 10 * time.Minute
+	}
+	if opts.PullSlice.Entries <= 0 {
+		opts.PullSlice.Entries = DefaultPullSlice.Entries
+	}
+	if opts.PullSlice.Bytes <= 0 {
+		opts.PullSlice.Bytes = DefaultPullSlice.Bytes
+	}
+	if opts.PullSlice.Wall <= 0 {
+		opts.PullSlice.Wall = DefaultPullSlice.Wall
+	}
+	if opts.RetryBackoff <= 0 {
+		opts.RetryBackoff = DefaultRetryBackoff
 	}
 	log := opts.Logger
 	if log == nil {
@@ -152,6 +170,9 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 		}
 	}
 	m.log.Info("workspaces loaded", "data", opts.DataDir, "count", len(m.ws), "default_endpoint", opts.DefaultEndpoint)
+	for _, w := range m.ws {
+		w.resumePulls()
+	}
 	return m, nil
 }
 
@@ -170,6 +191,7 @@ func (m *Manager) newWorkspace(c Config) *Workspace {
 		runtimes: make(map[string]*runtimeState, 1+len(attached)),
 		events:   events.New(m.opts.Events),
 	}
+	w.bgCtx, w.bgCancel = context.WithCancel(context.Background())
 	w.runtimes[DefaultRuntime] = w.newRuntime(w.defaultRuntime(), pending[DefaultRuntime])
 	for _, rt := range attached {
 		w.runtimes[rt.Name] = w.newRuntime(rt, pending[rt.Name])

@@ -38,8 +38,12 @@ var (
 	})
 	metricPending = promauto.NewGauge(prometheus.GaugeOpts{
 		Name: "wsync_workspace_pending_pulls",
-		Help: "Workspaces whose post-command pull failed and waits for a retry.",
+		Help: "Runtimes that owe a pull: failed, deferred after a command, or with slices to go.",
 	})
+	metricBackgroundPulls = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsync_workspace_background_pulls_total",
+		Help: "Runs of slices the background puller made, by result (done: the feed drained, error: a slice failed).",
+	}, []string{"result"})
 	metricDiverged = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "wsync_workspace_verify_diverged_total",
 		Help: "Verify calls whose verdict was diverged.",

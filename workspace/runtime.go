@@ -128,6 +128,7 @@ type runtimeState struct {
 	// first push pulls first, as with a pending pull.
 	pulled     bool
 	pending    *PendingPull
+	pulling    bool         // its background puller runs
 	abandoned  *PendingPull // the last pending pull given up on (runtime changed)
 	lastPush   *SyncRecord
 	lastPull   *SyncRecord

@@ -15,7 +15,8 @@ import (
 // Sync states of an exec bracket.
 const (
 	SyncComplete = "complete" // the post-command pull committed
-	SyncPending  = "pending"  // it failed; the next sync or pull retries it
+	SyncPending  = "pending"  // it failed or ran out of time; the background puller goes on with it
+	SyncDeferred = "deferred" // the caller asked not to wait (SyncDefer): it runs after the reply
 )
 
 // TickReport is what a tick (pull from every runtime, then push to every
@@ -327,23 +328,44 @@ func (w *Workspace) push(ctx context.Context, rs *runtimeState, r Remote) (SyncR
 // follows a command) that fences pushes to the runtime until a pull from
 // it succeeds; a successful one settles the record.
 func (w *Workspace) pull(ctx context.Context, rs *runtimeState, r Remote, owed PendingPull) (SyncReport, error) {
+	return w.pullBudget(ctx, rs, r, owed, Budget{})
+}
+
+// pullBudget is pull bounded by budget: one that stops on it with more to
+// fetch keeps the runtime owing a pull (a pending record in the running
+// state, which fences pushes like a failed one) instead of settling it.
+func (w *Workspace) pullBudget(ctx context.Context, rs *runtimeState, r Remote, owed PendingPull, budget Budget) (SyncReport, error) {
 	ctx, sp := w.beginSync(ctx, rs, "pull")
-	rep, err := r.Pull(ctx, SyncOptions{Ignore: w.IgnoreList(), Progress: w.progress(ctx, rs)})
+	rep, err := r.Pull(ctx, SyncOptions{Ignore: w.IgnoreList(), Budget: budget, Progress: w.progress(ctx, rs)})
 	w.record(rs, "pull", sp.start, rep, err)
 	sp.finish(rep, err)
+	if owed.RuntimeID == "" {
+		owed.RuntimeID = rep.RuntimeID
+	}
+	owed.Pulled, owed.Since = rep.Entries, time.Now().UTC()
 	if err != nil {
-		if owed.RuntimeID == "" {
-			owed.RuntimeID = rep.RuntimeID
+		// Cut short by its caller or a shutdown, nothing failed: the
+		// background puller resumes it without waiting.
+		owed.State = PendingRunning
+		if ctx.Err() == nil {
+			owed.State, owed.Error = PendingFailed, err.Error()
 		}
-		owed.Error, owed.Since = err.Error(), time.Now().UTC()
 		if serr := w.markPending(rs, owed); serr != nil {
 			err = errors.Join(err, serr)
 		}
+		w.kick(rs)
 		return rep, err
 	}
 	w.stateMu.Lock()
 	rs.pulled = true
 	w.stateMu.Unlock()
+	if rep.More {
+		owed.State = PendingRunning
+		if serr := w.markPending(rs, owed); serr != nil {
+			rs.log.Warn("pull in slices: the registry does not record the rest as owed", "err", serr)
+		}
+		return rep, nil
+	}
 	w.resolvePending(rs, rep.RuntimeID)
 	return rep, nil
 }
@@ -404,11 +426,17 @@ func (w *Workspace) settlePending(ctx context.Context, rs *runtimeState, r Remot
 
 // markPending records (or updates) the runtime's pending pull and
 // persists it in the registry, so the fence survives a restart. The first
-// failure's time is kept; the exec and runtime are the latest known.
+// time is kept, and the entries pulled so far and the failed attempts add
+// up; the exec and runtime are the latest known.
 func (w *Workspace) markPending(rs *runtimeState, p PendingPull) error {
 	return w.updatePending(rs, func(old *PendingPull) *PendingPull {
+		if p.State == PendingFailed {
+			p.Attempts = 1
+		}
 		if old != nil {
 			p.Since = old.Since
+			p.Pulled += old.Pulled
+			p.Attempts += old.Attempts
 			if p.ExecID == "" {
 				p.ExecID, p.RuntimeID = old.ExecID, cmp.Or(old.RuntimeID, p.RuntimeID)
 			}
@@ -455,12 +483,18 @@ func (w *Workspace) updatePending(rs *runtimeState, f func(old *PendingPull) *Pe
 	w.m.mu.Lock()
 	defer w.m.mu.Unlock()
 	w.stateMu.Lock()
+	if w.runtimes[rs.rt.Name] != rs {
+		// Detached (a pull that was under way ends after it): the
+		// registry has forgotten the runtime, and so does its record.
+		w.stateMu.Unlock()
+		return nil
+	}
 	old := rs.pending
 	rs.pending = f(old)
 	now := rs.pending
 	w.stateMu.Unlock()
-	if now != nil {
-		w.publish(rs, EventPending, PendingEvent{PendingPull: *now})
+	if now != nil && (old == nil || old.State != now.State || old.Attempts != now.Attempts) {
+		w.publish(rs, EventPending, PendingEvent{PendingPull: *now}) // not every slice of a pull in slices
 	}
 	switch {
 	case old == nil && now == nil:
@@ -516,7 +550,7 @@ func (t Target) Exec(ctx context.Context, spec ExecSpec, out func(ExecEvent)) (E
 
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.m.opts.PullTimeout)
 	defer cancel()
-	rep.Pulled, rep.Sync, rep.SyncError = w.afterCommand(pctx, rs, r, res, runtime)
+	rep.Pulled, rep.Sync, rep.SyncError = w.afterCommand(pctx, rs, r, res, runtime, spec.Sync)
 	rep.Conflicts = rep.Pulled.Conflicts
 	metricExecSeconds.Observe(time.Since(start).Seconds())
 	if execErr != nil {
@@ -584,36 +618,32 @@ func checkExecSpec(spec ExecSpec) error {
 }
 
 // afterCommand is the second half of the bracket: the pull a command owes
-// its runtime (res.ExecID ran on runtime), through the FIFO. It is skipped
-// when the command changed nothing (fetchedThrough). A pull that fails, or
-// whose turn never comes before ctx ends, leaves a pending record naming
-// the exec; the sync state says which (SyncComplete or SyncPending, with
-// the error).
-func (w *Workspace) afterCommand(ctx context.Context, rs *runtimeState, r Remote, res ExecResult, runtime string) (pulled SyncReport, state, syncErr string) {
-	ran := false
-	err := w.q.Do(ctx, func() error {
-		var err error
-		ran = true
+// its runtime (res.ExecID ran on runtime). It is skipped when the command
+// changed nothing (fetchedThrough). With mode SyncDefer it is recorded as
+// owed (persisted) and left to the background puller, and afterCommand
+// returns at once with SyncDeferred. Otherwise it runs in slices
+// (slicedPull) until done or ctx ends; what is left, or a slice that
+// failed, stays owed and the background puller goes on with it
+// (SyncPending, with the error).
+func (w *Workspace) afterCommand(ctx context.Context, rs *runtimeState, r Remote, res ExecResult, runtime, mode string) (pulled SyncReport, state, syncErr string) {
+	owed := PendingPull{ExecID: res.ExecID, RuntimeID: runtime}
+	if mode == SyncDefer {
+		pulled = SyncReport{RuntimeID: runtime}
 		if w.fetchedThrough(ctx, rs, res) {
-			pulled = SyncReport{RuntimeID: runtime}
 			metricPullsSkipped.Inc()
-			return nil
+			return pulled, SyncComplete, ""
 		}
-		pulled, err = w.pullSettling(ctx, rs, r, PendingPull{ExecID: res.ExecID, RuntimeID: runtime})
-		return err
-	})
-	if err == nil {
+		if err := w.owe(rs, owed); err != nil {
+			return pulled, SyncPending, err.Error()
+		}
+		return pulled, SyncDeferred, ""
+	}
+	pulled, done, err := w.slicedPull(ctx, rs, r, owed, &res)
+	if done {
 		w.verifyAfterSync(ctx, rs)
 		return pulled, SyncComplete, ""
 	}
-	syncErr = err.Error()
-	if !ran {
-		// The FIFO turn never came (PullTimeout): pull recorded nothing.
-		if err := w.markPending(rs, PendingPull{ExecID: res.ExecID, RuntimeID: runtime, Error: syncErr, Since: time.Now().UTC()}); err != nil {
-			syncErr += "; " + err.Error()
-		}
-	}
-	return pulled, SyncPending, syncErr
+	return pulled, SyncPending, err.Error()
 }
 
 // fetchedThrough reports, inside the FIFO turn after a command, whether

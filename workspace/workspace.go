@@ -37,6 +37,13 @@ type Workspace struct {
 
 	stateMu  sync.Mutex
 	runtimes map[string]*runtimeState // by name; DefaultRuntime always
+
+	// bgCtx is the context of the workspace's background work (the
+	// runtimes' background pullers), cancelled by close, which waits for
+	// bg.
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
+	bg       sync.WaitGroup
 }
 
 // Name is the workspace's name.
@@ -159,6 +166,8 @@ func cached[T comparable](m *Manager, mu *sync.Mutex, v *T, build func() (T, err
 }
 
 func (w *Workspace) close() error {
+	w.bgCancel()
+	w.bg.Wait()
 	var errs []error
 	w.stateMu.Lock()
 	rss := w.sortedLocked()
@@ -175,13 +184,24 @@ func (w *Workspace) close() error {
 	return errors.Join(errs...)
 }
 
-// PendingPull is a post-command pull that failed. The command's writes stay
-// in the container until a later pull from the same runtime succeeds.
+// PendingPull is a pull a runtime owes: one that failed (after a command,
+// explicit, or in a tick), one deferred after a command (--sync defer), or
+// one in slices with more to fetch. The command's writes stay in the
+// container until a pull from the same runtime drains its feed; until then
+// pushes to it are fenced, and the background puller works on it.
 type PendingPull struct {
-	ExecID    string    `json:"exec_id,omitempty"`
-	RuntimeID string    `json:"runtime_id,omitempty"`
-	Error     string    `json:"error"`
-	Since     time.Time `json:"since"`
+	ExecID    string `json:"exec_id,omitempty"`
+	RuntimeID string `json:"runtime_id,omitempty"`
+	// State is PendingDeferred, PendingRunning or PendingFailed (a record
+	// written before there were states has none: failed).
+	State string `json:"state,omitempty"`
+	// Error is the last failed attempt's error.
+	Error string    `json:"error,omitempty"`
+	Since time.Time `json:"since"`
+	// Pulled counts the entries its slices have applied so far; Attempts
+	// the attempts that failed.
+	Pulled   int `json:"pulled,omitempty"`
+	Attempts int `json:"attempts,omitempty"`
 }
 
 // SyncRecord is the outcome of the last push or pull.

@@ -2,6 +2,7 @@ package workspace_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -12,6 +13,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/wsync/wsync/chunkstore"
 	"github.com/wsync/wsync/vfs"
@@ -25,6 +27,10 @@ type harness struct {
 	m       *workspace.Manager
 	remotes *workspacetest.Remotes
 	data    string
+	// backoff is the background puller's first retry wait: an hour unless
+	// a test sets it, so a failed pull is retried only where a test asks.
+	backoff time.Duration
+	slice   workspace.Budget
 }
 
 func newHarness(t *testing.T, run workspacetest.RunFunc) *harness {
@@ -42,6 +48,8 @@ func (h *harness) open(t *testing.T) *workspace.Manager {
 		DefaultEndpoint: "ws://127.0.0.1:45678/sync",
 		Remote:          h.remotes.Factory,
 		NoSync:          true,
+		RetryBackoff:    cmp.Or(h.backoff, time.Hour),
+		PullSlice:       h.slice,
 	})
 	if err != nil {
 		t.Fatal(err)

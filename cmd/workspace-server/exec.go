@@ -21,8 +21,9 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 const maxStdin = 15 << 20
 
 func runExec(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	c := newCommand("exec", "exec [--runtime NAME] [--cwd DIR] [--env K=V]... [--timeout 30s] [--user UID[:GID]] [-n] -- CMD [ARG...]",
+	c := newCommand("exec", "exec [--runtime NAME] [--cwd DIR] [--env K=V]... [--timeout 30s] [--user UID[:GID]] [--sync wait|defer] [-n] -- CMD [ARG...]",
 		"  workspace-server exec --cwd /src --env CI=1 --timeout 5m -- make test\n"+
+			"  workspace-server exec --sync defer -- npm install   # answers when npm exits; its files come back after\n"+
 			"  workspace-server exec -- sh -c 'npm install && npm run build'\n"+
 			"  workspace-server exec --runtime gpu -- nvidia-smi\n", stdout, stderr)
 	cf := c.clientFlags()
@@ -32,6 +33,7 @@ func runExec(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	c.fs.Var(&envs, "env", "K=V added to the command's environment (repeatable)")
 	timeout := c.fs.Duration("timeout", 0, "kill the command after this long (default: computerd's, 10m)")
 	user := c.fs.String("user", "", "run as UID[:GID] (numeric)")
+	syncMode := c.fs.String("sync", env("WSYNC_EXEC_SYNC", workspace.SyncWait), "when to answer: wait (after the pull that brings back what the command wrote) or defer (at once; the pull runs after) (env WSYNC_EXEC_SYNC)")
 	noStdin := c.fs.Bool("n", false, "do not send standard input to the command (as ssh -n); a terminal is never sent")
 	argv, code, ok := c.parse(args, false)
 	if !ok {
@@ -40,7 +42,10 @@ func runExec(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if len(argv) == 0 {
 		return c.usageError("no command given")
 	}
-	spec := workspace.ExecSpec{Argv: argv, Cwd: *cwd, Timeout: *timeout}
+	if *syncMode != workspace.SyncWait && *syncMode != workspace.SyncDefer {
+		return c.usageError("--sync %q: want wait or defer", *syncMode)
+	}
+	spec := workspace.ExecSpec{Argv: argv, Cwd: *cwd, Timeout: *timeout, Sync: *syncMode}
 	for _, e := range envs {
 		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
 			return c.usageError("--env %q: want K=V", e)
@@ -93,7 +98,7 @@ func runExec(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		return c.fail(err)
 	}
 	if rep.Sync == workspace.SyncPending {
-		fmt.Fprintf(stderr, "workspace-server exec: warning: the pull after the command failed; its changes stay in the container until the next sync or `workspace-server pull`: %s\n", rep.SyncError)
+		fmt.Fprintf(stderr, "workspace-server exec: warning: the pull after the command did not finish; the server goes on with it in the background (see: workspace-server status): %s\n", rep.SyncError)
 	}
 	if rep.Conflicts > 0 {
 		fmt.Fprintf(stderr, "workspace-server: the pull after the command recorded %s (see: workspace-server conflicts)\n", conflictCount(rep.Conflicts))

@@ -50,12 +50,22 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	c.fs.Var(&allow, "allow-endpoint", "restrict the computerd endpoints a created workspace may name: a glob over HOST:PORT, e.g. '10.0.0.*:45678' (repeatable; env WSYNC_ALLOW_ENDPOINT, comma-separated; default: any)")
 	policy := c.fs.String("conflict-policy", env("WSYNC_CONFLICT_POLICY", ""), "the default workspace's conflict policy: keep-both, server-wins or container-wins (env WSYNC_CONFLICT_POLICY; default: what the registry holds, keep-both at first)")
 	verifyAfter := c.fs.Bool("verify-after-sync", env("WSYNC_VERIFY_AFTER_SYNC", "") == "1", "compare both sides' Merkle roots after every pull (env WSYNC_VERIFY_AFTER_SYNC=1)")
+	pullSlice := c.fs.String("pull-slice", env("WSYNC_PULL_SLICE", workspace.DefaultPullSlice.Wall.String()), "longest FIFO turn of one slice of the pull after a command; the rest goes on in later turns (env WSYNC_PULL_SLICE)")
+	retry := c.fs.String("retry-backoff", env("WSYNC_RETRY_BACKOFF", workspace.DefaultRetryBackoff.String()), "first wait before the background puller retries a failed pull; it doubles up to 60 times this (env WSYNC_RETRY_BACKOFF)")
 	pos, code, ok := c.parse(args, true)
 	if !ok {
 		return code
 	}
 	if len(pos) != 0 {
 		return c.usageError("takes no arguments")
+	}
+	slice, err := time.ParseDuration(*pullSlice)
+	if err != nil || slice <= 0 {
+		return c.usageError("--pull-slice %q: want a positive duration", *pullSlice)
+	}
+	backoff, err := time.ParseDuration(*retry)
+	if err != nil || backoff <= 0 {
+		return c.usageError("--retry-backoff %q: want a positive duration", *retry)
 	}
 	if _, err := vfs.ParseConflictPolicy(*policy); err != nil {
 		return c.usageError("--conflict-policy: %v", err)
@@ -97,6 +107,8 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		DefaultConflictPolicy: vfs.ConflictPolicy(*policy),
 		Remote:                factory,
 		VerifyAfterSync:       *verifyAfter,
+		PullSlice:             workspace.Budget{Wall: slice},
+		RetryBackoff:          backoff,
 		Logger:                root,
 	}, tokenPath)
 	if err := stopEmbedded(); err != nil {

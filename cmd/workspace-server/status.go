@@ -48,7 +48,7 @@ func printStatus(w io.Writer, st workspace.Status) {
 		fmt.Fprintf(w, "remote:     unavailable: %s\n", st.RemoteError)
 	}
 	if p := st.Pending; p != nil {
-		fmt.Fprintf(w, "PENDING:    the pull after exec %s failed %s ago: %s (run `workspace-server pull`)\n", p.ExecID, since(p.Since), p.Error)
+		fmt.Fprintf(w, "PENDING:    %s\n", describePending(p))
 	}
 	if p := st.Abandoned; p != nil {
 		fmt.Fprintf(w, "abandoned:  pending pull of exec %s (runtime %s changed before it could be retried)\n", p.ExecID, p.RuntimeID)
@@ -79,6 +79,26 @@ func printStatus(w io.Writer, st workspace.Status) {
 	if st.Queued > 0 {
 		fmt.Fprintf(w, "queued:     %d sync calls waiting\n", st.Queued)
 	}
+}
+
+// describePending says what a runtime's pending pull is doing.
+func describePending(p *workspace.PendingPull) string {
+	what := "a pull"
+	if p.ExecID != "" {
+		what = "the pull after exec " + p.ExecID
+	}
+	done := ""
+	if p.Pulled > 0 {
+		done = fmt.Sprintf(", %d entries pulled so far", p.Pulled)
+	}
+	switch p.State {
+	case workspace.PendingDeferred:
+		return fmt.Sprintf("%s, deferred %s ago, runs in the background", what, since(p.Since))
+	case workspace.PendingRunning:
+		return fmt.Sprintf("%s, running in slices since %s ago%s", what, since(p.Since), done)
+	}
+	return fmt.Sprintf("%s failed %s ago (%d attempts%s), retried in the background: %s (or run `workspace-server pull`)",
+		what, since(p.Since), max(p.Attempts, 1), done, p.Error)
 }
 
 func cursor(c workspace.Cursor) string {

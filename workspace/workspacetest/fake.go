@@ -53,6 +53,7 @@ type Fake struct {
 	execSeq   int
 	failPush  []error
 	failPull  []error
+	pullGate  chan struct{}
 	calls     []string
 	verifyErr error
 	closed    bool
@@ -115,6 +116,17 @@ func (f *Fake) FailPull(errs ...error) {
 	f.mu.Lock()
 	f.failPull = append(f.failPull, errs...)
 	f.mu.Unlock()
+}
+
+// HoldPulls makes every pull from now on wait (before it starts) until the
+// returned release is called; calling release twice is harmless.
+func (f *Fake) HoldPulls() (release func()) {
+	gate := make(chan struct{})
+	f.mu.Lock()
+	f.pullGate = gate
+	f.mu.Unlock()
+	var once sync.Once
+	return func() { once.Do(func() { close(gate) }) }
 }
 
 // FailVerify makes Verify return err (ErrNotSupported, say).
@@ -188,6 +200,16 @@ func (f *Fake) Push(ctx context.Context, opts workspace.SyncOptions) (workspace.
 
 // Pull runs the real pull from the container store, leaving out opts.Ignore.
 func (f *Fake) Pull(ctx context.Context, opts workspace.SyncOptions) (workspace.SyncReport, error) {
+	f.mu.Lock()
+	gate := f.pullGate
+	f.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return workspace.SyncReport{}, ctx.Err()
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls = append(f.calls, "pull")
