@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/wsync/wsync/workspace"
 	"github.com/wsync/wsync/workspace/events"
@@ -418,5 +419,36 @@ func TestEventIDsAreNotConfusedAcrossARestart(t *testing.T) {
 	}
 	if g := data[events.Gap](t, evs[0]); g.Reason != events.GapRestart || g.After != last {
 		t.Errorf("gap %+v", g)
+	}
+}
+
+// A deferred pull is told as pending (deferred) when the command's reply
+// goes, and as cleared once the background puller made it.
+func TestDeferredPullEvents(t *testing.T) {
+	_, w, _ := newObserved(t)
+	sub := subscribe(t, w)
+	rep, err := w.Exec(context.Background(), workspace.ExecSpec{Shell: "write /a x", Sync: workspace.SyncDefer}, nil)
+	must(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var got []string
+	for !slices.Contains(got, workspace.EventPendingCleared) {
+		ev, err := sub.Next(ctx)
+		must(t, err)
+		got = append(got, ev.Type)
+		switch ev.Type {
+		case workspace.EventPending:
+			if p := data[workspace.PendingEvent](t, ev); p.State != workspace.PendingDeferred || p.ExecID != rep.ExecID {
+				t.Errorf("pending %+v, want exec %s deferred", p, rep.ExecID)
+			}
+		case workspace.EventPendingCleared:
+			if p := data[workspace.PendingEvent](t, ev); p.Outcome != "completed" || p.ExecID != rep.ExecID {
+				t.Errorf("cleared %+v", p)
+			}
+		}
+	}
+	i := slices.Index(got, workspace.EventExecExited)
+	if want := []string{workspace.EventPending, workspace.EventSyncStarted}; i < 0 || len(got) < i+3 || !slices.Equal(got[i+1:i+3], want) {
+		t.Errorf("events %q, want the pending pull after the exit, then the background pull", got)
 	}
 }
