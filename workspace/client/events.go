@@ -76,10 +76,17 @@ type fnError struct{ err error }
 
 func (e *fnError) Error() string { return e.err.Error() }
 
+// errNotEvents: the server answered a stream request with something else
+// (a proxy's page, another server): opening it again would not change that.
+var errNotEvents = errors.New("the answer is not an event stream")
+
 // retryable: the stream is worth opening again after err (a dropped or
 // refused connection, a busy or failing server), not after an answer that
-// will not change (4xx but 429).
+// will not change (4xx but 429, not a stream).
 func retryable(err error) bool {
+	if errors.Is(err, errNotEvents) {
+		return false
+	}
 	var e *Error
 	if errors.As(err, &e) {
 		return e.Status == http.StatusTooManyRequests || e.Status >= 500
@@ -105,7 +112,7 @@ func (w *Workspace) follow(ctx context.Context, path string, q url.Values, after
 	}
 	defer resp.Body.Close()
 	if ct := resp.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/event-stream") {
-		return false, fmt.Errorf("events: answer of type %q, want text/event-stream", ct)
+		return false, fmt.Errorf("events: %w: its type is %q", errNotEvents, ct)
 	}
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 4096), maxEventLine)
