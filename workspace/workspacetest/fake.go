@@ -173,7 +173,8 @@ func pop(q *[]error) error {
 	return err
 }
 
-// Push runs the real push (syncwire.Driver) into the container store.
+// Push runs the real push (syncwire.Driver) into the container store,
+// telling opts.Progress after each batch (the fake never bootstraps).
 func (f *Fake) Push(ctx context.Context, opts workspace.SyncOptions) (workspace.SyncReport, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -182,11 +183,17 @@ func (f *Fake) Push(ctx context.Context, opts workspace.SyncOptions) (workspace.
 		return workspace.SyncReport{}, err
 	}
 	start := time.Now()
-	res, err := f.drv.PushOnce(ctx)
+	var res syncwire.Result
+	err := f.drv.Do(ctx, func(ctx context.Context, x *syncwire.Exchange) (err error) {
+		remote.Observe(x, opts.Progress)
+		res, err = x.Push(ctx)
+		return err
+	})
 	return remote.Report(res, start, f.runtime), err
 }
 
-// Pull runs the real pull from the container store, leaving out opts.Ignore.
+// Pull runs the real pull from the container store with opts (its ignore
+// list, budget and progress), as the real remote does.
 func (f *Fake) Pull(ctx context.Context, opts workspace.SyncOptions) (workspace.SyncReport, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -195,7 +202,12 @@ func (f *Fake) Pull(ctx context.Context, opts workspace.SyncOptions) (workspace.
 		return workspace.SyncReport{}, err
 	}
 	start := time.Now()
-	res, err := f.drv.PullIgnoring(ctx, opts.Ignore)
+	var res syncwire.Result
+	err := f.drv.Do(ctx, func(ctx context.Context, x *syncwire.Exchange) (err error) {
+		remote.Observe(x, opts.Progress)
+		res, err = x.PullWith(ctx, remote.PullOptions(opts))
+		return err
+	})
 	return remote.Report(res, start, f.runtime), err
 }
 
