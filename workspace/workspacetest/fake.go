@@ -58,7 +58,10 @@ type Fake struct {
 	closed    bool
 }
 
-var _ workspace.Remote = (*Fake)(nil)
+var (
+	_ workspace.Remote   = (*Fake)(nil)
+	_ workspace.Repairer = (*Fake)(nil)
+)
 
 // NewFake joins server and container as the workspace's default runtime,
 // without conflict detection (as workspace/remote.New without
@@ -131,7 +134,7 @@ func (f *Fake) SetRuntime(id string) {
 	f.mu.Unlock()
 }
 
-// Calls returns the calls made so far ("push", "pull", "exec", "verify").
+// Calls returns the calls made so far ("push", "pull", "exec", "verify", "repair").
 func (f *Fake) Calls() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -285,6 +288,28 @@ func (f *Fake) Verify(ctx context.Context) (workspace.VerifyReport, error) {
 		return workspace.VerifyReport{}, err
 	}
 	return remote.Verdict(rep), nil
+}
+
+// Repair is the real repair (converge.Repair) under the workspace's ignore
+// list, in the driver's FIFO, telling opts.Progress of the batches it
+// moves, as the real remote's.
+func (f *Fake) Repair(ctx context.Context, opts workspace.SyncOptions) (workspace.VerifyReport, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, "repair")
+	if f.closed {
+		return workspace.VerifyReport{}, errClosed
+	}
+	var rr converge.RepairReport
+	err := f.drv.Do(ctx, func(ctx context.Context, x *syncwire.Exchange) (err error) {
+		remote.Observe(x, opts.Progress)
+		rr, err = converge.Repair(ctx, f.Server, x, converge.RepairOptions{Ignore: f.Ignore})
+		return err
+	})
+	if err != nil {
+		return workspace.VerifyReport{}, err
+	}
+	return remote.Verdict(rr.After), nil
 }
 
 // Commands is the default RunFunc: a tiny command language over the
