@@ -66,7 +66,7 @@ type frameWriter struct {
 	started bool
 	failed  bool
 
-	pmu     sync.Mutex // pending, first, seen, running
+	pmu     sync.Mutex           // pending, first, seen, running
 	pending []workspace.Progress // held back, in order
 	first   bool                 // the last of pending starts its run: not to be replaced
 	seen    workspace.Progress   // the latest progress recorded
