@@ -21,7 +21,7 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 const maxStdin = 15 << 20
 
 func runExec(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	c := newCommand("exec", "exec [--runtime NAME] [--cwd DIR] [--env K=V]... [--timeout 30s] [--user UID[:GID]] [-n] -- CMD [ARG...]",
+	c := newCommand("exec", "exec [--runtime NAME] [--cwd DIR] [--env K=V]... [--timeout 30s] [--user UID[:GID]] [-n] [--quiet] -- CMD [ARG...]",
 		"  workspace-server exec --cwd /src --env CI=1 --timeout 5m -- make test\n"+
 			"  workspace-server exec -- sh -c 'npm install && npm run build'\n"+
 			"  workspace-server exec --runtime gpu -- nvidia-smi\n", stdout, stderr)
@@ -33,6 +33,7 @@ func runExec(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	timeout := c.fs.Duration("timeout", 0, "kill the command after this long (default: computerd's, 10m)")
 	user := c.fs.String("user", "", "run as UID[:GID] (numeric)")
 	noStdin := c.fs.Bool("n", false, "do not send standard input to the command (as ssh -n); a terminal is never sent")
+	quiet := c.quietFlag()
 	argv, code, ok := c.parse(args, false)
 	if !ok {
 		return code
@@ -78,13 +79,18 @@ func runExec(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if err != nil {
 		return c.fail(err)
 	}
-	rep, err := ws.Exec(ctx, spec, func(ev workspace.ExecEvent) {
+	// The push before the command and the pull after it show progress on
+	// stderr; a push's bar ends before the command's output starts.
+	m := newMeter(stderr, *quiet)
+	rep, err := ws.Exec(m.context(ctx), spec, func(ev workspace.ExecEvent) {
+		m.end()
 		if ev.Stream == workspace.Stderr {
 			stderr.Write(ev.Data)
 		} else {
 			stdout.Write(ev.Data)
 		}
 	})
+	m.end()
 	if err != nil {
 		if ctx.Err() != nil {
 			fmt.Fprintln(stderr, "workspace-server exec: interrupted; the command was killed")
