@@ -248,3 +248,39 @@ func TestProgressAfterEveryBatch(t *testing.T) {
 		}
 	}
 }
+
+// A connection cut in the middle of a sliced pull costs at most the batch
+// it cut: the slices after it resume at the last committed batch and
+// together bring every entry.
+func TestCutSlicedPullResumes(t *testing.T) {
+	p := newPair(t, DriverOptions{BatchEntries: 50})
+	cutter := &applyCutter{Store: p.server, client: p.client, cut: 3}
+	p.drv.local = cutter
+	ctx := testutil.Context(t, 120*time.Second)
+	const n = 400
+	populate(t, p.cont, "tree", n)
+	budget := PullOptions{Budget: Budget{Entries: 100}}
+	res, err := p.drv.PullWith(ctx, budget) // batches 1 and 2
+	if err != nil || !res.More || res.Entries != 100 {
+		t.Fatalf("first slice: %+v, %v", res, err)
+	}
+	if _, err := p.drv.PullWith(ctx, budget); err == nil { // batch 3 is cut
+		t.Fatal("the cut slice did not fail")
+	}
+	got := res.Entries
+	for more := true; more; {
+		res, err := p.drv.PullWith(ctx, budget)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += res.Entries
+		more = res.More
+	}
+	if got != n+1 {
+		t.Errorf("the slices moved %d entries, want %d", got, n+1)
+	}
+	if refetched := cutter.entries.Load() - (n + 1); refetched != 50 {
+		t.Errorf("re-fetched %d entries, want the one cut batch of 50", refetched)
+	}
+	assertSameTree(t, p.server, p.cont)
+}
