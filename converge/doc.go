@@ -112,6 +112,10 @@
 // disk for a while; that is the price of resuming and of a live store that
 // stays untouched until the check.
 //
+// BootstrapOptions.Progress hears the report so far once the receiver has
+// answered the begin (the record count known up front, and how many it
+// had staged already) and after every page it staged.
+//
 // A staging must never outlive its use. A begin for another snapshot
 // removes the old staging file and starts a new one (emptied tables would
 // keep the file at its largest), a refused root or a finished install

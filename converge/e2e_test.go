@@ -68,7 +68,7 @@ func TestRemoteVerifyAndRepairWithMount(t *testing.T) {
 	if rep.ServerRoot == rep.ContainerRoot || len(rep.ServerRoot) != 64 || rep.CheckedAt.IsZero() {
 		t.Errorf("report roots %q / %q at %v", rep.ServerRoot, rep.ContainerRoot, rep.CheckedAt)
 	}
-	rep, err = rem.Repair(ctx)
+	rep, err = rem.Repair(ctx, workspace.SyncOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -312,10 +312,12 @@ func DecodeObjects(p []byte) ([]syncwire.Object, error) {
 type BootstrapOptions struct {
 	// Peer names the local watermarks kept for the peer.
 	Peer string
-	// Progress, if set, is called after each page the peer staged with
-	// the records staged so far and the total (a file of more than
-	// maxPartRefs refs takes several records).
-	Progress func(staged, total int)
+	// Progress, if set, is called with the report so far once the peer
+	// has answered the start (Total known, ResumedAt staged already) and
+	// after each page it staged, from Bootstrap's goroutine: Staged counts
+	// the records staged of Total (a file of more than maxPartRefs refs
+	// takes several records), Chunks and ChunkBytes what was sent.
+	Progress func(BootstrapReport)
 
 	// For tests: a page size other than pageTarget, and a root to declare
 	// instead of ours.
@@ -341,6 +343,10 @@ type BootstrapReport struct {
 	WireBytes           int64
 	Duration            time.Duration
 }
+
+// Staged is the records the peer holds staged: those it had and those
+// this call sent.
+func (r BootstrapReport) Staged() int { return r.ResumedAt + r.Sent }
 
 // Bootstrap sends the whole local tree to a peer whose store is empty, as
 // zstd-compressed pages of length-framed records. The peer stages them
@@ -412,6 +418,12 @@ func Bootstrap(ctx context.Context, local *vfs.Store, sess *rpc.Session, opts Bo
 		return rep, fmt.Errorf("bootstrap: %w", err)
 	}
 	rep.ResumedAt = next
+	progress := func() {
+		if opts.Progress != nil {
+			opts.Progress(rep)
+		}
+	}
+	progress()
 	// Find the entry and part the peer resumes at.
 	ei, part := 0, next
 	for ei < len(recs) && part >= parts(recs[ei].n) {
@@ -468,9 +480,7 @@ func Bootstrap(ctx context.Context, local *vfs.Store, sess *rpc.Session, opts Bo
 		if staged != i || peerTotal != total {
 			return rep, fmt.Errorf("bootstrap: %w", malformed("peer staged %d of %d, expected %d of %d", staged, peerTotal, i, total))
 		}
-		if opts.Progress != nil {
-			opts.Progress(staged, peerTotal)
-		}
+		progress()
 	}
 	if opts.noCommit {
 		return rep, nil

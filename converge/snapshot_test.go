@@ -40,9 +40,8 @@ func interruptBootstrap(t *testing.T, server *vfs.Store, sess *rpc.Session) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	pages := 0
-	_, err := Bootstrap(ctx, server, sess, BootstrapOptions{Peer: peerName, pageBytes: 16 << 10, Progress: func(staged, total int) {
-		if pages++; pages == 3 {
+	_, err := Bootstrap(ctx, server, sess, BootstrapOptions{Peer: peerName, pageBytes: 16 << 10, Progress: func(rep BootstrapReport) {
+		if rep.Pages == 3 {
 			cancel()
 		}
 	}})
@@ -74,17 +73,28 @@ func TestSnapshotBootstrap(t *testing.T) {
 	cont := newStore(t, "container")
 	r := newRig(t, server, cont)
 	sess := r.session(t)
-	var progress [][2]int
-	rep, err := Bootstrap(ctx, server, sess, BootstrapOptions{Peer: peerName, Progress: func(staged, total int) {
-		progress = append(progress, [2]int{staged, total})
+	var progress []BootstrapReport
+	rep, err := Bootstrap(ctx, server, sess, BootstrapOptions{Peer: peerName, Progress: func(r BootstrapReport) {
+		progress = append(progress, r)
 	}})
 	must(t, err)
 	want := 50_000 + 500 + 50 + 1
 	if rep.Total != want || rep.Sent != want || rep.ResumedAt != 0 {
 		t.Errorf("total %d, sent %d, resumed at %d; want %d records from 0", rep.Total, rep.Sent, rep.ResumedAt, want)
 	}
-	if len(progress) != rep.Pages || progress[len(progress)-1] != [2]int{want, want} {
-		t.Errorf("progress = %v over %d pages", progress, rep.Pages)
+	// Progress: the total up front, then every page, growing, the last
+	// one the report's counts.
+	if len(progress) != rep.Pages+1 || progress[0].Total != want || progress[0].Staged() != 0 {
+		t.Fatalf("%d progress calls over %d pages, the first %+v", len(progress), rep.Pages, progress[0])
+	}
+	for i, p := range progress[1:] {
+		prev := progress[i]
+		if p.Total != want || p.Pages != prev.Pages+1 || p.Staged() <= prev.Staged() || p.ChunkBytes < prev.ChunkBytes || p.Chunks < prev.Chunks {
+			t.Errorf("progress went from %+v to %+v", prev, p)
+		}
+	}
+	if last := progress[len(progress)-1]; last.Staged() != want || last.Chunks != rep.Chunks || last.ChunkBytes != rep.ChunkBytes || rep.ChunkBytes == 0 {
+		t.Errorf("last progress %+v, report %+v", last, rep)
 	}
 	if a, b := root(t, server, []string{}), root(t, cont, []string{}); a != b || a != rep.Root {
 		t.Fatalf("roots after bootstrap: server %s, container %s, snapshot %s", a, b, rep.Root)

@@ -78,9 +78,9 @@ func TestSnapshotResumesInsideASplitFile(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	opts := BootstrapOptions{Peer: peerName, pageBytes: 4 << 10, partRefs: 64}
 	var cutAt int
-	opts.Progress = func(staged, total int) {
+	opts.Progress = func(rep BootstrapReport) {
 		// d000 and its big file come first in the walk.
-		if staged > 5 && cutAt == 0 {
+		if staged := rep.Staged(); staged > 5 && cutAt == 0 {
 			cutAt = staged
 			cancel()
 		}

@@ -72,6 +72,12 @@
 // push and fetch (watermark.CheckInvariant): a violation resets the
 // affected watermark and retries once.
 //
+// A pull may take a Budget (PullOptions): it stops after the first batch
+// that reaches a bound, without the clean drain's cursor, and reports
+// Result.More; the fetch cursor the batches left resumes the next pull
+// exactly. Exchange.OnProgress hears every batch either path commits,
+// with the transfer's totals so far.
+//
 // Bounce suppression keeps entries applied from the peer from travelling
 // back to it: every apply of a peer's batch (a received batch here, a
 // pushed batch on the server) extends the peer's vfs.BounceRun in its own

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/wsync/wsync/chunkstore"
 	"github.com/wsync/wsync/internal/crashpoint"
@@ -112,6 +113,36 @@ type Result struct {
 	// path: it had changes there we had not fetched. They go again after
 	// the next pull.
 	Deferred int
+	// More: a pull stopped on its Budget before the end of the peer's
+	// feed. The fetch cursor is at the last batch it applied; the next
+	// pull fetches the rest.
+	More bool
+}
+
+// PullOptions configures one pull of the peer's feed.
+type PullOptions struct {
+	// Ignore is the list of path segments left out: nil means
+	// vfs.DefaultIgnore, an empty non-nil list disables ignoring.
+	Ignore []string
+	// Budget bounds the pull; its zero value bounds nothing.
+	Budget Budget
+}
+
+// Budget bounds one pull: it stops after the first batch that reaches a
+// bound that is set (zero or negative: unbounded), so a pull applies at
+// least one batch, and reports Result.More when the feed goes on.
+type Budget struct {
+	Entries int           // entries received (Result.Entries)
+	Bytes   int64         // chunk bytes fetched (Result.ChunkBytes)
+	Wall    time.Duration // time since the pull started
+}
+
+// reached reports whether a pull that started at start and has received
+// entries and bytes of chunks has met a bound of b.
+func (b Budget) reached(entries int, bytes int64, start time.Time) bool {
+	return b.Entries > 0 && entries >= b.Entries ||
+		b.Bytes > 0 && bytes >= b.Bytes ||
+		b.Wall > 0 && time.Since(start) >= b.Wall
 }
 
 // TickResult is a Tick's pull and push.
@@ -130,16 +161,15 @@ func (d *Driver) PushOnce(ctx context.Context) (Result, error) {
 // PullOnce fetches and applies every peer change after the fetch cursor,
 // leaving out the paths of DriverOptions.Ignore.
 func (d *Driver) PullOnce(ctx context.Context) (Result, error) {
-	return d.PullIgnoring(ctx, d.opts.Ignore)
+	return d.PullWith(ctx, PullOptions{Ignore: d.opts.Ignore})
 }
 
-// PullIgnoring is PullOnce leaving out the paths of ignore (nil:
-// vfs.DefaultIgnore; empty: none) in place of DriverOptions.Ignore: a
-// workspace.Remote's Pull takes its list per call.
-func (d *Driver) PullIgnoring(ctx context.Context, ignore []string) (Result, error) {
+// PullWith is PullOnce with opts in place of DriverOptions.Ignore: a
+// workspace.Remote's Pull takes its ignore list and budget per call.
+func (d *Driver) PullWith(ctx context.Context, opts PullOptions) (Result, error) {
 	var res Result
 	err := d.do(ctx, "pull", func(ctx context.Context, x *Exchange) (err error) {
-		res, err = x.PullIgnoring(ctx, ignore)
+		res, err = x.PullWith(ctx, opts)
 		return err
 	})
 	return res, err
@@ -212,10 +242,26 @@ func (d *Driver) observe(op string, err error) error {
 // Push and Pull run them over the two feeds; Send and Receive over entries
 // a caller chose (convergence repair).
 type Exchange struct {
-	d     *Driver
-	sess  *rpc.Session
-	s     Peer
-	epoch uint64 // the session's, from rpc.Client.Session
+	d        *Driver
+	sess     *rpc.Session
+	s        Peer
+	epoch    uint64 // the session's, from rpc.Client.Session
+	progress func(op string, total Result)
+}
+
+// OnProgress makes every transfer of the exchange from now on call fn
+// after each batch it commits: op is "push" for the send path (Push,
+// Send) and "pull" for the receive path (Pull, Receive), total the
+// transfer's Result so far, so the last call's totals are the Result the
+// transfer returns. fn runs on the transfer's goroutine, between batches:
+// it must not block for long, and must not call the exchange.
+func (x *Exchange) OnProgress(fn func(op string, total Result)) { x.progress = fn }
+
+// committed tells the progress observer that a batch of op committed.
+func (x *Exchange) committed(op string, res *Result) {
+	if x.progress != nil {
+		x.progress(op, *res)
+	}
 }
 
 // Session is the exchange's session, for calls of other packages'
@@ -235,16 +281,18 @@ func (x *Exchange) Push(ctx context.Context) (Result, error) {
 // Pull fetches and applies every peer change after the fetch cursor,
 // leaving out the paths of DriverOptions.Ignore.
 func (x *Exchange) Pull(ctx context.Context) (Result, error) {
-	return x.PullIgnoring(ctx, x.d.opts.Ignore)
+	return x.PullWith(ctx, PullOptions{Ignore: x.d.opts.Ignore})
 }
 
-// PullIgnoring is Pull leaving out the paths of ignore instead.
-func (x *Exchange) PullIgnoring(ctx context.Context, ignore []string) (Result, error) {
+// PullWith is Pull with opts: its own ignore list, and a budget that
+// stops it after the batch that reaches a bound (Result.More).
+func (x *Exchange) PullWith(ctx context.Context, opts PullOptions) (Result, error) {
 	var res Result
+	start := time.Now()
 	err := x.transfer(ctx, &res, func(ctx context.Context, res *Result) error {
-		err := x.pullFeed(ctx, ignore, res, false)
+		err := x.pullFeed(ctx, opts, start, res, false)
 		if errors.Is(err, errRetryPull) {
-			err = x.pullFeed(ctx, ignore, res, true)
+			err = x.pullFeed(ctx, opts, start, res, true)
 		}
 		return err
 	})
@@ -277,7 +325,7 @@ func (x *Exchange) Receive(ctx context.Context, next func(ctx context.Context, m
 		if err != nil {
 			return err
 		}
-		if err := x.receive(ctx, next, false, &ws, res); err != nil {
+		if err := x.receive(ctx, next, false, Budget{}, time.Time{}, &ws, res); err != nil {
 			return err
 		}
 		return x.settleBounce(ctx, &ws)
@@ -479,6 +527,7 @@ func (x *Exchange) send(ctx context.Context, entries iter.Seq2[vfs.ChangeEntry, 
 			metricEntries.WithLabelValues("deferred").Add(float64(len(resp.Deferred)))
 			d.log.Info("peer held back entries with changes we have not fetched", "deferred", len(resp.Deferred), "first", resp.Deferred[0])
 		}
+		x.committed("push", res)
 		if last {
 			return nil
 		}
@@ -548,14 +597,15 @@ var errRetryPull = errors.New("retry pull")
 
 // pullFeed runs the feed's receive path, with the invariant and reconcile
 // checks on the feed's head: on violation the affected watermark is reset
-// and errRetryPull returned.
-func (x *Exchange) pullFeed(ctx context.Context, ignore []string, res *Result, retried bool) error {
+// and errRetryPull returned. A pull the budget stopped (res.More) leaves
+// the fetch cursor at its last batch and closes the feed unfinished.
+func (x *Exchange) pullFeed(ctx context.Context, opts PullOptions, start time.Time, res *Result, retried bool) error {
 	d := x.d
 	ws, err := d.local.Watermarks(ctx, d.peer)
 	if err != nil {
 		return err
 	}
-	cs, err := x.s.FetchChanges(ctx, FetchRequest{After: ws.Fetch, Ignore: ignore})
+	cs, err := x.s.FetchChanges(ctx, FetchRequest{After: ws.Fetch, Ignore: opts.Ignore})
 	if err != nil {
 		return err
 	}
@@ -586,8 +636,13 @@ func (x *Exchange) pullFeed(ctx context.Context, ignore []string, res *Result, r
 		return errRetryPull
 	}
 
-	if err := x.receive(ctx, cs.Next, true, &ws, res); err != nil {
+	if err := x.receive(ctx, cs.Next, true, opts.Budget, start, &ws, res); err != nil {
 		return err
+	}
+	if res.More {
+		// The rest of the feed waits for the next pull: its cursor is the
+		// last batch's, persisted with it.
+		return x.settleBounce(ctx, &ws)
 	}
 	// Clean drain: everything through the feed's current cursor is here,
 	// including entries the feed filtered out (ignored paths).
@@ -636,6 +691,9 @@ type fetchedBatch struct {
 	bytes    int64 // raw chunk bytes fetched
 	refBytes int64 // chunk bytes the batch references
 	err      error
+	// last: the budget stops the receive after this batch; more: the
+	// feed had entries after it.
+	last, more bool
 }
 
 func (f *fetchedBatch) release() {
@@ -651,11 +709,19 @@ func (f *fetchedBatch) release() {
 // locally, batch k+1 is read and its missing chunks fetched from the peer,
 // so the peer's reads and our writes overlap. At most two batches (and the
 // chunks they reference) are held at once.
-func (x *Exchange) receive(ctx context.Context, next func(context.Context, int) ([]vfs.ChangeEntry, error), feed bool, ws *watermark.Set, res *Result) error {
+//
+// The budget (with start, the pull's start) is checked here, once: when
+// the batches read so far reach it, the reader stops after that batch
+// (fetching nothing it would not apply), looks one entry ahead to tell
+// whether the feed goes on, and the receive ends once that batch is
+// applied, with res.More set when it does.
+func (x *Exchange) receive(ctx context.Context, next func(context.Context, int) ([]vfs.ChangeEntry, error), feed bool,
+	budget Budget, start time.Time, ws *watermark.Set, res *Result) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ready := make(chan *fetchedBatch, 1)
 	var wg sync.WaitGroup
+	entries, bytes := res.Entries, res.ChunkBytes // what the batches read so far bring
 	wg.Go(func() {
 		defer close(ready)
 		var prev map[chunkstore.Hash]bool
@@ -671,6 +737,10 @@ func (x *Exchange) receive(ctx context.Context, next func(context.Context, int) 
 			if err == nil {
 				x.fetchBatch(ctx, f, prev)
 				prev = f.fetched
+				entries, bytes = entries+len(batch), bytes+f.bytes
+				if f.err == nil && budget.reached(entries, bytes, start) {
+					f.last, f.more = true, goesOn(ctx, next)
+				}
 			}
 			select {
 			case ready <- f:
@@ -678,7 +748,7 @@ func (x *Exchange) receive(ctx context.Context, next func(context.Context, int) 
 				f.release()
 				return
 			}
-			if f.err != nil {
+			if f.err != nil || f.last {
 				return
 			}
 		}
@@ -699,8 +769,24 @@ func (x *Exchange) receive(ctx context.Context, next func(context.Context, int) 
 		if err != nil {
 			return err
 		}
+		res.More = f.more
+		x.committed("pull", res)
 	}
 	return ctx.Err()
+}
+
+// goesOn reports whether next has another entry (a failure to read one
+// counts as yes: the next pull reads it again).
+func goesOn(ctx context.Context, next func(context.Context, int) ([]vfs.ChangeEntry, error)) bool {
+	for {
+		b, err := next(ctx, 1)
+		switch {
+		case errors.Is(err, io.EOF):
+			return false
+		case err != nil || len(b) > 0:
+			return true
+		}
+	}
 }
 
 // fetchBatch probes the local store for the chunks of f.batch and fetches

@@ -95,19 +95,34 @@ type Budget struct {
 // IsZero reports whether b bounds nothing.
 func (b Budget) IsZero() bool { return b == Budget{} }
 
-// Progress is how far one sync call has gone: totals so far.
+// Progress is how far one sync call has gone: totals so far, of its
+// current Op. A push that bootstraps an empty container reports its
+// "bootstrap" first, then its "push", each from zero: the report adds the
+// last totals of each up.
 type Progress struct {
 	// Op is "push", "pull" or "bootstrap" (a snapshot sent to an empty
 	// container, inside a push).
-	Op      string `json:"op"`
-	Entries int    `json:"entries"`
-	Objects int    `json:"objects"`
-	Bytes   int64  `json:"bytes"`
-	Batches int    `json:"batches"`
+	Op string `json:"op"`
+	// Entries counts the entries moved, applied or not: the last
+	// progress's Entries is the report's Entries + Skipped + Deferred. A
+	// bootstrap counts its records staged (Total's unit).
+	Entries int `json:"entries"`
+	// Objects, Bytes and Batches are the report's: chunks that crossed
+	// the wire, their bytes, batches (a bootstrap's pages).
+	Objects int   `json:"objects"`
+	Bytes   int64 `json:"bytes"`
+	Batches int   `json:"batches"`
 	// Total is the number of entries the call will move when it is known
 	// (a snapshot's record count), else 0.
 	Total int `json:"total,omitempty"`
 }
+
+// Follows reports whether p is a later report of the same run as prev:
+// the same Op, more batches. An observer of a call that makes several
+// runs (a push that bootstraps, then pushes; a tick's pulls and pushes,
+// one per runtime; an exec's push and pull; a repair's) tells them apart
+// with it: every run starts from zero.
+func (p Progress) Follows(prev Progress) bool { return p.Op == prev.Op && p.Batches > prev.Batches }
 
 // SyncReport is what one push or pull moved.
 type SyncReport struct {

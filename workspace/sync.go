@@ -238,9 +238,11 @@ func (t Target) Verify(ctx context.Context) (VerifyReport, error) {
 
 // Repairer is a Remote that can also repair drift (verify --repair): walk
 // both trees as Verify does, re-send the winning side's entries for every
-// differing path, and report the verdict afterwards.
+// differing path, and report the verdict afterwards. opts.Progress, when
+// set, is told after each batch the repair moves; the rest of opts is
+// unused.
 type Repairer interface {
-	Repair(ctx context.Context) (VerifyReport, error)
+	Repair(ctx context.Context, opts SyncOptions) (VerifyReport, error)
 }
 
 // Repair is verify --repair against the runtime, through the FIFO like
@@ -281,7 +283,9 @@ func (w *Workspace) verify(ctx context.Context, rs *runtimeState, repair bool) (
 		if !ok {
 			return VerifyReport{}, fmt.Errorf("repair: %w", ErrNotSupported)
 		}
-		op = rp.Repair
+		op = func(ctx context.Context) (VerifyReport, error) {
+			return rp.Repair(ctx, SyncOptions{Progress: w.progress(ctx, rs)})
+		}
 	}
 	var rep VerifyReport
 	err = w.q.Do(ctx, func() error {

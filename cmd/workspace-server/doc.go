@@ -12,6 +12,18 @@
 // names the errno ("(ENOENT)") on stderr. The verbs call the Go client,
 // package workspace/client.
 //
+// # Progress
+//
+// push, pull, tick, verify and exec show the progress of their syncs on
+// stderr (progress.go): the client asks the server for its NDJSON progress
+// frames when the call's context carries an observer
+// (workspace.WithProgress), and a meter draws each run (a push, a pull, a
+// snapshot bootstrap) once it has lasted half a second: a
+// github.com/schollz/progressbar bar on a terminal (a spinner with the
+// counts when the total is unknown), plain lines every two seconds
+// elsewhere, nothing with --quiet (WSYNC_QUIET=1). stdout stays the
+// verb's own: a summary, --json, or the command's output.
+//
 // # serve and its seams
 //
 // serve.go builds the workspace.Manager and the api.Server and shuts both

@@ -21,7 +21,7 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 const maxStdin = 15 << 20
 
 func runExec(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	c := newCommand("exec", "exec [--runtime NAME] [--cwd DIR] [--env K=V]... [--timeout 30s] [--user UID[:GID]] [--sync wait|defer] [-n] -- CMD [ARG...]",
+	c := newCommand("exec", "exec [--runtime NAME] [--cwd DIR] [--env K=V]... [--timeout 30s] [--user UID[:GID]] [--sync wait|defer] [-n] [--quiet] -- CMD [ARG...]",
 		"  workspace-server exec --cwd /src --env CI=1 --timeout 5m -- make test\n"+
 			"  workspace-server exec --sync defer -- npm install   # answers when npm exits; its files come back after\n"+
 			"  workspace-server exec -- sh -c 'npm install && npm run build'\n"+
@@ -35,6 +35,7 @@ func runExec(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	user := c.fs.String("user", "", "run as UID[:GID] (numeric)")
 	syncMode := c.fs.String("sync", env("WSYNC_EXEC_SYNC", workspace.SyncWait), "when to answer: wait (after the pull that brings back what the command wrote) or defer (at once; the pull runs after) (env WSYNC_EXEC_SYNC)")
 	noStdin := c.fs.Bool("n", false, "do not send standard input to the command (as ssh -n); a terminal is never sent")
+	quiet := c.quietFlag()
 	argv, code, ok := c.parse(args, false)
 	if !ok {
 		return code
@@ -83,13 +84,18 @@ func runExec(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if err != nil {
 		return c.fail(err)
 	}
-	rep, err := ws.Exec(ctx, spec, func(ev workspace.ExecEvent) {
+	// The push before the command and the pull after it show progress on
+	// stderr; a push's bar ends before the command's output starts.
+	m := newMeter(stderr, *quiet)
+	rep, err := ws.Exec(m.context(ctx), spec, func(ev workspace.ExecEvent) {
+		m.end()
 		if ev.Stream == workspace.Stderr {
 			stderr.Write(ev.Data)
 		} else {
 			stdout.Write(ev.Data)
 		}
 	})
+	m.end()
 	if err != nil {
 		if ctx.Err() != nil {
 			fmt.Fprintln(stderr, "workspace-server exec: interrupted; the command was killed")

@@ -30,24 +30,23 @@ func runPull(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 // perRuntime: the call syncs with one runtime, which --runtime names.
 func runSync(ctx context.Context, name, what string, perRuntime bool, args []string, stdout, stderr io.Writer,
 	call func(context.Context, *client.Workspace) (any, string, error)) int {
-	synopsis, example := name+" [--json]", "  workspace-server "+name+"    # "+what+"\n"
+	synopsis, example := name+" [--json] [--quiet]", "  workspace-server "+name+"    # "+what+"\n"
 	if perRuntime {
-		synopsis = name + " [--runtime NAME] [--json]"
+		synopsis = name + " [--runtime NAME] [--json] [--quiet]"
 		example += "  workspace-server " + name + " --runtime gpu\n"
 	}
+	example += "  workspace-server " + name + " --json 2>/dev/null | jq .    # progress goes to stderr: entries, bytes, rate\n"
 	c := newCommand(name, synopsis, example, stdout, stderr)
 	cf := c.clientFlags()
 	if perRuntime {
 		c.runtimeFlag(cf)
 	}
 	asJSON := c.fs.Bool("json", false, "print the report as JSON")
+	quiet := c.quietFlag()
 	return c.clientVerb(ctx, args, cf, noArgs, func(ctx context.Context, ws *client.Workspace, _ []string) error {
-		stop := func() {}
-		if !*asJSON {
-			stop = progress(stderr, name+"ing")
-		}
-		rep, summary, err := call(ctx, ws)
-		stop()
+		m := newMeter(stderr, *quiet)
+		rep, summary, err := call(m.context(ctx), ws)
+		m.end()
 		if err != nil {
 			return err
 		}

@@ -9,21 +9,24 @@ import (
 )
 
 func runVerify(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	c := newCommand("verify", "verify [--runtime NAME] [--repair] [--json]",
+	c := newCommand("verify", "verify [--runtime NAME] [--repair] [--json] [--quiet]",
 		"  workspace-server verify && echo same    # exit 0: converged, 3: the sides differ\n"+
 			"  workspace-server verify --repair        # re-send the winning side of every differing path\n"+
 			"  workspace-server verify --runtime gpu   # compare with an attached runtime's container\n", stdout, stderr)
 	cf := c.clientFlags()
 	c.runtimeFlag(cf)
 	asJSON := c.fs.Bool("json", false, "print the verdict as JSON (the exit code still tells)")
-	repair := c.fs.Bool("repair", false, "repair the drift (the server wins unless only the container changed a path since the last sync), then report")
+	repair := c.fs.Bool("repair", false, "repair the drift (the server wins unless only the container changed a path since the last sync), then report; progress of what it moves goes to stderr")
+	quiet := c.quietFlag()
 	converged := false
 	code := c.clientVerb(ctx, args, cf, noArgs, func(ctx context.Context, ws *client.Workspace, _ []string) error {
 		verify := ws.Verify
 		if *repair {
 			verify = ws.Repair
 		}
-		rep, err := verify(ctx)
+		m := newMeter(c.stderr, *quiet)
+		rep, err := verify(m.context(ctx))
+		m.end()
 		if err != nil {
 			return err
 		}

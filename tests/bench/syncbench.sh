@@ -178,7 +178,8 @@ start_pair() {
 }
 
 # ws VERB...: the CLI against this repetition's server.
-ws() { WSYNC_SERVER="http://127.0.0.1:$SRV_PORT" WSYNC_TOKEN_FILE="$BASE/token" "$SERVER_BIN" "$@"; }
+# Quiet: the timed calls answer plain JSON, as the figures before progress streams did.
+ws() { WSYNC_QUIET=1 WSYNC_SERVER="http://127.0.0.1:$SRV_PORT" WSYNC_TOKEN_FILE="$BASE/token" "$SERVER_BIN" "$@"; }
 
 # timed_sync VERB: runs `ws VERB --json` and sets SYNC_S (CLI wall clock), SYNC_SRV (the report's duration), SYNC_N
 # (entries applied) and SYNC_JSON.

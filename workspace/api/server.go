@@ -120,9 +120,9 @@ func (s *Server) routes() {
 	mux.HandleFunc("POST "+ws+"/fs/symlink", s.withWS(s.symlink))
 	mux.HandleFunc("POST "+ws+"/fs/chmod", s.withWS(s.chmod))
 	mux.HandleFunc("POST "+ws+"/exec", s.withWS(s.exec))
-	mux.HandleFunc("POST "+ws+"/push", s.withWS(onRuntime(workspace.Target.Push)))
-	mux.HandleFunc("POST "+ws+"/pull", s.withWS(onRuntime(workspace.Target.Pull)))
-	mux.HandleFunc("POST "+ws+"/tick", s.withWS(report((*workspace.Workspace).Tick)))
+	mux.HandleFunc("POST "+ws+"/push", s.withWS(syncing(workspace.Target.Push)))
+	mux.HandleFunc("POST "+ws+"/pull", s.withWS(syncing(workspace.Target.Pull)))
+	mux.HandleFunc("POST "+ws+"/tick", s.withWS(s.tick))
 	mux.HandleFunc("GET "+ws+"/status", s.withWS(onRuntime(workspace.Target.Status)))
 	mux.HandleFunc("POST "+ws+"/verify", s.withWS(s.verify))
 	mux.HandleFunc("GET "+ws+"/runtimes", s.withWS(s.listRuntimes))
@@ -276,22 +276,26 @@ func (s *Server) getWorkspace(w http.ResponseWriter, r *http.Request, ws *worksp
 	writeJSON(w, http.StatusOK, ws.Info())
 }
 
-// report answers with what call returns for the workspace (tick): the
-// report as JSON, or the error.
-func report[T any](call func(*workspace.Workspace, context.Context) (T, error)) func(http.ResponseWriter, *http.Request, *workspace.Workspace) {
-	return func(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
-		v, err := call(ws, r.Context())
-		respond(w, v, err)
-	}
-}
-
-// onRuntime is report for a call on the runtime ?runtime= names (push,
-// pull, status).
+// onRuntime answers with what call returns for the runtime ?runtime=
+// names (status): the report as JSON, or the error.
 func onRuntime[T any](call func(workspace.Target, context.Context) (T, error)) func(http.ResponseWriter, *http.Request, *workspace.Workspace) {
 	return func(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
 		v, err := call(target(r, ws), r.Context())
 		respond(w, v, err)
 	}
+}
+
+// syncing is onRuntime for a sync (push, pull), streaming its progress to
+// a request that accepts NDJSON (synced).
+func syncing[T any](call func(workspace.Target, context.Context) (T, error)) func(http.ResponseWriter, *http.Request, *workspace.Workspace) {
+	return func(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
+		synced(w, r, func(ctx context.Context) (T, error) { return call(target(r, ws), ctx) })
+	}
+}
+
+// tick pulls from every runtime, then pushes to every runtime (synced).
+func (s *Server) tick(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
+	synced(w, r, ws.Tick)
 }
 
 // target is the runtime ?runtime= names (absent: the default one).
@@ -300,14 +304,16 @@ func target(r *http.Request, ws *workspace.Workspace) workspace.Target {
 }
 
 // verify answers the convergence verdict; ?repair=1 repairs drift first.
+// A request that accepts NDJSON gets it as a stream (synced): a repair's
+// progress frames (the pull it may owe first, then the entries it moves),
+// a plain verify's result frame alone, since it moves nothing.
 func (s *Server) verify(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
 	t := target(r, ws)
 	op := t.Verify
 	if v := r.URL.Query().Get("repair"); v == "1" || v == "true" {
 		op = t.Repair
 	}
-	rep, err := op(r.Context())
-	respond(w, rep, err)
+	synced(w, r, op)
 }
 
 func respond(w http.ResponseWriter, v any, err error) {

@@ -49,22 +49,28 @@ type ChmodRequest struct {
 	Mode uint32 `json:"mode"`
 }
 
-// Exec stream frame types (one JSON object per line).
+// Stream frame types (one JSON object per line).
 const (
-	FrameStdout = workspace.Stdout // Data holds output bytes
-	FrameStderr = workspace.Stderr
-	FrameResult = "result" // Result holds the report; the last frame
-	FrameError  = "error"  // Error and Errno; the last frame
+	FrameStdout   = workspace.Stdout // Data holds output bytes (exec)
+	FrameStderr   = workspace.Stderr
+	FrameProgress = "progress" // Progress holds the sync's totals so far
+	FrameResult   = "result"   // Result holds the report; the last frame
+	FrameError    = "error"    // Error and Errno; the last frame
 )
 
-// ExecFrame is one line of the NDJSON stream POST .../exec answers with.
-type ExecFrame struct {
-	Type   string                `json:"type"`
-	Data   []byte                `json:"data,omitempty"`
-	Result *workspace.ExecReport `json:"result,omitempty"`
-	Error  string                `json:"error,omitempty"`
-	Errno  string                `json:"errno,omitempty"`
+// Frame is one line of an NDJSON stream (see NDJSON), of a route whose
+// report is an R.
+type Frame[R any] struct {
+	Type     string              `json:"type"`
+	Data     []byte              `json:"data,omitempty"`
+	Progress *workspace.Progress `json:"progress,omitempty"`
+	Result   *R                  `json:"result,omitempty"`
+	Error    string              `json:"error,omitempty"`
+	Errno    string              `json:"errno,omitempty"`
 }
+
+// ExecFrame is one line of the stream POST .../exec answers with.
+type ExecFrame = Frame[workspace.ExecReport]
 
 // Health is the body of GET /health.
 type Health struct {

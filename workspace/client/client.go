@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -346,19 +347,24 @@ func (w *Workspace) Chmod(ctx context.Context, path string, mode uint32) (worksp
 	return decoded[workspace.FileInfo](ctx, w, http.MethodPost, "/fs/chmod", nil, api.ChmodRequest{Path: path, Mode: mode})
 }
 
-// Push pushes the server's changes to the container.
+// Push pushes the server's changes to the container. With an observer on
+// ctx (workspace.WithProgress) the server streams the push's progress
+// (its snapshot bootstrap first, for an empty container), and the
+// observer hears it as batches commit.
 func (w *Workspace) Push(ctx context.Context) (workspace.SyncReport, error) {
-	return decoded[workspace.SyncReport](ctx, w, http.MethodPost, "/push", w.onRuntime(nil), nil)
+	return synced[workspace.SyncReport](ctx, w, "/push", w.onRuntime(nil))
 }
 
-// Pull pulls the container's changes (and retries a pending pull).
+// Pull pulls the container's changes (and retries a pending pull),
+// telling the observer on ctx, if any, as batches commit (see Push).
 func (w *Workspace) Pull(ctx context.Context) (workspace.SyncReport, error) {
-	return decoded[workspace.SyncReport](ctx, w, http.MethodPost, "/pull", w.onRuntime(nil), nil)
+	return synced[workspace.SyncReport](ctx, w, "/pull", w.onRuntime(nil))
 }
 
-// Tick pulls from every runtime, then pushes to every runtime.
+// Tick pulls from every runtime, then pushes to every runtime, telling
+// the observer on ctx, if any, of each (see Push).
 func (w *Workspace) Tick(ctx context.Context) (workspace.TickReport, error) {
-	return decoded[workspace.TickReport](ctx, w, http.MethodPost, "/tick", nil, nil)
+	return synced[workspace.TickReport](ctx, w, "/tick", nil)
 }
 
 // Status reports the workspace's sync state.
@@ -366,15 +372,17 @@ func (w *Workspace) Status(ctx context.Context) (workspace.Status, error) {
 	return decoded[workspace.Status](ctx, w, http.MethodGet, "/status", w.onRuntime(nil), nil)
 }
 
-// Verify asks for a convergence verdict.
+// Verify asks for a convergence verdict. (It moves nothing: an observer
+// on ctx hears nothing.)
 func (w *Workspace) Verify(ctx context.Context) (workspace.VerifyReport, error) {
-	return decoded[workspace.VerifyReport](ctx, w, http.MethodPost, "/verify", w.onRuntime(nil), nil)
+	return synced[workspace.VerifyReport](ctx, w, "/verify", w.onRuntime(nil))
 }
 
 // Repair is verify --repair: the remote repairs the drift it finds and the
-// verdict after the repair comes back.
+// verdict after the repair comes back. The observer on ctx, if any, hears
+// the batches the repair moves (see Push).
 func (w *Workspace) Repair(ctx context.Context) (workspace.VerifyReport, error) {
-	return decoded[workspace.VerifyReport](ctx, w, http.MethodPost, "/verify", w.onRuntime(url.Values{"repair": {"1"}}), nil)
+	return synced[workspace.VerifyReport](ctx, w, "/verify", w.onRuntime(url.Values{"repair": {"1"}}))
 }
 
 // Conflicts lists the workspace's newest open conflicts, newest first;
@@ -411,11 +419,80 @@ func decoded[T any](ctx context.Context, w *Workspace, method, path string, q ur
 	return v, err
 }
 
+// synced makes a sync call (POST path) and returns its report. With an
+// observer on ctx it asks for the NDJSON stream and tells the observer
+// each progress frame; without one (or from a server that answers plain
+// JSON) it reads the report alone.
+func synced[R any](ctx context.Context, w *Workspace, path string, q url.Values) (R, error) {
+	obs := workspace.ProgressOf(ctx)
+	if obs == nil {
+		return decoded[R](ctx, w, http.MethodPost, path, q, nil)
+	}
+	var rep R
+	p, err := w.prefix()
+	if err != nil {
+		return rep, err
+	}
+	resp, err := w.c.do(ctx, http.MethodPost, p+path, q, nil, http.Header{"Accept": {api.NDJSON}})
+	if err != nil {
+		return rep, err
+	}
+	defer resp.Body.Close()
+	if !isNDJSON(resp) {
+		if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil {
+			return rep, fmt.Errorf("POST %s: decode answer: %w", path, err)
+		}
+		return rep, nil
+	}
+	return frames[R](resp, path, obs, nil)
+}
+
+func isNDJSON(resp *http.Response) bool {
+	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
+	return mt == api.NDJSON
+}
+
+// frames reads an NDJSON stream up to its result frame, whose report it
+// returns (an error frame is an *Error). Progress frames go to obs (nil:
+// dropped), output frames to out; frames of other types are skipped.
+func frames[R any](resp *http.Response, what string, obs func(workspace.Progress), out func(api.Frame[R])) (R, error) {
+	var rep R
+	dec := json.NewDecoder(resp.Body)
+	for {
+		var fr api.Frame[R]
+		if err := dec.Decode(&fr); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return rep, fmt.Errorf("%s stream: %w", what, err)
+		}
+		switch fr.Type {
+		case api.FrameProgress:
+			if obs != nil && fr.Progress != nil {
+				obs(*fr.Progress)
+			}
+		case api.FrameStdout, api.FrameStderr:
+			if out != nil {
+				out(fr)
+			}
+		case api.FrameResult:
+			if fr.Result == nil {
+				return rep, fmt.Errorf("%s stream: %w: result frame without a result", what, vfs.ErrInvalid)
+			}
+			return *fr.Result, nil
+		case api.FrameError:
+			return rep, &Error{Status: resp.StatusCode, Code: fr.Errno, Message: fr.Error}
+		}
+	}
+}
+
 // Exec runs the exec bracket on the server (push, command, pull). out is
 // called with each piece of output as the stream brings it; with a nil out
-// the output is collected in the report's Events. The error is non-nil when
-// the command could not run (the push failed, say) or the stream broke; a
-// non-zero exit is in the report, not an error.
+// the output is collected in the report's Events. An observer on ctx
+// (workspace.WithProgress) hears the progress of the push before the
+// command and of the pull after it. The error is non-nil when the command
+// could not run (the push failed, say) or the stream broke; a non-zero
+// exit is in the report, not an error.
 func (w *Workspace) Exec(ctx context.Context, spec workspace.ExecSpec, out func(workspace.ExecEvent)) (workspace.ExecReport, error) {
 	var rep workspace.ExecReport
 	p, err := w.prefix()
@@ -426,38 +503,28 @@ func (w *Workspace) Exec(ctx context.Context, spec workspace.ExecSpec, out func(
 	if err != nil {
 		return rep, err
 	}
-	resp, err := w.c.do(ctx, http.MethodPost, p+"/exec", w.onRuntime(nil), bytes.NewReader(b), http.Header{"Content-Type": {"application/json"}})
+	hdr := http.Header{"Content-Type": {"application/json"}}
+	obs := workspace.ProgressOf(ctx)
+	if obs != nil {
+		hdr.Set("Accept", api.NDJSON)
+	}
+	resp, err := w.c.do(ctx, http.MethodPost, p+"/exec", w.onRuntime(nil), bytes.NewReader(b), hdr)
 	if err != nil {
 		return rep, err
 	}
 	defer resp.Body.Close()
 	var events []workspace.ExecEvent
-	dec := json.NewDecoder(resp.Body)
-	for {
-		var fr api.ExecFrame
-		if err := dec.Decode(&fr); err != nil {
-			if errors.Is(err, io.EOF) {
-				err = io.ErrUnexpectedEOF
-			}
-			return rep, fmt.Errorf("exec stream: %w", err)
+	rep, err = frames(resp, "exec", obs, func(fr api.ExecFrame) {
+		ev := workspace.ExecEvent{Stream: fr.Type, Data: fr.Data}
+		if out != nil {
+			out(ev)
+		} else {
+			events = append(events, ev)
 		}
-		switch fr.Type {
-		case api.FrameStdout, api.FrameStderr:
-			ev := workspace.ExecEvent{Stream: fr.Type, Data: fr.Data}
-			if out != nil {
-				out(ev)
-			} else {
-				events = append(events, ev)
-			}
-		case api.FrameResult:
-			if fr.Result == nil {
-				return rep, fmt.Errorf("exec stream: %w: result frame without a result", vfs.ErrInvalid)
-			}
-			rep = *fr.Result
-			rep.Events = events
-			return rep, nil
-		case api.FrameError:
-			return rep, &Error{Status: resp.StatusCode, Code: fr.Errno, Message: fr.Error}
-		}
+	})
+	if err != nil {
+		return rep, err
 	}
+	rep.Events = events
+	return rep, nil
 }

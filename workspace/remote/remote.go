@@ -183,7 +183,7 @@ func Report(res syncwire.Result, start time.Time, runtime string) workspace.Sync
 	rep := workspace.SyncReport{
 		Entries: res.Applied, Skipped: res.Skipped, Objects: res.Chunks, Bytes: res.ChunkBytes,
 		Batches: res.Batches, Rebaselined: res.Resets > 0, RuntimeID: runtime, Duration: time.Since(start),
-		Conflicts: len(res.Conflicts), Deferred: res.Deferred,
+		Conflicts: len(res.Conflicts), Deferred: res.Deferred, More: res.More,
 	}
 	for _, c := range res.Conflicts[:min(len(res.Conflicts), workspace.MaxConflictPaths)] {
 		rep.ConflictPaths = append(rep.ConflictPaths, "/"+c.Path)
@@ -191,18 +191,41 @@ func Report(res syncwire.Result, start time.Time, runtime string) workspace.Sync
 	return rep
 }
 
+// Observe makes the transfers of x tell fn (nil: no one) how far they have
+// gone after each batch, as a workspace.Progress: Op "push" or "pull",
+// Entries the entries moved (applied, skipped or deferred: the report's
+// Entries+Skipped+Deferred at the end), Objects and Bytes the chunks that
+// crossed the wire and their bytes, Batches.
+func Observe(x *syncwire.Exchange, fn func(workspace.Progress)) {
+	if fn == nil {
+		return
+	}
+	x.OnProgress(func(op string, res syncwire.Result) {
+		fn(workspace.Progress{Op: op, Entries: res.Entries, Objects: res.Chunks, Bytes: res.ChunkBytes, Batches: res.Batches})
+	})
+}
+
+// PullOptions are a workspace pull's options as the driver takes them:
+// its ignore list and budget.
+func PullOptions(opts workspace.SyncOptions) syncwire.PullOptions {
+	b := opts.Budget
+	return syncwire.PullOptions{Ignore: opts.Ignore, Budget: syncwire.Budget{Entries: b.Entries, Bytes: b.Bytes, Wall: b.Wall}}
+}
+
 // Push sends the server's changes. A container whose store is empty (a
 // fresh one, or one restarted with :memory: state) gets the whole tree as a
 // verified snapshot first, in the same turn of the driver's FIFO; the push
-// then sends whatever came after it.
+// then sends whatever came after it. opts.Progress hears the snapshot's
+// pages (Op "bootstrap", Total its record count), then the push's batches.
 func (r *Remote) Push(ctx context.Context, opts workspace.SyncOptions) (workspace.SyncReport, error) {
 	start := time.Now()
 	rep := workspace.SyncReport{}
 	err := r.drv.Do(ctx, func(ctx context.Context, x *syncwire.Exchange) error {
-		boot, booted, err := r.bootstrap(ctx, x)
+		boot, booted, err := r.bootstrap(ctx, x, opts.Progress)
 		if err != nil {
 			return err
 		}
+		Observe(x, opts.Progress)
 		res, err := x.Push(ctx)
 		rep = Report(res, start, x.Session().Peer().RuntimeID.String())
 		if err == nil {
@@ -222,9 +245,10 @@ func (r *Remote) Push(ctx context.Context, opts workspace.SyncOptions) (workspac
 }
 
 // bootstrap sends a snapshot when the container's store is empty and ours
-// is not. It reports whether it did; when the container turns out not to be
-// empty, the ordinary push carries on.
-func (r *Remote) bootstrap(ctx context.Context, x *syncwire.Exchange) (converge.BootstrapReport, bool, error) {
+// is not, telling progress (nil: no one) of its pages. It reports whether
+// it did; when the container turns out not to be empty, the ordinary push
+// carries on.
+func (r *Remote) bootstrap(ctx context.Context, x *syncwire.Exchange, progress func(workspace.Progress)) (converge.BootstrapReport, bool, error) {
 	if r.store.CurrentRev() == 0 || r.probed == x.Session() {
 		return converge.BootstrapReport{}, false, nil
 	}
@@ -236,7 +260,13 @@ func (r *Remote) bootstrap(ctx context.Context, x *syncwire.Exchange) (converge.
 		r.probed = x.Session()
 		return converge.BootstrapReport{}, false, nil
 	}
-	rep, err := converge.Bootstrap(ctx, r.store, x.Session(), converge.BootstrapOptions{Peer: x.Peer()})
+	bo := converge.BootstrapOptions{Peer: x.Peer()}
+	if progress != nil {
+		bo.Progress = func(b converge.BootstrapReport) {
+			progress(workspace.Progress{Op: "bootstrap", Entries: b.Staged(), Objects: b.Chunks, Bytes: b.ChunkBytes, Batches: b.Pages, Total: b.Total})
+		}
+	}
+	rep, err := converge.Bootstrap(ctx, r.store, x.Session(), bo)
 	if errors.Is(err, converge.ErrNotEmpty) {
 		r.probed = x.Session()
 		return rep, false, nil
@@ -250,10 +280,16 @@ func (r *Remote) bootstrap(ctx context.Context, x *syncwire.Exchange) (converge.
 	return rep, true, nil
 }
 
-// Pull fetches the container's changes, leaving out the paths of opts.Ignore.
+// Pull fetches the container's changes, leaving out the paths of
+// opts.Ignore, within opts.Budget, telling opts.Progress after each batch.
 func (r *Remote) Pull(ctx context.Context, opts workspace.SyncOptions) (workspace.SyncReport, error) {
 	start := time.Now()
-	res, err := r.drv.PullIgnoring(ctx, opts.Ignore)
+	var res syncwire.Result
+	err := r.drv.Do(ctx, func(ctx context.Context, x *syncwire.Exchange) (err error) {
+		Observe(x, opts.Progress)
+		res, err = x.PullWith(ctx, PullOptions(opts))
+		return err
+	})
 	return Report(res, start, r.runtimeID(ctx)), r.note(err)
 }
 
@@ -399,9 +435,12 @@ func (r *Remote) Verify(ctx context.Context) (workspace.VerifyReport, error) {
 // the winning side's entries for every differing path (the server wins
 // unless only the container changed the path since the last sync; see
 // converge.Repair), and reports the verdict after the repair.
-func (r *Remote) Repair(ctx context.Context) (workspace.VerifyReport, error) {
+// opts.Progress hears the batches it moves (Op "pull" for what comes from
+// the container, "push" for what goes to it).
+func (r *Remote) Repair(ctx context.Context, opts workspace.SyncOptions) (workspace.VerifyReport, error) {
 	var rr converge.RepairReport
 	err := r.drv.Do(ctx, func(ctx context.Context, x *syncwire.Exchange) (err error) {
+		Observe(x, opts.Progress)
 		rr, err = converge.Repair(ctx, r.store, x, converge.RepairOptions{Ignore: r.ignore})
 		return err
 	})

@@ -11,8 +11,12 @@
 // container's back and leaves out the paths of the ignore list it is given
 // (nil: the default, node_modules; empty: nothing); entries applied from
 // one side are not sent back to it; repeating a push or a pull moves
-// nothing; a closed remote reports errors; two runtimes of one server
-// store are separate peers, each with its own watermarks; Exec returns the command's
+// nothing; a pull within a budget stops after a batch with More set and
+// the next one goes on where it stopped, losing and repeating nothing; the
+// progress a push or pull reports grows batch by batch and its last totals
+// add up to the report; a closed remote reports errors; two runtimes of
+// one server store are separate peers, each with its own watermarks; Exec
+// returns the command's
 // output and exit code; Verify tells a converged pair from a drifted one
 // (skipped when the remote answers workspace.ErrNotSupported); Status
 // reports both stores' positions.
@@ -24,6 +28,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"path"
 	"slices"
@@ -64,6 +69,8 @@ func Suite(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"PullHonoursIgnore", testPullIgnore},
 		{"NoBounce", testNoBounce},
 		{"Idempotent", testIdempotent},
+		{"BudgetedPullResumes", testBudgetedPull},
+		{"ProgressAddsUpToTheReport", testProgress},
 		{"ClosedRemoteReportsErrors", testClosed},
 		{"Exec", testExec},
 		{"Verify", testVerify},
@@ -372,5 +379,106 @@ func testRuntimes(t *testing.T, h Harness) {
 		if err != nil || wm.Push.Rev == 0 || wm.Push.Rev != h.Server.CurrentRev() {
 			t.Errorf("server's watermarks for %s: %+v %v, want a push cursor at rev %d", peer, wm, err, h.Server.CurrentRev())
 		}
+	}
+}
+
+// testBudgetedPull: a pull of 521 entries (three batches) with a budget
+// of one entry moves one batch a call, reports More until the last, and
+// the calls together bring every file once.
+func testBudgetedPull(t *testing.T, h Harness) {
+	const n = 520
+	for i := range n {
+		write(t, h.Container, fmt.Sprintf("many/f%03d", i), fmt.Sprint(i))
+	}
+	var reps []workspace.SyncReport
+	for {
+		rep, err := h.Remote.Pull(ctxOf(t), workspace.SyncOptions{Budget: workspace.Budget{Entries: 1}})
+		if err != nil {
+			t.Fatalf("budgeted pull %d: %v", len(reps), err)
+		}
+		reps = append(reps, rep)
+		if !rep.More {
+			break
+		}
+		if rep.Batches != 1 {
+			t.Errorf("budgeted pull %d moved %d batches, want 1", len(reps), rep.Batches)
+		}
+		if len(reps) > 10 {
+			t.Fatalf("the budgeted pulls never end: %+v", reps)
+		}
+	}
+	entries := 0
+	for _, r := range reps {
+		entries += r.Entries + r.Skipped
+	}
+	if len(reps) != 3 || entries != n+1 {
+		t.Errorf("%d budgeted pulls moved %d entries, want 3 pulls moving %d", len(reps), entries, n+1)
+	}
+	for i := range n {
+		has(t, "server", h.Server, fmt.Sprintf("many/f%03d", i), fmt.Sprint(i))
+	}
+	rev := h.Server.CurrentRev()
+	quiet(t, "pull after the budgeted ones", pull(t, h, nil), h.Server, rev)
+}
+
+// testProgress: a push (with the snapshot of a remote that bootstraps an
+// empty container) and a pull tell their observer after each batch; the
+// totals grow within each op and the last ones add up to the report.
+func testProgress(t *testing.T, h Harness) {
+	for i := range 300 {
+		write(t, h.Server, fmt.Sprintf("out/f%03d", i), fmt.Sprintf("server file %d", i))
+	}
+	var seen []workspace.Progress
+	observe := func(p workspace.Progress) { seen = append(seen, p) }
+	rep, err := h.Remote.Push(ctxOf(t), workspace.SyncOptions{Progress: observe})
+	if err != nil {
+		t.Fatalf("push: %v", err)
+	}
+	addsUp(t, "push", seen, rep, "bootstrap", "push")
+
+	for i := range 300 {
+		write(t, h.Container, fmt.Sprintf("in/f%03d", i), fmt.Sprintf("container file %d", i))
+	}
+	seen = nil
+	if rep, err = h.Remote.Pull(ctxOf(t), workspace.SyncOptions{Progress: observe}); err != nil {
+		t.Fatalf("pull: %v", err)
+	}
+	addsUp(t, "pull", seen, rep, "pull")
+	has(t, "server", h.Server, "in/f299", "container file 299")
+}
+
+// addsUp checks what a sync call's observer saw: runs of the ops allowed,
+// in that order, each growing batch by batch, whose last totals add up to
+// the call's report (Entries counts entries moved: applied, skipped or
+// deferred).
+func addsUp(t *testing.T, what string, seen []workspace.Progress, rep workspace.SyncReport, ops ...string) {
+	t.Helper()
+	if len(seen) == 0 {
+		t.Fatalf("%s: no progress for %+v", what, rep)
+	}
+	var sum workspace.Progress
+	for i, p := range seen {
+		next := i+1 == len(seen) || seen[i+1].Op != p.Op
+		if i > 0 && seen[i-1].Op == p.Op {
+			q := seen[i-1]
+			if p.Entries < q.Entries || p.Objects < q.Objects || p.Bytes < q.Bytes || p.Batches != q.Batches+1 {
+				t.Errorf("%s: progress went from %+v to %+v", what, q, p)
+			}
+		} else {
+			k := slices.Index(ops, p.Op)
+			if k < 0 {
+				t.Fatalf("%s: progress of op %q (allowed: %q)", what, p.Op, ops)
+			}
+			ops = ops[k+1:] // each op once, in order
+		}
+		if next {
+			sum.Entries += p.Entries
+			sum.Objects += p.Objects
+			sum.Bytes += p.Bytes
+			sum.Batches += p.Batches
+		}
+	}
+	if sum.Entries != rep.Entries+rep.Skipped+rep.Deferred || sum.Objects != rep.Objects || sum.Bytes != rep.Bytes || sum.Batches != rep.Batches {
+		t.Errorf("%s: progress adds up to %+v, the report says %+v", what, sum, rep)
 	}
 }

@@ -59,7 +59,10 @@ type Fake struct {
 	closed    bool
 }
 
-var _ workspace.Remote = (*Fake)(nil)
+var (
+	_ workspace.Remote   = (*Fake)(nil)
+	_ workspace.Repairer = (*Fake)(nil)
+)
 
 // NewFake joins server and container as the workspace's default runtime,
 // without conflict detection (as workspace/remote.New without
@@ -143,7 +146,7 @@ func (f *Fake) SetRuntime(id string) {
 	f.mu.Unlock()
 }
 
-// Calls returns the calls made so far ("push", "pull", "exec", "verify").
+// Calls returns the calls made so far ("push", "pull", "exec", "verify", "repair").
 func (f *Fake) Calls() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -185,7 +188,8 @@ func pop(q *[]error) error {
 	return err
 }
 
-// Push runs the real push (syncwire.Driver) into the container store.
+// Push runs the real push (syncwire.Driver) into the container store,
+// telling opts.Progress after each batch (the fake never bootstraps).
 func (f *Fake) Push(ctx context.Context, opts workspace.SyncOptions) (workspace.SyncReport, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -194,11 +198,17 @@ func (f *Fake) Push(ctx context.Context, opts workspace.SyncOptions) (workspace.
 		return workspace.SyncReport{}, err
 	}
 	start := time.Now()
-	res, err := f.drv.PushOnce(ctx)
+	var res syncwire.Result
+	err := f.drv.Do(ctx, func(ctx context.Context, x *syncwire.Exchange) (err error) {
+		remote.Observe(x, opts.Progress)
+		res, err = x.Push(ctx)
+		return err
+	})
 	return remote.Report(res, start, f.runtime), err
 }
 
-// Pull runs the real pull from the container store, leaving out opts.Ignore.
+// Pull runs the real pull from the container store with opts (its ignore
+// list, budget and progress), as the real remote does.
 func (f *Fake) Pull(ctx context.Context, opts workspace.SyncOptions) (workspace.SyncReport, error) {
 	f.mu.Lock()
 	gate := f.pullGate
@@ -217,7 +227,12 @@ func (f *Fake) Pull(ctx context.Context, opts workspace.SyncOptions) (workspace.
 		return workspace.SyncReport{}, err
 	}
 	start := time.Now()
-	res, err := f.drv.PullIgnoring(ctx, opts.Ignore)
+	var res syncwire.Result
+	err := f.drv.Do(ctx, func(ctx context.Context, x *syncwire.Exchange) (err error) {
+		remote.Observe(x, opts.Progress)
+		res, err = x.PullWith(ctx, remote.PullOptions(opts))
+		return err
+	})
 	return remote.Report(res, start, f.runtime), err
 }
 
@@ -295,6 +310,28 @@ func (f *Fake) Verify(ctx context.Context) (workspace.VerifyReport, error) {
 		return workspace.VerifyReport{}, err
 	}
 	return remote.Verdict(rep), nil
+}
+
+// Repair is the real repair (converge.Repair) under the workspace's ignore
+// list, in the driver's FIFO, telling opts.Progress of the batches it
+// moves, as the real remote's.
+func (f *Fake) Repair(ctx context.Context, opts workspace.SyncOptions) (workspace.VerifyReport, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, "repair")
+	if f.closed {
+		return workspace.VerifyReport{}, errClosed
+	}
+	var rr converge.RepairReport
+	err := f.drv.Do(ctx, func(ctx context.Context, x *syncwire.Exchange) (err error) {
+		remote.Observe(x, opts.Progress)
+		rr, err = converge.Repair(ctx, f.Server, x, converge.RepairOptions{Ignore: f.Ignore})
+		return err
+	})
+	if err != nil {
+		return workspace.VerifyReport{}, err
+	}
+	return remote.Verdict(rr.After), nil
 }
 
 // Commands is the default RunFunc: a tiny command language over the

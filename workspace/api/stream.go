@@ -1,0 +1,202 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"mime"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/wsync/wsync/workspace"
+)
+
+// NDJSON is the media type of the API's streams: exec's always, push,
+// pull, tick and verify's when the request's Accept header names it.
+const NDJSON = "application/x-ndjson"
+
+// ProgressEvery bounds how often a stream carries progress: at most one
+// frame per interval. A frame carries totals, so the ones left out lose
+// nothing, and the last one always goes before the result.
+const ProgressEvery = 100 * time.Millisecond
+
+// acceptsNDJSON reports whether the request's Accept header names NDJSON.
+func acceptsNDJSON(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept") {
+		for part := range strings.SplitSeq(v, ",") {
+			if mt, _, err := mime.ParseMediaType(strings.TrimSpace(part)); err == nil && mt == NDJSON {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// synced answers a sync call (push, pull, tick, verify): its report as
+// JSON, or, when the request accepts NDJSON, progress frames as its
+// batches commit, then the report in a result frame (or an error frame).
+func synced[R any](w http.ResponseWriter, r *http.Request, call func(context.Context) (R, error)) {
+	if !acceptsNDJSON(r) {
+		rep, err := call(r.Context())
+		respond(w, rep, err)
+		return
+	}
+	fw := newFrameWriter(w)
+	rep, err := call(workspace.WithProgress(r.Context(), fw.progress))
+	finish(fw, rep, err)
+}
+
+// frameWriter writes NDJSON frames, sending the headers with the first.
+// After a failed write (the caller is gone) it drops the rest.
+//
+// Progress never waits for the caller: progress only records the totals,
+// and a goroutine of the writer's sends what it holds, at most once per
+// ProgressEvery, so a slow reader holds up neither the sync (nor the
+// workspace's FIFO behind it) nor anything but its own frames. Held back,
+// a newer progress replaces an older one of its run (Progress.Follows),
+// except the run's first: every run's first and last totals are sent, so a
+// reader can tell the runs apart by the same rule. Every other frame goes
+// after the progress held back, in order.
+type frameWriter struct {
+	w  http.ResponseWriter
+	rc *http.ResponseController
+
+	mu      sync.Mutex // held while writing: started, failed
+	started bool
+	failed  bool
+
+	pmu     sync.Mutex           // pending, first, seen, running
+	pending []workspace.Progress // held back, in order
+	first   bool                 // the last of pending starts its run: not to be replaced
+	seen    workspace.Progress   // the latest progress recorded
+	running bool
+	wake    chan struct{}
+	stop    chan struct{}
+	stopped chan struct{}
+}
+
+func newFrameWriter(w http.ResponseWriter) *frameWriter {
+	return &frameWriter{w: w, rc: http.NewResponseController(w),
+		wake: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
+}
+
+// frame writes fr, after the progress held back.
+func (f *frameWriter) frame(fr any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.flushLocked()
+	f.writeLocked(fr)
+}
+
+// maxPending bounds the progress held back for a reader that does not
+// read: two for each run the sync made meanwhile (a tick's, one pull and
+// one push per runtime), and a cap for an observer whose runs never end.
+const maxPending = 64
+
+// progress records p for the progress goroutine (replacing the totals of
+// its run held back, unless they are the run's first), starting it first.
+func (f *frameWriter) progress(p workspace.Progress) {
+	f.pmu.Lock()
+	newRun := !p.Follows(f.seen)
+	f.seen = p
+	switch n := len(f.pending); {
+	case n > 0 && (!newRun && !f.first || n >= maxPending):
+		f.pending[n-1] = p
+		f.first = f.first && newRun // a capped queue's tail is whatever came last
+	default:
+		f.pending = append(f.pending, p)
+		f.first = newRun
+	}
+	if !f.running {
+		f.running = true
+		go f.sendProgress()
+	}
+	f.pmu.Unlock()
+	select {
+	case f.wake <- struct{}{}:
+	default:
+	}
+}
+
+// sendProgress writes the newest progress when there is one, then rests
+// for ProgressEvery, until finish stops it.
+func (f *frameWriter) sendProgress() {
+	defer close(f.stopped)
+	for {
+		select {
+		case <-f.stop:
+			return
+		case <-f.wake:
+		}
+		f.mu.Lock()
+		f.flushLocked()
+		f.mu.Unlock()
+		select {
+		case <-f.stop:
+			return
+		case <-time.After(ProgressEvery):
+		}
+	}
+}
+
+// flushLocked writes the progress held back, if any. f.mu is held.
+func (f *frameWriter) flushLocked() {
+	f.pmu.Lock()
+	ps := f.pending
+	f.pending, f.first = nil, false
+	f.pmu.Unlock()
+	for i := range ps {
+		f.writeLocked(Frame[struct{}]{Type: FrameProgress, Progress: &ps[i]})
+	}
+}
+
+func (f *frameWriter) writeLocked(fr any) {
+	if f.failed {
+		return
+	}
+	if !f.started {
+		f.started = true
+		h := f.w.Header()
+		h.Set("Content-Type", NDJSON)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Cache-Control", "no-store")
+		f.w.WriteHeader(http.StatusOK)
+	}
+	b, err := json.Marshal(fr)
+	if err == nil {
+		_, err = f.w.Write(append(b, '\n'))
+	}
+	if err == nil {
+		err = f.rc.Flush()
+	}
+	if err != nil {
+		f.failed = true
+	}
+}
+
+// finish ends the stream after the call: it stops the progress goroutine,
+// writes the last progress, then the result frame, or the error frame. An
+// error before any frame is an ordinary JSON error response (its status
+// tells), since nothing has been written yet. No frame follows.
+func finish[R any](f *frameWriter, rep R, err error) {
+	f.pmu.Lock()
+	running := f.running
+	f.running = true // no goroutine starts from now on
+	f.pmu.Unlock()
+	close(f.stop)
+	if running {
+		<-f.stopped
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.flushLocked()
+	switch {
+	case err != nil && !f.started:
+		writeError(f.w, err)
+	case err != nil:
+		f.writeLocked(Frame[R]{Type: FrameError, Error: err.Error(), Errno: workspace.ErrnoName(err)})
+	default:
+		f.writeLocked(Frame[R]{Type: FrameResult, Result: &rep})
+	}
+}
