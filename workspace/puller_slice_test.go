@@ -13,14 +13,8 @@ import (
 // slice of one batch a command that wrote 700 files is pulled in several
 // FIFO turns, nothing lost, and the report adds them up.
 func TestPullAfterCommandRunsInSlices(t *testing.T) {
-	h := newHarness(t, nil)
-	h.slice = workspace.Budget{Entries: 1}
-	h.m.Close()
-	h.m = h.open(t)
-	w := h.ws(t, "default")
+	h, w := pulledWith(t, func(h *harness) { h.slice = workspace.Budget{Entries: 1} })
 	ctx := context.Background()
-	_, err := w.Pull(ctx)
-	must(t, err)
 	var script []string
 	for i := range 700 {
 		script = append(script, fmt.Sprintf("write /s/f%02d x%d", i, i))

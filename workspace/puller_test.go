@@ -21,6 +21,20 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	testutil.WaitFor(t, what, 20*time.Second, cond)
 }
 
+// pulledWith is a harness whose options set changes, with its default
+// workspace pulled once (the first push after a start pulls first).
+func pulledWith(t *testing.T, set func(h *harness)) (*harness, *workspace.Workspace) {
+	t.Helper()
+	h := newHarness(t, nil)
+	must(t, h.m.Close())
+	set(h)
+	h.m = h.open(t)
+	w := h.ws(t, "default")
+	_, err := w.Pull(context.Background())
+	must(t, err)
+	return h, w
+}
+
 func pendingOf(t *testing.T, w *workspace.Workspace) *workspace.PendingPull {
 	t.Helper()
 	st, err := w.Status(context.Background())
@@ -77,14 +91,8 @@ func TestExecSyncModeIsChecked(t *testing.T) {
 // A server stopped while a deferred pull is owed (here: held back, so the
 // stop cuts it short) resumes it when it starts again, with nothing lost.
 func TestDeferredPullResumesAfterRestart(t *testing.T) {
-	h := newHarness(t, nil)
-	h.backoff = 5 * time.Millisecond
-	h.m.Close()
-	h.m = h.open(t)
-	w := h.ws(t, "default")
+	h, w := pulledWith(t, func(h *harness) { h.backoff = 5 * time.Millisecond })
 	ctx := context.Background()
-	_, err := w.Pull(ctx)
-	must(t, err)
 	release := h.remotes.Fake("default").HoldPulls()
 	t.Cleanup(release)
 	var script []string
@@ -112,14 +120,8 @@ func TestDeferredPullResumesAfterRestart(t *testing.T) {
 // A post-command pull that fails is retried in the background with
 // backoff until it succeeds; the attempts show while it is owed.
 func TestFailedPullIsRetriedInTheBackground(t *testing.T) {
-	h := newHarness(t, nil)
-	h.backoff = 5 * time.Millisecond
-	h.m.Close()
-	h.m = h.open(t)
-	w := h.ws(t, "default")
+	h, w := pulledWith(t, func(h *harness) { h.backoff = 5 * time.Millisecond })
 	ctx := context.Background()
-	_, err := w.Pull(ctx)
-	must(t, err)
 	fake := h.remotes.Fake("default")
 	fake.FailPull(errors.New("reset 1"), errors.New("reset 2"), errors.New("reset 3"))
 	rep, err := w.Exec(ctx, workspace.ExecSpec{Shell: "write /a.txt hello"}, nil)
