@@ -228,11 +228,18 @@ func (s *Session) fail(err error) {
 	close(s.done)
 	out, in := s.out, s.in
 	s.out, s.in = map[uint64]*Outgoing{}, map[uint64]*Incoming{}
+	// The close is counted before the lock is released: a later fail (the
+	// one Serve makes when its read loop ends) takes the lock after this,
+	// so Serve's wait for closing always sees it.
+	s.closing.Add(1)
 	s.mu.Unlock()
 	s.cancel()
 	// Closing a WebSocket waits for the peer's close frame (up to a few
 	// seconds for a silent peer); in-flight calls must not wait for that.
-	s.closing.Go(func() { s.conn.Close(err) })
+	go func() {
+		defer s.closing.Done()
+		s.conn.Close(err)
+	}()
 	serr := &shutdownError{cause: err}
 	for _, o := range out {
 		o.finish(serr)

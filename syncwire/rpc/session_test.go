@@ -436,3 +436,48 @@ func TestLateAnswerToAnAbandonedCallKeepsTheSession(t *testing.T) {
 		t.Errorf("second REPLY of an answered call: %v, want ErrProtocol", err)
 	}
 }
+
+// closeRecorder is a Conn that records whether Close was called.
+type closeRecorder struct {
+	Conn
+	closed atomic.Bool
+}
+
+func (c *closeRecorder) Close(reason error) error {
+	c.closed.Store(true)
+	return c.Conn.Close(reason)
+}
+
+// TestServeReturnsAfterTheConnCloseOfARacingFail: Serve returns only once
+// the conn is closed, also when the session's first failure (a Close from
+// another goroutine) races the end of its read loop. Serve's wait for the
+// close once could run before the racing fail had counted its close, so
+// Serve returned with the conn still open (and -race saw the WaitGroup
+// reused).
+func TestServeReturnsAfterTheConnCloseOfARacingFail(t *testing.T) {
+	for i := range 300 {
+		a, b := Pipe()
+		ca := &closeRecorder{Conn: a}
+		sa := NewSession(ca, true, testConfig(), nil)
+		sb := NewSession(b, false, testConfig(), nil)
+		ctx := testutil.Context(t, 10*time.Second)
+		hs := make(chan error, 1)
+		go func() { hs <- sb.Handshake(ctx) }()
+		if err := sa.Handshake(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-hs; err != nil {
+			t.Fatal(err)
+		}
+		served := make(chan error, 2)
+		go func() { served <- sa.Serve(ctx) }()
+		go func() { served <- sb.Serve(ctx) }()
+		go sa.Close()
+		b.Close(nil) // sa's read loop ends too
+		<-served
+		<-served
+		if !ca.closed.Load() {
+			t.Fatalf("run %d: Serve returned before the conn was closed", i)
+		}
+	}
+}
