@@ -2,6 +2,7 @@ package vfs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/wsync/wsync/chunkstore"
@@ -311,4 +312,61 @@ func (s *Store) streamCheck(ctx context.Context, path string) func(total int64) 
 		defer s.resMu.Unlock()
 		return overQuota(q, s.live(), Usage{Bytes: total - old}, 0, s.reserved)
 	}
+}
+
+// Admit is the quota rule for a batch about to be fetched and applied
+// (a pull, ApplyOptions.Quota): it returns what applying entries would
+// change in the usage, read from the paths' current state (parents the
+// apply would create and subtrees it would replace are not counted), and
+// refuses with a *QuotaError a batch that grows a counter past the quota
+// from the usage it applies onto: from, the usage after the batches
+// admitted before it (the caller adds each admitted batch's change; the
+// first batch's from is Usage), or the store's usage when that is larger
+// (local writes since). The batches of one feed name distinct paths, so
+// each one's change does not depend on the others being applied. The
+// apply checks the exact usage again in its transaction; Admit spares the
+// fetch of a batch that would fail it. Without a quota it reads nothing.
+func (s *Store) Admit(ctx context.Context, entries []ChangeEntry, from Usage) (Usage, error) {
+	var d Usage
+	q := s.quota.Load()
+	if q == nil || q.IsZero() {
+		return d, nil
+	}
+	var grown int64
+	rq := s.committed()
+	for i := range entries {
+		e := &entries[i]
+		cur, err := resolve(ctx, rq, e.Path)
+		exists := err == nil && !cur.kind.Special()
+		if err != nil && !errors.Is(err, ErrNotExist) && !errors.Is(err, ErrNotDir) {
+			return Usage{}, fmt.Errorf("admit %q: %w", e.Path, err)
+		}
+		var old int64
+		if exists && cur.kind == KindFile {
+			old = cur.size
+		}
+		switch {
+		case e.Kind == EntryDelete:
+			if exists {
+				d.Entries--
+				d.Bytes -= old
+			}
+			continue
+		case !exists:
+			d.Entries++
+		}
+		if e.Kind == EntryFile {
+			d.Bytes += e.Size - old
+			if e.Size > old {
+				grown = max(grown, e.Size)
+			}
+		} else {
+			d.Bytes -= old
+		}
+	}
+	s.resMu.Lock()
+	defer s.resMu.Unlock()
+	live := s.live()
+	base := Usage{Bytes: max(live.Bytes, from.Bytes), Entries: max(live.Entries, from.Entries)}
+	return d, overQuota(q, base, d, grown, s.reserved)
 }
