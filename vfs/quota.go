@@ -184,15 +184,21 @@ func overQuota(q *Quota, base, d Usage, grown, reserved int64) error {
 		return nil
 	}
 	if q.MaxFileSize > 0 && grown > q.MaxFileSize {
-		return &QuotaError{Limit: LimitFileSize, Max: q.MaxFileSize, Need: grown}
+		return refuse(&QuotaError{Limit: LimitFileSize, Max: q.MaxFileSize, Need: grown})
 	}
 	if q.MaxEntries > 0 && d.Entries > 0 && base.Entries+d.Entries > q.MaxEntries {
-		return &QuotaError{Limit: LimitEntries, Max: q.MaxEntries, Used: base.Entries, Need: d.Entries}
+		return refuse(&QuotaError{Limit: LimitEntries, Max: q.MaxEntries, Used: base.Entries, Need: d.Entries})
 	}
 	if q.MaxBytes > 0 && d.Bytes > 0 && base.Bytes+reserved+d.Bytes > q.MaxBytes {
-		return &QuotaError{Limit: LimitBytes, Max: q.MaxBytes, Used: base.Bytes + reserved, Need: d.Bytes}
+		return refuse(&QuotaError{Limit: LimitBytes, Max: q.MaxBytes, Used: base.Bytes + reserved, Need: d.Bytes})
 	}
 	return nil
+}
+
+// refuse counts a refusal by the quota and returns it.
+func refuse(e *QuotaError) error {
+	metricQuotaRefusals.WithLabelValues(e.Limit).Inc()
+	return e
 }
 
 // checkQuota applies the rule to the mutation t made, before it is
@@ -257,7 +263,7 @@ func (f *openFile) reserve(size int64) error {
 	s := f.s
 	q := s.quota.Load()
 	if q != nil && q.MaxFileSize > 0 && size > q.MaxFileSize && size > f.size {
-		return &QuotaError{Limit: LimitFileSize, Max: q.MaxFileSize, Need: size}
+		return refuse(&QuotaError{Limit: LimitFileSize, Max: q.MaxFileSize, Need: size})
 	}
 	want := max(0, size-f.baseSize)
 	s.resMu.Lock()
@@ -303,7 +309,7 @@ func (s *Store) streamCheck(ctx context.Context, path string) func(total int64) 
 	}
 	return func(total int64) error {
 		if q.MaxFileSize > 0 && total > q.MaxFileSize {
-			return &QuotaError{Limit: LimitFileSize, Max: q.MaxFileSize, Need: total}
+			return refuse(&QuotaError{Limit: LimitFileSize, Max: q.MaxFileSize, Need: total})
 		}
 		if total <= old {
 			return nil
