@@ -85,6 +85,15 @@ func TestQuotaOverTheAPI(t *testing.T) {
 	if err := json.Unmarshal(b, &qs); err != nil || qs.Quota != (vfs.Quota{MaxBytes: 100}) {
 		t.Fatalf("a refused quota changed it: %s", b)
 	}
+	st, b, _ = e.req(t, "GET", "/metrics", nil)
+	wantStatus(t, "metrics", st, 200, b)
+	for _, want := range []string{`wsync_workspace_quota_limit{resource="bytes",workspace="q"} 100`,
+		`wsync_workspace_quota_used{resource="bytes",workspace="q"} 500`, `wsync_workspace_quota_used{resource="entries",workspace="q"} 3`,
+		`wsync_vfs_quota_refusals_total{limit="bytes"}`} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
 	for _, in := range e.m.Workspaces() {
 		if in.Name == "q" && in.Quota != (vfs.Quota{MaxBytes: 100}) {
 			t.Errorf("listing shows quota %+v, want the lowered one", in.Quota)
