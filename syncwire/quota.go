@@ -22,8 +22,8 @@ import (
 //
 // The pulls hold it on the driving side, in the receive path: each batch
 // the feed brings is admitted against the local store's quota before its
-// chunks are fetched (vfs.Store.Admit, counting the batches admitted and
-// not applied yet), and applied with ApplyOptions.Quota, which checks the
+// chunks are fetched (vfs.Store.Admit, onto the usage the batches admitted
+// before it leave), and applied with ApplyOptions.Quota, which checks the
 // exact usage in the batch's transaction. A batch that has no room stops
 // the pull before it, with a *vfs.QuotaError: the batches before it are
 // applied with their fetch cursor, the batch and what follows stay in the
