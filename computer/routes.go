@@ -66,6 +66,8 @@ func (d *Daemon) info(w http.ResponseWriter, r *http.Request) {
 type statsDoc struct {
 	Rev      int64         `json:"rev"`
 	Store    vfs.Counts    `json:"store"`
+	Usage    vfs.Usage     `json:"usage"`
+	Quota    vfs.Quota     `json:"quota"`
 	Fuse     fusefs.Stats  `json:"fuse"`
 	Exec     execrun.Stats `json:"exec"`
 	RSSBytes int64         `json:"rss_bytes"`
@@ -81,7 +83,7 @@ func (d *Daemon) stats(w http.ResponseWriter, r *http.Request) {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	writeJSON(w, statsDoc{
-		Rev: d.store.CurrentRev(), Store: cs, Fuse: d.mnt.Stats(), Exec: d.runner.Stats(),
+		Rev: d.store.CurrentRev(), Store: cs, Usage: d.store.Usage(), Quota: d.store.Quota(), Fuse: d.mnt.Stats(), Exec: d.runner.Stats(),
 		RSSBytes: RSS(), Heap: ms.HeapInuse,
 	})
 }

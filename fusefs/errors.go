@@ -14,7 +14,8 @@ var ErrNoFUSE = errors.New("fuse is not available")
 // toErrno is the one place an error becomes an errno for the kernel. Store
 // errors map through vfs.Errno (its sentinels, or a wrapped syscall.Errno):
 // a size past the largest file is EFBIG, a full disk ENOSPC (a chunk
-// write's ENOSPC or EDQUOT as itself, SQLite's "disk is full" as ENOSPC);
+// write's ENOSPC or EDQUOT as itself, SQLite's "disk is full" as ENOSPC),
+// the workspace's quota EDQUOT (vfs.ErrQuota) and its max file size EFBIG;
 // a cancelled request is EINTR, as go-fuse expects of an honoured
 // interrupt; everything else is EIO.
 func toErrno(err error) syscall.Errno {

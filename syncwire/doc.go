@@ -72,6 +72,11 @@
 // push and fetch (watermark.CheckInvariant): a violation resets the
 // affected watermark and retries once.
 //
+// The driver hands the local store's quota to the peer (SetQuota, on
+// every session and after a change) and holds it on the receive path: a
+// batch the quota has no room for stops the receive before it is fetched
+// (quota.go).
+//
 // A pull may take a Budget (PullOptions): it stops after the first batch
 // that reaches a bound, without the clean drain's cursor, and reports
 // Result.More; the fetch cursor the batches left resumes the next pull

@@ -60,7 +60,8 @@ type Driver struct {
 	log    *slog.Logger
 
 	q          fifo.Queue
-	reconciled uint64 // session epoch last reconciled (under q)
+	reconciled uint64     // session epoch last reconciled (under q)
+	quota      quotaState // what the peer was told of the quota (under q)
 	stageSeq   atomic.Uint64
 	conflicts  atomic.Pointer[vfs.ConflictOptions] // DriverOptions.Conflicts, SetConflicts
 }
@@ -345,6 +346,9 @@ func (x *Exchange) transfer(ctx context.Context, res *Result, op func(context.Co
 		}
 	}
 	x.d.reconciled = x.epoch
+	if err := x.tellQuota(ctx); err != nil {
+		return err
+	}
 	return op(ctx, res)
 }
 
@@ -722,6 +726,8 @@ func (x *Exchange) receive(ctx context.Context, next func(context.Context, int) 
 	ready := make(chan *fetchedBatch, 1)
 	var wg sync.WaitGroup
 	entries, bytes := res.Entries, res.ChunkBytes // what the batches read so far bring
+	// from is the usage after the batches admitted so far (Admit).
+	from := x.d.local.Usage()
 	wg.Go(func() {
 		defer close(ready)
 		var prev map[chunkstore.Hash]bool
@@ -735,6 +741,15 @@ func (x *Exchange) receive(ctx context.Context, next func(context.Context, int) 
 			}
 			f := &fetchedBatch{batch: batch, err: err}
 			if err == nil {
+				// The quota first: a batch it has no room for stops the
+				// receive before anything of it is fetched.
+				use, err := x.d.local.Admit(ctx, batch, from)
+				if err != nil {
+					f.err = fmt.Errorf("batch of %d entries from %q: %w", len(batch), batch[0].Path, err)
+				}
+				from.Bytes, from.Entries = from.Bytes+use.Bytes, from.Entries+use.Entries
+			}
+			if f.err == nil {
 				x.fetchBatch(ctx, f, prev)
 				prev = f.fetched
 				entries, bytes = entries+len(batch), bytes+f.bytes
@@ -769,6 +784,7 @@ func (x *Exchange) receive(ctx context.Context, next func(context.Context, int) 
 		if err != nil {
 			return err
 		}
+
 		res.More = f.more
 		x.committed("pull", res)
 	}
@@ -826,7 +842,7 @@ func (x *Exchange) applyBatch(ctx context.Context, f *fetchedBatch, feed bool, w
 		last := f.batch[len(f.batch)-1]
 		ws.Fetch = watermark.Within(last.Rev, last.Path)
 	}
-	ar, err := x.d.local.Apply(ctx, f.batch, vfs.ApplyOptions{Source: vfs.Upstream, Stage: f.stage, Peer: x.d.peer, Watermarks: ws, Bounce: true, Conflicts: x.d.conflicts.Load()})
+	ar, err := x.d.local.Apply(ctx, f.batch, vfs.ApplyOptions{Source: vfs.Upstream, Stage: f.stage, Peer: x.d.peer, Watermarks: ws, Bounce: true, Conflicts: x.d.conflicts.Load(), Quota: true})
 	if err != nil {
 		return fmt.Errorf("apply received batch: %w", err)
 	}

@@ -23,6 +23,7 @@ const (
 	CodeNameTooLong  rpc.Code = 8
 	CodeNoSpace      rpc.Code = 9
 	CodeFileTooBig   rpc.Code = 10
+	CodeQuota        rpc.Code = 11
 	CodeUnknownHash  rpc.Code = 20
 	CodeHashMismatch rpc.Code = 21
 	CodeInvariant    rpc.Code = 22
@@ -48,6 +49,7 @@ func init() {
 	rpc.RegisterCode(CodePerm, "EPERM", vfs.ErrPerm)
 	rpc.RegisterCode(CodeNoSpace, "ENOSPC", vfs.ErrNoSpace, syscall.ENOSPC, syscall.EDQUOT)
 	rpc.RegisterCode(CodeFileTooBig, "EFBIG", vfs.ErrFileTooBig)
+	rpc.RegisterCode(CodeQuota, "EDQUOT", vfs.ErrQuota)
 	// SQLite's "database or disk is full" carries no errno; vfs.Errno
 	// knows it.
 	rpc.RegisterMatch(CodeNoSpace, func(err error) bool { return vfs.Errno(err) == syscall.ENOSPC })

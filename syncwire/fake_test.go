@@ -33,6 +33,7 @@ type fakeBackend struct {
 	// chunkFn, when set, synthesises chunk bytes (large transfers).
 	chunkFn func(h chunkstore.Hash) ([]byte, error)
 	reads   atomic.Int64
+	quota   vfs.Quota
 }
 
 func newFake(id string) *fakeBackend {
@@ -153,6 +154,25 @@ func (f *fakeBackend) FlushAll(ctx context.Context) error {
 	defer f.mu.Unlock()
 	f.flushes++
 	return nil
+}
+
+func (f *fakeBackend) Quota() vfs.Quota {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.quota
+}
+
+func (f *fakeBackend) SetQuota(q vfs.Quota) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.quota = q
+	return nil
+}
+
+func (f *fakeBackend) Usage() vfs.Usage { return vfs.Usage{} }
+
+func (f *fakeBackend) Admit(ctx context.Context, entries []vfs.ChangeEntry, from vfs.Usage) (vfs.Usage, error) {
+	return vfs.Usage{}, nil
 }
 
 // testConfig has short timers so failure paths finish fast.

@@ -35,6 +35,13 @@ type Backend interface {
 	// entries (ApplyOptions.Bounce), never sent back to it.
 	Bounce(ctx context.Context, peer string) (vfs.BounceRun, error)
 	FlushAll(ctx context.Context) error
+	// Quota, SetQuota and Admit are the store's quota (quota.go): the
+	// driver tells the peer its own and admits each pulled batch; the
+	// server takes the peer's.
+	Quota() vfs.Quota
+	SetQuota(q vfs.Quota) error
+	Usage() vfs.Usage
+	Admit(ctx context.Context, entries []vfs.ChangeEntry, from vfs.Usage) (vfs.Usage, error)
 }
 
 var _ Backend = (*vfs.Store)(nil)
@@ -63,6 +70,7 @@ func NewServer(b Backend, opts rpc.ServerOptions) *Server {
 	s.Server.Handle(MethodHasObjects, s.hasObjects)
 	s.Server.Handle(MethodFetchObjects, s.fetchObjects)
 	s.Server.Handle(MethodPushObjects, s.pushObjects)
+	s.Server.Handle(MethodSetQuota, s.setQuota)
 	s.OnSessionEnd(s.sessionEnded)
 	return s
 }

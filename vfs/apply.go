@@ -46,6 +46,10 @@ type ApplyOptions struct {
 	// change after it (other than the peer's own entries, in its bounce
 	// run) is not applied but listed in ApplyResult.Deferred.
 	Fence *watermark.Cursor
+	// Quota enforces the store's quota on the batch (quota.go: a pull into
+	// the server): a batch that would grow the usage past it fails as a
+	// whole with a *QuotaError. Other batches apply whatever the quota.
+	Quota bool
 }
 
 // ApplyResult reports what a batch did.
@@ -92,6 +96,7 @@ func (s *Store) Apply(ctx context.Context, entries []ChangeEntry, opts ApplyOpti
 	}
 	var inval []Invalidation
 	err := s.update(ctx, func(t *wtx) error {
+		t.unlimited = !opts.Quota
 		res.RevBefore = t.last
 		missing, err := t.missingChunks(entries)
 		if err != nil {

@@ -86,6 +86,18 @@
 // can: a file whose commit fails keeps the error for its writer and does
 // not fail the call (the pull of the other files goes on).
 //
+// # Quotas
+//
+// A store keeps its usage (the logical bytes of its files, its nodes) in
+// two counters moved in the same transaction as every mutation, and may
+// be given a Quota (SetQuota): a local mutation, or an Apply that asks
+// (ApplyOptions.Quota), that would grow a counter past its bound fails
+// whole with a *QuotaError (EDQUOT; EFBIG for the max file size). Writes
+// through handles reserve their growth when they are made, so racing
+// writers never overshoot; Admit checks a batch before its chunks are
+// fetched; StatFS reports the quota. quota.go has the rules and why
+// bytes are logical sizes.
+//
 // # Garbage collection
 //
 // Open collects once, in one transaction. With Options.GC (the daemons

@@ -29,6 +29,9 @@ var (
 	ErrNoSpace = errors.New("no space left on device")
 	// ErrPastEnd: a seek for data or a hole at or past the end of a file.
 	ErrPastEnd = errors.New("no such device or address")
+	// ErrQuota: the workspace's quota has no room (a *QuotaError says
+	// which bound).
+	ErrQuota = errors.New("disk quota exceeded")
 	// ErrClosed: the store or handle is closed.
 	ErrClosed = errors.New("store closed")
 	// ErrSchemaTooNew: the database was written by a newer wsync.
@@ -54,6 +57,7 @@ var errnos = []struct {
 	{ErrLoop, syscall.ELOOP},
 	{ErrFileTooBig, syscall.EFBIG},
 	{ErrNoSpace, syscall.ENOSPC},
+	{ErrQuota, syscall.EDQUOT},
 	{ErrPastEnd, syscall.ENXIO},
 	{ErrClosed, syscall.EIO},
 }

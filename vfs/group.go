@@ -103,7 +103,7 @@ func (s *Store) mutate(ctx context.Context, fn func(*wtx) error) error {
 		return s.abortGroup(fmt.Errorf("savepoint: %w", err))
 	}
 	t := &wtx{ctx: ctx, s: s, sqltx: gt.sqltx, tx: gt.tx, last: gt.last, now: time.Now().UnixNano()}
-	err := fn(t)
+	err := t.run(fn)
 	if err == nil {
 		// Directory times change with the mutation, not at the group's
 		// commit: a stat of the parent must see them now.
@@ -122,6 +122,7 @@ func (s *Store) mutate(ctx context.Context, fn func(*wtx) error) error {
 		return s.abortGroup(fmt.Errorf("release savepoint: %w", err))
 	}
 	gt.merge(t)
+	s.addLive(t.use, t.own)
 	g.n++
 	metricGroupMutations.Inc()
 	if g.n >= groupMax {
@@ -134,6 +135,7 @@ func (s *Store) mutate(ctx context.Context, fn func(*wtx) error) error {
 // group's transaction.
 func (g *wtx) merge(t *wtx) {
 	g.last = t.last
+	g.use = g.use.add(t.use)
 	g.stages = append(g.stages, t.stages...)
 	g.adds = append(g.adds, t.adds...)
 	g.drops = append(g.drops, t.drops...)
@@ -189,6 +191,7 @@ func (s *Store) commitGroup() error {
 	s.grpOpen.Store(false)
 	if err != nil {
 		g.t.rollback()
+		s.addLive(Usage{-g.t.use.Bytes, -g.t.use.Entries}, 0)
 		return s.groupFailed(g.n, err)
 	}
 	return nil
@@ -204,6 +207,7 @@ func (s *Store) abortGroup(cause error) error {
 	g.t.tx.done(context.Background())
 	g.t.releaseStages()
 	s.grpOpen.Store(false)
+	s.addLive(Usage{-g.t.use.Bytes, -g.t.use.Entries}, 0)
 	return s.groupFailed(g.n, cause)
 }
 

@@ -110,6 +110,9 @@ type openFile struct {
 	stale    bool  // the committed content changed under a clean file (an apply)
 	rev      int64 // the rev of this state's last commit
 	released bool
+	// charged is the file's part of Store.reserved: what its buffered
+	// size exceeds its committed size by (quota.go).
+	charged int64
 }
 
 type flight struct {
@@ -304,6 +307,7 @@ func (f *openFile) load(ctx context.Context) error {
 	f.setBase(m, n.size)
 	f.mtime = n.mtime
 	f.loaded, f.stale = true, false
+	f.recharge()
 	return nil
 }
 
@@ -425,6 +429,13 @@ func (f *openFile) resize(ctx context.Context, size int64) error {
 	if size == old {
 		return nil
 	}
+	if size > old {
+		// Growth reserves its room under the quota first: refused, the
+		// file is as it was.
+		if err := f.reserve(size); err != nil {
+			return err
+		}
+	}
 	// The chunk that was the tail (when growing) or becomes the tail (when
 	// shrinking) changes length; chunks past the new end go away.
 	var edge int64 = -1
@@ -466,6 +477,9 @@ func (f *openFile) resize(ctx context.Context, size int64) error {
 		}
 	}
 	f.size = size
+	if size < old {
+		f.recharge()
+	}
 	return nil
 }
 
@@ -932,8 +946,10 @@ func (f *openFile) commit(ctx context.Context) error {
 	mtime := f.mtime
 	stage := f.stage
 	var rev int64
+	own := f.charged // this commit's growth, reserved: moved to the usage with it
 	err := f.s.mutate(ctx, func(t *wtx) error {
 		t.hold(stage)
+		t.own = own
 		n, err := getNode(ctx, t.tx, f.ino)
 		if err != nil {
 			return err
@@ -947,6 +963,7 @@ func (f *openFile) commit(ctx context.Context) error {
 			}
 			t.addRefs(m)
 			t.dropRefs(old)
+			t.useFile(n.size, m.Size())
 			_, err = t.exec(`UPDATE nodes SET manifest = ?, size = ?, mtime = ? WHERE ino = ?`,
 				chunkstore.AppendManifest(nil, m), m.Size(), mtime, f.ino)
 			return err
@@ -961,7 +978,9 @@ func (f *openFile) commit(ctx context.Context) error {
 		return fmt.Errorf("flush inode %d: %w", f.ino, err)
 	}
 	f.rev = rev
+	f.settled(own)
 	f.setBase(m, f.size)
+	f.recharge()
 	clear(f.stored)
 	f.stage = nil // the transaction holds it until it commits
 	f.dirty = false
@@ -1032,6 +1051,7 @@ func (h *Handle) Release(ctx context.Context) error {
 		f.idle.Wait()
 	}
 	f.released = true
+	f.recharge()
 	for i, b := range f.bufs {
 		putBuf(b)
 		delete(f.bufs, i)

@@ -47,6 +47,13 @@ var metricWriteErrors = promauto.NewCounterVec(prometheus.CounterOpts{
 	Help: "Write-path failures of open files, by where (store, commit, flushall) and errno name.",
 }, []string{"where", "errno"})
 
+// metricQuotaRefusals counts operations the store's quota refused
+// (quota.go), by the limit they hit.
+var metricQuotaRefusals = promauto.NewCounterVec(prometheus.CounterOpts{
+	Name: "wsync_vfs_quota_refusals_total",
+	Help: "Writes, creates, path API writes and pulled batches the workspace's quota refused, by limit (bytes, entries, file size).",
+}, []string{"limit"})
+
 func countWriteError(where string, err error) {
 	metricWriteErrors.WithLabelValues(where, ErrnoName(err)).Inc()
 }

@@ -219,13 +219,16 @@ func (s *Store) RemoveXattr(ctx context.Context, ino Ino, name string) error {
 }
 
 // StatFS reports figures for statfs(2): space from the filesystem that
-// holds the chunk files (or the database), files from the node count.
+// holds the chunk files (or the database), files from the node count, both
+// from the usage counters. Under a quota (SetQuota) the bounded figures are
+// the quota's: total blocks the max bytes, free what the usage and the
+// open files' reservations leave of it (available: never more than the
+// disk has);
+// total files the max entries, free what the entries leave.
 func (s *Store) StatFS(ctx context.Context) (StatFS, error) {
 	st := StatFS{BlockSize: 4096, NameLen: MaxNameLen}
-	var nodes, used int64
-	if err := s.committed().QueryRowContext(ctx, `SELECT count(*), coalesce(sum(size), 0) FROM nodes`).Scan(&nodes, &used); err != nil {
-		return st, fmt.Errorf("statfs: %w", err)
-	}
+	use := s.Usage()
+	nodes, used := use.Entries+1, use.Bytes // the root is a node too
 	var fs syscall.Statfs_t
 	dir := "/"
 	if !s.memory {
@@ -251,6 +254,20 @@ func (s *Store) StatFS(ctx context.Context) (StatFS, error) {
 	if st.FilesFree == 0 {
 		st.FilesFree = 1 << 20
 		st.Files = uint64(nodes) + st.FilesFree
+	}
+	q := s.Quota()
+	if q.MaxBytes > 0 {
+		bs := int64(st.BlockSize)
+		s.resMu.Lock()
+		held := used + s.reserved
+		s.resMu.Unlock()
+		st.Blocks = uint64((q.MaxBytes + bs - 1) / bs)
+		st.BlocksFree = uint64(max(q.MaxBytes-held, 0) / bs)
+		st.BlocksAvail = min(st.BlocksAvail, st.BlocksFree)
+	}
+	if q.MaxEntries > 0 {
+		st.Files = uint64(q.MaxEntries)
+		st.FilesFree = uint64(max(q.MaxEntries-use.Entries, 0))
 	}
 	return st, nil
 }

@@ -128,6 +128,7 @@ func (t *wtx) newRow(nn newNode) node {
 	if !nn.kind.Special() {
 		n.rev = t.stamp()
 	}
+	t.useNode(n.kind, n.size)
 	return n
 }
 
@@ -184,14 +185,16 @@ func (t *wtx) touchDirs() error {
 // deleteNode removes a node row, its xattrs and its chunk references.
 func (t *wtx) deleteNode(ino Ino) error {
 	var n node
-	err := t.tx.QueryRowContext(t.ctx, `DELETE FROM nodes WHERE ino = ? RETURNING kind, manifest`, ino).Scan(&n.kind, &n.manifest)
+	err := t.tx.QueryRowContext(t.ctx, `DELETE FROM nodes WHERE ino = ? RETURNING kind, size, manifest`, ino).Scan(&n.kind, &n.size, &n.manifest)
 	if errors.Is(err, sql.ErrNoRows) {
 		return ErrNotExist
 	}
 	if err != nil {
 		return fmt.Errorf("delete inode %d: %w", ino, err)
 	}
+	t.use.Entries--
 	if n.kind == KindFile {
+		t.useFile(n.size, 0)
 		m, err := n.decodeManifest()
 		if err != nil {
 			return err
@@ -311,6 +314,7 @@ func (t *wtx) setContent(n node, m chunkstore.Manifest, mtime int64) error {
 	}
 	t.addRefs(m)
 	t.dropRefs(old)
+	t.useFile(n.size, m.Size())
 	_, err = t.exec(`UPDATE nodes SET manifest = ?, size = ?, mtime = ?, ctime = ?, rev = ? WHERE ino = ?`,
 		chunkstore.AppendManifest(nil, m), m.Size(), mtime, t.now, t.stamp(), n.ino)
 	if err != nil {

@@ -182,7 +182,7 @@ func (s *Store) WriteFileFrom(ctx context.Context, path string, r io.Reader, mod
 	}
 	stage := s.chunks.NewStage()
 	defer stage.Release()
-	m, err := storeChunks(ctx, stage, r)
+	m, err := storeChunks(ctx, stage, r, s.streamCheck(ctx, path))
 	if err != nil {
 		return Attr{}, pathErr("write", path, err)
 	}
@@ -228,8 +228,9 @@ func (s *Store) WriteFileFrom(ctx context.Context, path string, r io.Reader, mod
 }
 
 // storeChunks reads r to its end in chunks, staging each; all-zero
-// chunks become holes.
-func storeChunks(ctx context.Context, stage *chunkstore.Stage, r io.Reader) (chunkstore.Manifest, error) {
+// chunks become holes. check, when not nil, sees the total read after each
+// chunk and may refuse it (the quota: streamCheck).
+func storeChunks(ctx context.Context, stage *chunkstore.Stage, r io.Reader, check func(total int64) error) (chunkstore.Manifest, error) {
 	b := getBuf()
 	defer putBuf(b)
 	var m chunkstore.Manifest
@@ -238,6 +239,11 @@ func storeChunks(ctx context.Context, stage *chunkstore.Stage, r io.Reader) (chu
 		n, err := io.ReadFull(r, *b)
 		if total += int64(n); total > chunkstore.MaxFileSize {
 			return nil, ErrFileTooBig
+		}
+		if check != nil {
+			if err := check(total); err != nil {
+				return nil, err
+			}
 		}
 		if n > 0 {
 			ref, perr := storeImage(ctx, stage, (*b)[:n])

@@ -20,6 +20,7 @@ var migrations = []sqlitemigrate.Step{
 	migrateV4,
 	migrateV5,
 	migrateV6,
+	migrateV7,
 }
 
 // SchemaVersion is the schema version this build writes.
@@ -145,6 +146,18 @@ func migrateV6(ctx context.Context, tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, s); err != nil {
 			return fmt.Errorf("v6: %w", err)
 		}
+	}
+	return nil
+}
+
+// migrateV7 adds the usage counters (quota.go), counted once from the
+// nodes: the bytes of the file nodes and the nodes but the root.
+func migrateV7(ctx context.Context, tx *sql.Tx) error {
+	_, err := tx.ExecContext(ctx, `INSERT INTO meta(key, value)
+		SELECT 'usage_bytes', coalesce(sum(CASE WHEN kind = ? THEN size ELSE 0 END), 0) FROM nodes
+		UNION ALL SELECT 'usage_entries', count(*) FROM nodes WHERE ino != ?`, KindFile, RootIno)
+	if err != nil {
+		return fmt.Errorf("v7: %w", err)
 	}
 	return nil
 }

@@ -76,6 +76,15 @@ type Store struct {
 
 	closed atomic.Bool
 
+	// Quota and usage (quota.go): useBytes and useEntries are the usage
+	// every answered mutation left (committed, or in the open group),
+	// changed under wmu; reserved is the open files' buffered growth.
+	quota      atomic.Pointer[Quota]
+	useBytes   atomic.Int64
+	useEntries atomic.Int64
+	resMu      sync.Mutex
+	reserved   int64 // guarded by resMu
+
 	ckpt *checkpointer // nil for an in-memory store
 
 	gcState // live chunk collection (gc.go)
@@ -198,6 +207,9 @@ func (s *Store) init(ctx context.Context) error {
 		return fmt.Errorf("read rev: %w", err)
 	}
 	s.rev.Store(rev)
+	if err := s.loadUsage(ctx); err != nil {
+		return err
+	}
 	if err := s.w.QueryRowContext(ctx, `SELECT value FROM meta WHERE key='store_id'`).Scan(&s.id); err != nil {
 		return fmt.Errorf("read store id: %w", err)
 	}
@@ -372,6 +384,14 @@ type wtx struct {
 	// (ApplyOptions.Conflicts and Fence).
 	cf    *conflictSet
 	fence *fenceSet
+	// use is the usage the transaction changed (quota.go); grown the
+	// largest size a file grew to; own the reservation of the open file
+	// a commit settles; unlimited: the quota does not apply (an Apply
+	// that did not ask for it).
+	use       Usage
+	grown     int64
+	own       int64
+	unlimited bool
 }
 
 // update runs fn in one write transaction of its own and commits it
@@ -393,7 +413,7 @@ func (s *Store) updateLocked(ctx context.Context, fn func(*wtx) error) error {
 	if err != nil {
 		return err
 	}
-	err = fn(t)
+	err = t.run(fn)
 	if err == nil {
 		err = t.commit()
 	} else {
@@ -401,9 +421,19 @@ func (s *Store) updateLocked(ctx context.Context, fn func(*wtx) error) error {
 	}
 	t.tx.done(ctx)
 	if err == nil {
+		t.s.addLive(t.use, t.own)
 		t.releaseStages()
 	}
 	return err
+}
+
+// run runs fn as the transaction's mutation, then the quota rule on what
+// it did: the one place every write transaction is checked.
+func (t *wtx) run(fn func(*wtx) error) error {
+	if err := fn(t); err != nil {
+		return err
+	}
+	return t.checkQuota()
 }
 
 // hold makes the transaction the owner of st, whose chunks its
@@ -435,6 +465,10 @@ func (t *wtx) commit() error {
 		return fmt.Errorf("commit: %w", err)
 	}
 	if err := t.touchDirs(); err != nil {
+		t.rollback()
+		return fmt.Errorf("commit: %w", err)
+	}
+	if err := t.flushUsage(); err != nil {
 		t.rollback()
 		return fmt.Errorf("commit: %w", err)
 	}

@@ -94,6 +94,8 @@
 // if the container's runtime changed before the pull succeeded, the record
 // is reported as abandoned (the pull took whatever the new runtime holds).
 // A path the server changed too is a conflict of that pull (see below).
+// A pull the workspace's quota stopped is pending in the quota state
+// (quota.go): not retried on a timer, resumed when SetQuota changes it.
 //
 // # Conflicts
 //

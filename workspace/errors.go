@@ -120,6 +120,7 @@ type apiCode struct {
 var apiCodes = []apiCode{
 	{code: "EPENDING", status: http.StatusConflict, err: ErrPendingPull},
 	{code: "EFBIG", status: http.StatusRequestEntityTooLarge, err: ErrTooLarge, alias: []error{vfs.ErrFileTooBig}, match: tooLarge},
+	{code: "EDQUOT", status: http.StatusRequestEntityTooLarge, err: vfs.ErrQuota},
 	{code: "ECANCELED", status: http.StatusInternalServerError, alias: []error{context.Canceled, context.DeadlineExceeded}},
 	{code: "EEXEC_BUSY", status: http.StatusTooManyRequests, err: ErrExecBusy},
 	{code: "EBUSY", status: http.StatusTooManyRequests, err: ErrBusy},

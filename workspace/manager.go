@@ -173,6 +173,7 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 	for _, w := range m.ws {
 		w.resumePulls()
 	}
+	trackUsage(m, true)
 	return m, nil
 }
 
@@ -272,6 +273,9 @@ type CreateOptions struct {
 	// ConflictPolicy is how the server settles a path both sides changed:
 	// keep-both (the default, "" too), server-wins or container-wins.
 	ConflictPolicy vfs.ConflictPolicy `json:"conflict_policy,omitempty"`
+	// Quota bounds the workspace's store (zero fields: unbounded);
+	// SetQuota changes it.
+	Quota vfs.Quota `json:"quota,omitzero"`
 }
 
 // Create registers a new workspace and persists the registry.
@@ -293,6 +297,9 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Workspace, erro
 	if err != nil {
 		return nil, fmt.Errorf("create workspace %q: %w", o.Name, err)
 	}
+	if err := o.Quota.Validate(); err != nil {
+		return nil, fmt.Errorf("create workspace %q: %w", o.Name, err)
+	}
 	if len(o.Ignore) > vfs.MaxIgnore {
 		return nil, fmt.Errorf("create workspace %q: %w: %d ignore entries (at most %d)", o.Name, vfs.ErrInvalid, len(o.Ignore), vfs.MaxIgnore)
 	}
@@ -309,7 +316,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Workspace, erro
 	if _, ok := m.ws[o.Name]; ok {
 		return nil, fmt.Errorf("%w: %q", ErrWorkspaceExists, o.Name)
 	}
-	cfg := Config{Name: o.Name, Endpoint: o.Endpoint, HasToken: o.ComputerdToken != "", Ignore: o.Ignore, Created: time.Now().UTC(), ConflictPolicy: policy}
+	cfg := Config{Name: o.Name, Endpoint: o.Endpoint, HasToken: o.ComputerdToken != "", Ignore: o.Ignore, Created: time.Now().UTC(), ConflictPolicy: policy, Quota: o.Quota}
 	w := m.newWorkspace(cfg)
 	if err := os.MkdirAll(w.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create workspace %q: %w", o.Name, err)
@@ -444,6 +451,7 @@ func (m *Manager) Close() error {
 		return nil
 	}
 	m.closed = true
+	trackUsage(m, false)
 	ws := make([]*Workspace, 0, len(m.ws))
 	for _, w := range m.ws {
 		ws = append(ws, w)

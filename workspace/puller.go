@@ -33,6 +33,10 @@ const (
 	PendingDeferred = "deferred" // an exec's pull that runs after its reply
 	PendingRunning  = "running"  // a pull in slices that has more to fetch
 	PendingFailed   = "failed"   // its last attempt failed; retried with backoff
+	// PendingQuota: the last attempt stopped before a batch the
+	// workspace's quota has no room for (quota.go). It is not retried on
+	// a timer: SetQuota restarts it, and so does the next sync or exec.
+	PendingQuota = "quota"
 )
 
 // slicedPull pulls from rs in slices, each in a FIFO turn of its own, until
@@ -132,7 +136,7 @@ func (w *Workspace) backgroundPull(ctx context.Context, rs *runtimeState) {
 	defer func() {
 		w.stateMu.Lock()
 		rs.pulling = false
-		again := rs.pending != nil && ctx.Err() == nil && w.runtimes[rs.rt.Name] == rs
+		again := rs.pending != nil && rs.pending.State != PendingQuota && ctx.Err() == nil && w.runtimes[rs.rt.Name] == rs
 		w.stateMu.Unlock()
 		if again { // owed again after the loop saw it settled
 			w.kick(rs)
@@ -143,7 +147,7 @@ func (w *Workspace) backgroundPull(ctx context.Context, rs *runtimeState) {
 		w.stateMu.Lock()
 		owed, attached := clonePtr(rs.pending), w.runtimes[rs.rt.Name] == rs
 		w.stateMu.Unlock()
-		if owed == nil || !attached {
+		if owed == nil || !attached || owed.State == PendingQuota {
 			return
 		}
 		if owed.State == PendingFailed || owed.State == "" {

@@ -47,6 +47,9 @@ type Config struct {
 	// ConflictPolicy says how the server settles a path both sides
 	// changed (vfs.ConflictPolicy); empty is keep-both.
 	ConflictPolicy vfs.ConflictPolicy `json:"conflict_policy,omitempty"`
+	// Quota bounds the workspace's store (quota.go); zero fields are
+	// unbounded.
+	Quota vfs.Quota `json:"quota,omitzero"`
 	// Runtimes are the runtimes attached to the workspace besides its
 	// default one (whose endpoint and token are the fields above), by name.
 	// Their tokens are kept in the workspace's directory, never here.
@@ -82,6 +85,8 @@ type Info struct {
 	Created  time.Time `json:"created"`
 	// ConflictPolicy is the workspace's policy, keep-both unless set.
 	ConflictPolicy vfs.ConflictPolicy `json:"conflict_policy"`
+	// Quota is the workspace's quota (zero fields: unbounded).
+	Quota vfs.Quota `json:"quota"`
 	// Runtimes are the attached runtimes (the default one is the fields
 	// above).
 	Runtimes []Runtime `json:"runtimes,omitempty"`
@@ -91,7 +96,7 @@ type Info struct {
 func (c Config) Info() Info {
 	return Info{Name: c.Name, Endpoint: c.Endpoint, Ignore: slices.Clone(c.Ignore),
 		HasToken: c.HasToken || c.tokenFile != "" || c.token != "", Created: c.Created,
-		ConflictPolicy: cmp.Or(c.ConflictPolicy, vfs.KeepBoth), Runtimes: slices.Clone(c.Runtimes)}
+		ConflictPolicy: cmp.Or(c.ConflictPolicy, vfs.KeepBoth), Quota: c.Quota, Runtimes: slices.Clone(c.Runtimes)}
 }
 
 // tokenPath is where a workspace's own computerd token is kept.
@@ -154,6 +159,9 @@ func loadRegistry(dataDir string) (cfgs []Config, dropped []string, err error) {
 			rf.Workspaces[i].LegacyPending = nil
 		}
 		if _, err := vfs.ParseConflictPolicy(string(c.ConflictPolicy)); err != nil {
+			return nil, nil, fmt.Errorf("load registry: workspace %q: %w", c.Name, err)
+		}
+		if err := c.Quota.Validate(); err != nil {
 			return nil, nil, fmt.Errorf("load registry: workspace %q: %w", c.Name, err)
 		}
 		for _, rt := range c.Runtimes {

@@ -351,7 +351,10 @@ func (w *Workspace) pullBudget(ctx context.Context, rs *runtimeState, r Remote, 
 		// Cut short by its caller or a shutdown, nothing failed: the
 		// background puller resumes it without waiting.
 		owed.State = PendingRunning
-		if ctx.Err() == nil {
+		switch {
+		case errors.Is(err, vfs.ErrQuota):
+			owed.State, owed.Error = PendingQuota, err.Error()
+		case ctx.Err() == nil:
 			owed.State, owed.Error = PendingFailed, err.Error()
 		}
 		if serr := w.markPending(rs, owed); serr != nil {

@@ -120,6 +120,10 @@ func (w *Workspace) Store(ctx context.Context) (*vfs.Store, error) {
 		if err != nil {
 			return nil, fmt.Errorf("workspace %q: %w", w.cfg.Name, err)
 		}
+		if err := s.SetQuota(w.Quota()); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("workspace %q: %w", w.cfg.Name, err)
+		}
 		return s, nil
 	})
 }
@@ -227,6 +231,8 @@ type Status struct {
 	Endpoint  string      `json:"endpoint,omitempty"`
 	Ignore    []string    `json:"ignore"`
 	Store     StoreStatus `json:"store"`
+	// Quota is the store's usage against the workspace's quota.
+	Quota *QuotaStatus `json:"quota,omitempty"`
 	RuntimeSync
 	Queued int `json:"queued"`
 	// Conflicts counts the workspace's open conflicts (see
@@ -288,6 +294,7 @@ func (t Target) Status(ctx context.Context) (Status, error) {
 		return st, err
 	}
 	st.Store = StoreStatus{StoreID: s.ID(), CurrentRev: s.CurrentRev()}
+	st.Quota = quotaStatus(s)
 	if st.Conflicts, err = s.OpenConflicts(ctx); err != nil {
 		return st, err
 	}

@@ -27,6 +27,8 @@ Verbs (clients of a running server):
   mv SRC DST                 symlink TARGET PATH
   push | pull | tick | status [--json] | verify [--json]
   workspaces [--json]        workspaces create NAME [--computerd URL] [--computerd-token-file FILE] [--conflict-policy P]
+                             [--max-bytes SIZE] [--max-entries N] [--max-file-size SIZE]
+                             workspaces set-quota NAME [--max-bytes 10GiB] [--max-entries N] [--max-file-size 1GiB]
   runtimes [--json]          runtimes attach NAME --endpoint URL [--computerd-token-file FILE]
                              runtimes detach NAME
   conflicts [--all] [--json] conflicts resolve PATH --keep server|container|both

@@ -36,6 +36,9 @@ func printStatus(w io.Writer, st workspace.Status) {
 	}
 	fmt.Fprintf(w, "ignore:     [%s]\n", strings.Join(st.Ignore, ", "))
 	fmt.Fprintf(w, "server:     rev %d (store %s)\n", st.Store.CurrentRev, st.Store.StoreID)
+	if q := st.Quota; q != nil {
+		fmt.Fprintf(w, "quota:      %s\n", describeQuota(*q))
+	}
 	switch r := st.Remote; {
 	case r != nil:
 		fmt.Fprintf(w, "remote:     %s, runtime %s\n", r.State, r.RuntimeID)
@@ -96,6 +99,9 @@ func describePending(p *workspace.PendingPull) string {
 		return fmt.Sprintf("%s, deferred %s ago, runs in the background", what, since(p.Since))
 	case workspace.PendingRunning:
 		return fmt.Sprintf("%s, running in slices since %s ago%s", what, since(p.Since), done)
+	case workspace.PendingQuota:
+		return fmt.Sprintf("%s stopped %s ago by the workspace's quota%s; the container keeps the rest: %s (raise it: `workspace-server workspaces set-quota`)",
+			what, since(p.Since), done, p.Error)
 	}
 	return fmt.Sprintf("%s failed %s ago (%d attempts%s), retried in the background: %s (or run `workspace-server pull`)",
 		what, since(p.Since), max(p.Attempts, 1), done, p.Error)

@@ -15,7 +15,10 @@ func runWorkspaces(ctx context.Context, args []string, stdin io.Reader, stdout, 
 	if len(args) > 0 && args[0] == "create" {
 		return runWorkspacesCreate(ctx, args[1:], stdout, stderr)
 	}
-	c := newCommand("workspaces", "workspaces [--json] | workspaces create NAME [flags]",
+	if len(args) > 0 && args[0] == "set-quota" {
+		return runWorkspacesSetQuota(ctx, args[1:], stdout, stderr)
+	}
+	c := newCommand("workspaces", "workspaces [--json] | workspaces create NAME [flags] | workspaces set-quota NAME [flags]",
 		"  workspace-server workspaces\n  workspace-server workspaces create proj --computerd ws://10.0.0.7:45678/sync --computerd-token-file /etc/wsync/proj.token\n", stdout, stderr)
 	cf := c.clientFlags()
 	asJSON := c.fs.Bool("json", false, "print the list as JSON")
@@ -55,13 +58,16 @@ func runWorkspaces(ctx context.Context, args []string, stdin io.Reader, stdout, 
 }
 
 func runWorkspacesCreate(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	c := newCommand("workspaces create", "workspaces create NAME [--computerd URL] [--computerd-token-file FILE] [--ignore a,b] [--conflict-policy POLICY]",
-		"  workspace-server workspaces create proj --computerd ws://10.0.0.7:45678/sync --computerd-token-file /etc/wsync/proj.token\n", stdout, stderr)
+	c := newCommand("workspaces create", "workspaces create NAME [--computerd URL] [--computerd-token-file FILE] [--ignore a,b] [--conflict-policy POLICY]\n"+
+		"                             [--max-bytes SIZE] [--max-entries N] [--max-file-size SIZE]",
+		"  workspace-server workspaces create proj --computerd ws://10.0.0.7:45678/sync --computerd-token-file /etc/wsync/proj.token\n"+
+			"  workspace-server workspaces create proj --max-bytes 10GiB --max-entries 200000 --max-file-size 1GiB\n", stdout, stderr)
 	cf := c.clientFlags()
 	endpoint := c.fs.String("computerd", "", "the workspace's computerd sync URL (ws://HOST:45678/sync)")
 	token := c.computerdTokenFlag()
 	ignore := c.fs.String("ignore", "", `comma-separated ignore list replacing the default "node_modules" ("-" ignores nothing)`)
 	policy := c.fs.String("conflict-policy", "", "keep-both (the default), server-wins or container-wins")
+	qf := c.quotaFlags(true)
 	pos, code, ok := c.parse(args, true)
 	if !ok {
 		return code
@@ -75,11 +81,15 @@ func runWorkspacesCreate(ctx context.Context, args []string, stdout, stderr io.W
 	if _, err := vfs.ParseConflictPolicy(*policy); err != nil {
 		return c.usageError("--conflict-policy: %v", err)
 	}
+	quota, err := qf.apply(vfs.Quota{}, true)
+	if err != nil {
+		return c.usageError("%v", err)
+	}
 	tok, err := token()
 	if err != nil {
 		return c.fail(err)
 	}
-	o := workspace.CreateOptions{Name: pos[0], Endpoint: *endpoint, ComputerdToken: tok, ConflictPolicy: vfs.ConflictPolicy(*policy)}
+	o := workspace.CreateOptions{Name: pos[0], Endpoint: *endpoint, ComputerdToken: tok, ConflictPolicy: vfs.ConflictPolicy(*policy), Quota: quota}
 	switch *ignore {
 	case "":
 	case "-":

@@ -412,6 +412,17 @@ func (w *Workspace) SetConflictPolicy(ctx context.Context, policy string) (vfs.C
 	return vfs.ConflictPolicy(p.Policy), err
 }
 
+// Quota returns the workspace's quota and usage.
+func (w *Workspace) Quota(ctx context.Context) (workspace.QuotaStatus, error) {
+	return decoded[workspace.QuotaStatus](ctx, w, http.MethodGet, "/quota", nil, nil)
+}
+
+// SetQuota replaces the workspace's quota (zero fields: unbounded) and
+// returns the quota now in force with the usage.
+func (w *Workspace) SetQuota(ctx context.Context, q vfs.Quota) (workspace.QuotaStatus, error) {
+	return decoded[workspace.QuotaStatus](ctx, w, http.MethodPut, "/quota", nil, q)
+}
+
 // decoded makes a call and returns its answer, decoded.
 func decoded[T any](ctx context.Context, w *Workspace, method, path string, q url.Values, body any) (T, error) {
 	var v T
