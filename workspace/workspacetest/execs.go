@@ -286,3 +286,16 @@ func (f *Fake) current() (string, error) {
 	}
 	return f.runtime, nil
 }
+
+// killAll ends every command still running, as a container that goes away
+// takes them with it.
+func (t *execTable) killAll() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, e := range t.execs {
+		if e.res == nil {
+			e.kill = syscall.SIGKILL
+			e.cancel()
+		}
+	}
+}

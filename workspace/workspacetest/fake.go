@@ -467,6 +467,10 @@ func Commands(ctx context.Context, c *vfs.Store, spec workspace.ExecSpec, out fu
 type Remotes struct {
 	Dir string
 	Run RunFunc // nil: Commands
+	// Runtime is the container runtime id of the Fakes built from now on
+	// ("": fake-runtime-1): changed between two remote builds, it plays a
+	// computerd that restarted, whose earlier exec ids are lost.
+	Runtime string
 
 	mu         sync.Mutex
 	fakes      map[string]*Fake      // by workspace, and "/runtime" for an attached runtime
@@ -504,6 +508,9 @@ func (r *Remotes) Factory(ws *workspace.Workspace, rt workspace.Runtime) (worksp
 		r.execs[key] = newExecTable()
 	}
 	f := newFake(server, c, rt, ws.ConflictOptions(rt), r.Run, r.execs[key])
+	if r.Runtime != "" {
+		f.runtime = r.Runtime
+	}
 	f.Ignore = ws.IgnoreList()
 	r.fakes[key] = f
 	return f, nil
@@ -533,6 +540,9 @@ func (r *Remotes) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var errs []error
+	for _, t := range r.execs {
+		t.killAll()
+	}
 	for _, c := range r.containers {
 		errs = append(errs, c.Close())
 	}
