@@ -108,6 +108,10 @@ type RuntimeError struct {
 type ExecStartReport struct {
 	ExecInfo
 	Pushed SyncReport `json:"pushed"`
+	// Warning: the command started but the registry could not record it
+	// (a server restart forgets it). Set by the API, which answers the
+	// exec's id even then.
+	Warning string `json:"warning,omitempty"`
 }
 
 // execIDRE is an exec id: a container runtime id and a sequence number.
