@@ -67,9 +67,9 @@ type Frame[R any] struct {
 	Result   *R                  `json:"result,omitempty"`
 	// Offset is where an output frame's Data starts in the command's
 	// output log (absent: 0): attach there to resume after it.
-	Offset int64 `json:"offset,omitempty"`
-	Error    string              `json:"error,omitempty"`
-	Errno    string              `json:"errno,omitempty"`
+	Offset int64  `json:"offset,omitempty"`
+	Error  string `json:"error,omitempty"`
+	Errno  string `json:"errno,omitempty"`
 }
 
 // ExecFrame is one line of the stream POST .../exec answers with.
