@@ -281,3 +281,24 @@ func TestParseSignal(t *testing.T) {
 		}
 	}
 }
+
+// Detaching the runtime a detached command runs on stops its follower:
+// the exec is reported lost, and wait answers.
+func TestDetachedExecOfADetachedRuntimeIsLost(t *testing.T) {
+	h, _ := pulledWith(t, func(*harness) {})
+	w := h.attach(t, "b")
+	ctx := context.Background()
+	if _, err := w.On("b").Pull(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := w.On("b").StartExec(ctx, workspace.ExecSpec{Shell: "sleep 30"})
+	must(t, err)
+	if rep.Runtime != "b" {
+		t.Fatalf("started on %q, want b", rep.Runtime)
+	}
+	must(t, w.Detach(ctx, "b"))
+	info := waitExec(t, w, rep.ExecID)
+	if info.State != workspace.ExecStateLost || !strings.Contains(info.Error, "detached") {
+		t.Fatalf("exec of the detached runtime: %+v, want lost", info)
+	}
+}

@@ -124,7 +124,9 @@ func (t *execTable) lookup(id, current string) (*fakeExec, error) {
 }
 
 // attach follows e's log from offset from, as the real runner does.
-func (t *execTable) attach(ctx context.Context, e *fakeExec, from int64, out func(workspace.ExecEvent)) (workspace.ExecResult, error) {
+// It ends with errClosed when gone closes (the session ended), as the
+// real remote's stream does.
+func (t *execTable) attach(ctx context.Context, gone <-chan struct{}, e *fakeExec, from int64, out func(workspace.ExecEvent)) (workspace.ExecResult, error) {
 	t.mu.Lock()
 	if from == workspace.ExecFromEnd {
 		from = e.end
@@ -165,6 +167,8 @@ func (t *execTable) attach(ctx context.Context, e *fakeExec, from int64, out fun
 		}
 		select {
 		case <-wake:
+		case <-gone:
+			return workspace.ExecResult{}, errClosed
 		case <-ctx.Done():
 			return workspace.ExecResult{}, ctx.Err()
 		}
@@ -246,7 +250,7 @@ func (f *Fake) AttachExec(ctx context.Context, id string, from int64, out func(w
 	if err != nil {
 		return workspace.ExecResult{}, err
 	}
-	return f.execs.attach(ctx, e, from, out)
+	return f.execs.attach(ctx, f.gone, e, from, out)
 }
 
 // KillExec ends an exec of the fake's current runtime as if sig killed it.

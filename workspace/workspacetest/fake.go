@@ -47,7 +47,8 @@ type Fake struct {
 	peer   string // the server's name for the container: its runtime's Peer()
 	side   string // the container's side in conflict copy names: its runtime's Side()
 
-	execs *execTable // the container's commands; shared by the Fakes of one container
+	execs *execTable    // the container's commands; shared by the Fakes of one container
+	gone  chan struct{} // closed by Close: what waits on the session ends
 
 	mu        sync.Mutex
 	run       RunFunc
@@ -90,7 +91,7 @@ func newFake(server, container *vfs.Store, rt workspace.Runtime, conflicts *vfs.
 	if execs == nil {
 		execs = newExecTable()
 	}
-	f := &Fake{Server: server, Container: container, run: run, runtime: "fake-runtime-1", peer: rt.Peer(), side: rt.Side(), execs: execs}
+	f := &Fake{Server: server, Container: container, run: run, runtime: "fake-runtime-1", peer: rt.Peer(), side: rt.Side(), execs: execs, gone: make(chan struct{})}
 	f.srv = syncwire.NewServer(container, rpc.ServerOptions{})
 	f.resp = converge.Register(f.srv, container, slog.New(slog.DiscardHandler))
 	f.client = rpc.NewClient(rpc.ClientOptions{
@@ -167,6 +168,7 @@ func (f *Fake) Close() error {
 		return nil
 	}
 	f.closed = true
+	close(f.gone)
 	f.mu.Unlock()
 	return errors.Join(f.client.Close(), f.resp.Close(), f.srv.Close())
 }
