@@ -40,6 +40,9 @@ type Config struct {
 	// MaxExecs and ExecLogCap bound the command runner (0: defaults).
 	MaxExecs   int
 	ExecLogCap int64
+	// ExecRetainFor is how long a finished exec stays attachable and
+	// listed (execrun.Options.RetainFor; 0: its default, one hour).
+	ExecRetainFor time.Duration
 	// NoSync skips fsync in the store (tests, tmpfs).
 	NoSync bool
 	// GroupWindow is the store's group commit window for mutations made
@@ -114,7 +117,7 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	if d.runner, err = execrun.New(execrun.Options{
 		Root: cfg.Mount, RuntimeID: rpc.RuntimeID.String(),
-		MaxRunning: cfg.MaxExecs, LogCap: cfg.ExecLogCap, Logger: log,
+		MaxRunning: cfg.MaxExecs, LogCap: cfg.ExecLogCap, RetainFor: cfg.ExecRetainFor, Logger: log,
 	}); err != nil {
 		return fail(fmt.Errorf("computerd: %w", err))
 	}

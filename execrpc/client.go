@@ -29,7 +29,8 @@ func Start(ctx context.Context, s *rpc.Session, req Request) (*Stream, error) {
 	return open(ctx, s, MethodStart, AppendRequest(nil, req))
 }
 
-// Attach resumes an exec's event stream from an offset.
+// Attach resumes an exec's event stream from an offset; from FromEnd it
+// replays nothing (the events to come and the exit).
 func Attach(ctx context.Context, s *rpc.Session, id string, from int64) (*Stream, error) {
 	return open(ctx, s, MethodAttach, appendAttach(nil, attachReq{ID: id, From: from}))
 }

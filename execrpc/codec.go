@@ -5,6 +5,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/wsync/wsync/execrun"
 	"github.com/wsync/wsync/syncwire/rpc"
 )
 
@@ -27,7 +28,14 @@ type Request struct {
 	// User runs the command as Uid:Gid when HasUser.
 	HasUser  bool
 	Uid, Gid uint32
+	// LogCap bounds the exec's output log (0: the runner's cap, which is
+	// also the most it may ask for). It travels only when set, so a
+	// request without one is what a computerd from before it decodes.
+	LogCap int64
 }
+
+// maxLogCap bounds a decoded log cap (the runner refuses more than its own).
+const maxLogCap = 1 << 40
 
 // StreamTag tags an output event.
 type StreamTag uint8
@@ -111,6 +119,9 @@ func AppendRequest(b []byte, r Request) []byte {
 	} else {
 		e.PutUvarint(0)
 	}
+	if r.LogCap > 0 {
+		e.PutUvarint(uint64(r.LogCap))
+	}
 	return e.Bytes()
 }
 
@@ -135,6 +146,11 @@ func DecodeRequest(p []byte) (Request, error) {
 	default:
 		d.Fail("user flag")
 	}
+	if d.Err() == nil && d.Len() > 0 {
+		if r.LogCap = int64(d.Bounded("log cap", maxLogCap)); r.LogCap == 0 {
+			d.Fail("log cap 0 sent")
+		}
+	}
 	if err := d.Done(); err != nil {
 		return Request{}, err
 	}
@@ -153,24 +169,7 @@ func AppendEvent(b []byte, ev Event) []byte {
 	if ev.Exit != nil {
 		e.PutUvarint(uint64(exitTag))
 		e.PutUvarint(uint64(ev.Offset))
-		x := ev.Exit
-		e.PutUvarint(uint64(x.Code) & 0xffffffff)
-		e.PutUvarint(uint64(x.Signal))
-		e.PutUvarint(uint64(max(x.Duration, 0)))
-		var flags uint64
-		if x.TimedOut {
-			flags |= exitTimedOut
-		}
-		if x.Killed {
-			flags |= exitKilled
-		}
-		if x.HasHead {
-			flags |= exitHead
-		}
-		e.PutUvarint(flags)
-		if x.HasHead {
-			e.PutUvarint(uint64(max(x.Head, 0)))
-		}
+		putExit(&e, ev.Exit)
 		return e.Bytes()
 	}
 	e.PutUvarint(uint64(ev.Stream))
@@ -193,15 +192,7 @@ func DecodeEvent(p []byte) (Event, error) {
 		ev.Stream = StreamTag(tag)
 		ev.Data = d.Bytes("data", maxEventLen)
 	case uint64(exitTag):
-		code := d.Bounded("code", 0xffffffff)
-		sig := d.Bounded("signal", 128)
-		dur := d.Uvarint()
-		flags := d.Bounded("flags", exitTimedOut|exitKilled|exitHead)
-		ev.Exit = &Exit{Code: int(int32(uint32(code))), Signal: syscall.Signal(sig), Duration: time.Duration(dur),
-			TimedOut: flags&exitTimedOut != 0, Killed: flags&exitKilled != 0, HasHead: flags&exitHead != 0}
-		if ev.Exit.HasHead {
-			ev.Exit.Head = int64(d.Bounded("head", maxHead))
-		}
+		ev.Exit = readExit(&d)
 	default:
 		d.Fail("tag %d", tag)
 	}
@@ -209,6 +200,45 @@ func DecodeEvent(p []byte) (Event, error) {
 		return Event{}, err
 	}
 	return ev, nil
+}
+
+// putExit appends an exit: code, signal, duration, flags, then the head
+// with flag exitHead.
+func putExit(e *rpc.Encoder, x *Exit) {
+	e.PutUvarint(uint64(x.Code) & 0xffffffff)
+	e.PutUvarint(uint64(x.Signal))
+	e.PutUvarint(uint64(max(x.Duration, 0)))
+	var flags uint64
+	if x.TimedOut {
+		flags |= exitTimedOut
+	}
+	if x.Killed {
+		flags |= exitKilled
+	}
+	if x.HasHead {
+		flags |= exitHead
+	}
+	e.PutUvarint(flags)
+	if x.HasHead {
+		e.PutUvarint(uint64(max(x.Head, 0)))
+	}
+}
+
+// readExit reads what putExit wrote.
+func readExit(d *rpc.Decoder) *Exit {
+	code := d.Bounded("code", 0xffffffff)
+	sig := d.Bounded("signal", 128)
+	dur := time.Duration(d.Uvarint())
+	if dur < 0 {
+		d.Fail("duration %d", dur)
+	}
+	flags := d.Bounded("flags", exitTimedOut|exitKilled|exitHead)
+	x := &Exit{Code: int(int32(uint32(code))), Signal: syscall.Signal(sig), Duration: dur,
+		TimedOut: flags&exitTimedOut != 0, Killed: flags&exitKilled != 0, HasHead: flags&exitHead != 0}
+	if x.HasHead {
+		x.Head = int64(d.Bounded("head", maxHead))
+	}
+	return x
 }
 
 // started is the reply body of Start and Attach.
@@ -230,15 +260,29 @@ func decodeStarted(p []byte) (started, error) {
 	return s, d.Done()
 }
 
-// attachReq resumes an exec's stream from an offset.
+// attachReq resumes an exec's stream from an offset, or from the end of
+// its output when From is FromEnd.
 type attachReq struct {
 	ID   string
 	From int64
 }
 
+// FromEnd, as Attach's offset, is the end of the exec's output when the
+// callee attaches: no replay, the output to come and the exit.
+const FromEnd = execrun.FromEnd
+
+// Attach flags, after the offset; absent is none (what a computerd from
+// before them reads).
+const attachFromEnd = 1
+
 func appendAttach(b []byte, a attachReq) []byte {
 	e := rpc.NewEncoder(b)
 	e.PutString(a.ID)
+	if a.From == FromEnd {
+		e.PutUvarint(0)
+		e.PutUvarint(attachFromEnd)
+		return e.Bytes()
+	}
 	e.PutUvarint(uint64(max(a.From, 0)))
 	return e.Bytes()
 }
@@ -249,7 +293,20 @@ func decodeAttach(p []byte) (attachReq, error) {
 	if a.From < 0 {
 		d.Fail("from %d", a.From)
 	}
-	return a, d.Done()
+	if d.Err() == nil && d.Len() > 0 {
+		switch flags := d.Uvarint(); {
+		case flags != attachFromEnd:
+			d.Fail("attach flags %d", flags)
+		case a.From != 0:
+			d.Fail("from %d with the end flag", a.From)
+		default:
+			a.From = FromEnd
+		}
+	}
+	if err := d.Done(); err != nil {
+		return attachReq{}, err
+	}
+	return a, nil
 }
 
 type killReq struct {

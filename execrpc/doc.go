@@ -11,8 +11,12 @@
 // offset in the exec's combined log, then one exit event, then the end of
 // the stream. Attach opens the same stream for an existing exec from an
 // offset, so a caller that lost its session resumes where it stopped (or
-// learns ELOG_TRUNCATED, or EEXEC_LOST when computerd restarted). Kill
-// signals the exec's process group.
+// learns ELOG_TRUNCATED, or EEXEC_LOST when computerd restarted); from
+// FromEnd it replays nothing, for a caller that wants only the exit. Kill
+// signals the exec's process group. List answers the runner's running and
+// retained execs (Info: a summary of the command line, state, exit, the
+// offsets its log holds), one message each, at most MaxListed. A request
+// may bound its exec's log (Request.LogCap) below the runner's cap.
 //
 // The exit event may carry the callee's feed head, read after the command
 // ended (Options.Head): a caller that has already fetched through it skips

@@ -283,13 +283,14 @@ func TestDecodersRefuseGarbage(t *testing.T) {
 func FuzzDecodeRequest(f *testing.F) {
 	f.Add(AppendRequest(nil, Request{Argv: []string{"ls", "-l"}, Cwd: "src", Env: []string{"A=1"}, Stdin: []byte("x"), Timeout: time.Second, HasUser: true, Uid: 1000, Gid: 1000}))
 	f.Add(AppendRequest(nil, Request{Shell: "echo hi"}))
+	f.Add(AppendRequest(nil, Request{Shell: "make", LogCap: 4096}))
 	f.Fuzz(func(t *testing.T, p []byte) {
 		r, err := DecodeRequest(p)
 		if err != nil {
 			return
 		}
 		r2, err := DecodeRequest(AppendRequest(nil, r))
-		if err != nil || r2.Shell != r.Shell || len(r2.Argv) != len(r.Argv) || r2.Timeout != r.Timeout {
+		if err != nil || r2.Shell != r.Shell || len(r2.Argv) != len(r.Argv) || r2.Timeout != r.Timeout || r2.LogCap != r.LogCap {
 			t.Fatalf("re-decode: %+v vs %+v, %v", r, r2, err)
 		}
 	})

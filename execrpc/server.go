@@ -51,6 +51,7 @@ func Register(srv Mux, r *execrun.Runner, opts Options) {
 	srv.Handle(MethodStart, h.start)
 	srv.Handle(MethodAttach, h.attach)
 	srv.Handle(MethodKill, h.kill)
+	srv.Handle(MethodList, h.list)
 }
 
 type handler struct {
@@ -82,7 +83,7 @@ func (h *handler) start(ctx context.Context, c *rpc.Incoming) error {
 	if err != nil {
 		return wireErr(err)
 	}
-	spec := execrun.Spec{Argv: req.Argv, Shell: req.Shell, Cwd: req.Cwd, Env: req.Env, Timeout: req.Timeout}
+	spec := execrun.Spec{Argv: req.Argv, Shell: req.Shell, Cwd: req.Cwd, Env: req.Env, Timeout: req.Timeout, LogCap: req.LogCap}
 	if req.Stdin != nil {
 		spec.Stdin = bytes.NewReader(req.Stdin)
 	}

@@ -49,10 +49,13 @@
 // at most 32 KiB. Offsets count the bytes of both streams together and never
 // go back; the order between the two streams is the order the runner read
 // them, not necessarily the order they were written. The log keeps the newest
-// Options.LogCap bytes (default 8 MiB) and drops the oldest.
+// Options.LogCap bytes (default 8 MiB) and drops the oldest; a Spec may ask
+// for a smaller log (Spec.LogCap), never a larger one (ErrBadSpec).
 //
 // Attach(id, from) gives a Subscription that returns the events from offset
 // from, then live ones, then one exit event with the ExitStatus, then io.EOF.
+// From FromEnd it replays nothing: a caller that wants only the exit (a
+// waiter) attaches there.
 // Subscribers read from the log itself, each at its own pace: a slow one
 // never blocks the process or another subscriber, it only risks falling more
 // than the cap behind, which is ErrLogTruncated (a *TruncatedError naming the
@@ -89,9 +92,17 @@
 //
 // Finished execs stay attachable so a caller that reconnects can replay their
 // output and status: the newest Options.Retain (default 64) of them, holding
-// at most Options.RetainBytes of output together (default 64 MiB), oldest
-// evicted first. Shutdown refuses new execs, terminates the running ones as a
-// timeout would and waits for them; finished execs stay attachable.
+// at most Options.RetainBytes of output together (default 64 MiB), for at
+// most Options.RetainFor after their end (default 1 hour), oldest evicted
+// first. An evicted id is ErrNotFound. Shutdown refuses new execs,
+// terminates the running ones as a timeout would and waits for them;
+// finished execs stay attachable.
+//
+// List describes every running and retained exec, oldest first (Info): its
+// id, a summary of its command line (at most MaxInfoArgs arguments of
+// MaxInfoArgLen bytes, MaxInfoShell bytes of a shell script), working
+// directory, pid, start and end, state (StateRunning, StateExited,
+// StateKilled, StateTimedOut), exit status, and the offsets its log holds.
 //
 // # Errors and metrics
 //

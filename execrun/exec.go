@@ -69,6 +69,9 @@ type Exec struct {
 	// listed is closed once Start has registered the exec, which must come
 	// before retiring it.
 	listed chan struct{}
+	info   Info      // what List shows of the command: id, command line, cwd, log cap
+	begin  time.Time // the fork; set before Start returns
+	ended  time.Time // the leader's exit; set before the exec is retired
 
 	mu           sync.Mutex
 	leaderExited bool        // reaped or about to be: the group is no longer ours to signal
@@ -88,11 +91,19 @@ func (e *Exec) ID() string { return e.id }
 // Pid is the leader's pid, which is also the process group id.
 func (e *Exec) Pid() int { return e.pid }
 
+// FromEnd, as Attach's offset, is the end of the output when Attach is
+// called: no replay, only what comes next and the exit.
+const FromEnd int64 = -1
+
 // Attach returns a Subscription reading events from offset from: 0 replays
-// everything retained, the end of the output gives only what comes next.
+// everything retained, the end of the output (or FromEnd) gives only what
+// comes next.
 func (e *Exec) Attach(from int64) (*Subscription, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if from == FromEnd {
+		from = e.out.end
+	}
 	if from < 0 || from > e.out.end {
 		return nil, fmt.Errorf("exec %s: offset %d outside [0, %d]: %w", e.id, from, e.out.end, ErrBadSpec)
 	}
@@ -364,6 +375,7 @@ func (e *Exec) run(cmd *exec.Cmd, c *command, started chan<- error, outR, errR, 
 		}
 	}
 	begin := time.Now()
+	e.begin = begin
 	if err := cmd.Start(); err != nil {
 		release()
 		started <- err
@@ -383,6 +395,7 @@ func (e *Exec) run(cmd *exec.Cmd, c *command, started chan<- error, outR, errR, 
 	werr := waitExited(e.pid)
 	release()
 	duration := time.Since(begin)
+	e.ended = begin.Add(duration)
 	e.mu.Lock()
 	e.leaderExited = true
 	e.timer.Stop()

@@ -25,6 +25,7 @@ const (
 	DefaultKillGrace   = 2 * time.Second
 	DefaultRetain      = 64
 	DefaultRetainBytes = 64 << 20
+	DefaultRetainFor   = time.Hour
 )
 
 // Options configure a Runner. Zero fields take the defaults above.
@@ -37,7 +38,8 @@ type Options struct {
 	RuntimeID string
 	// MaxRunning is the concurrency limit; Start beyond it is ErrBusy.
 	MaxRunning int
-	// LogCap is the most output bytes kept per exec; older bytes are dropped.
+	// LogCap is the most output bytes kept per exec; older bytes are
+	// dropped. A Spec may ask for less (Spec.LogCap), never more.
 	LogCap int64
 	// DefaultTimeout applies when a Spec has none; MaxTimeout is the most a
 	// Spec may ask for.
@@ -51,7 +53,11 @@ type Options struct {
 	// (the newest is always kept). The oldest go first.
 	Retain      int
 	RetainBytes int64
-	Logger      *slog.Logger
+	// RetainFor is how long a finished exec stays attachable after its
+	// end (default DefaultRetainFor); Retain and RetainBytes may evict it
+	// sooner.
+	RetainFor time.Duration
+	Logger    *slog.Logger
 }
 
 // Stats are the runner's counters since it started.
@@ -116,6 +122,7 @@ func New(opts Options) (*Runner, error) {
 	setDefault(&opts.KillGrace, DefaultKillGrace)
 	setDefault(&opts.Retain, DefaultRetain)
 	setDefault(&opts.RetainBytes, DefaultRetainBytes)
+	setDefault(&opts.RetainFor, DefaultRetainFor)
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -123,7 +130,7 @@ func New(opts Options) (*Runner, error) {
 		return nil, fmt.Errorf("exec runner: default timeout %v above the maximum %v", opts.DefaultTimeout, opts.MaxTimeout)
 	}
 	if opts.MaxRunning < 0 || opts.LogCap < 0 || opts.Retain < 0 || opts.RetainBytes < 0 ||
-		opts.DefaultTimeout < 0 || opts.KillGrace < 0 {
+		opts.RetainFor < 0 || opts.DefaultTimeout < 0 || opts.KillGrace < 0 {
 		return nil, fmt.Errorf("exec runner: negative limit in options")
 	}
 	r := &Runner{
@@ -187,7 +194,8 @@ func (r *Runner) Start(ctx context.Context, s Spec) (*Exec, error) {
 		log:    r.log.With("exec", id),
 		done:   make(chan struct{}),
 		listed: make(chan struct{}),
-		out:    outputLog{cap: r.opts.LogCap},
+		out:    outputLog{cap: c.logCap},
+		info:   summarize(s, c),
 	}
 	if err := e.start(c, s.Stdin); err != nil {
 		r.mu.Lock()
@@ -232,11 +240,27 @@ func (r *Runner) retire(e *Exec, st ExitStatus) {
 	r.retained = append(r.retained, e)
 	r.retainedBytes += e.size
 	for len(r.retained) > 1 && (len(r.retained) > r.opts.Retain || r.retainedBytes > r.opts.RetainBytes) {
-		old := r.retained[0]
-		r.retained[0] = nil
-		r.retained = r.retained[1:]
-		r.retainedBytes -= old.size
-		delete(r.execs, old.seq)
+		r.evictOldestLocked()
+	}
+	r.expireLocked()
+}
+
+// evictOldestLocked drops the oldest retained exec. r.mu is held.
+func (r *Runner) evictOldestLocked() {
+	old := r.retained[0]
+	r.retained[0] = nil
+	r.retained = r.retained[1:]
+	r.retainedBytes -= old.size
+	delete(r.execs, old.seq)
+}
+
+// expireLocked drops the retained execs that ended more than RetainFor
+// ago. They are dropped when the runner is next asked (Lookup, List) or an
+// exec ends, not on a timer: until then nobody can tell. r.mu is held.
+func (r *Runner) expireLocked() {
+	cutoff := time.Now().Add(-r.opts.RetainFor)
+	for len(r.retained) > 0 && r.retained[0].ended.Before(cutoff) {
+		r.evictOldestLocked()
 	}
 }
 
@@ -251,6 +275,7 @@ func (r *Runner) Lookup(id string) (*Exec, error) {
 		return nil, fmt.Errorf("exec %q: runtime is now %s: %w", id, r.opts.RuntimeID, ErrExecLost)
 	}
 	r.mu.Lock()
+	r.expireLocked()
 	e := r.execs[seq]
 	r.mu.Unlock()
 	if e == nil {

@@ -36,6 +36,9 @@ type Spec struct {
 	Timeout time.Duration
 	// User, when set, runs the command under these credentials (--user).
 	User *Credential
+	// LogCap is the most output bytes this exec's log keeps; zero means
+	// the runner's Options.LogCap, which is also the most it may ask for.
+	LogCap int64
 }
 
 // Credential is the uid, gid and supplementary groups an exec runs as. Nil
@@ -61,6 +64,7 @@ type command struct {
 	env     []string
 	timeout time.Duration
 	cred    *syscall.Credential
+	logCap  int64
 }
 
 func (r *Runner) prepare(s Spec) (*command, error) {
@@ -92,11 +96,20 @@ func (r *Runner) prepare(s Spec) (*command, error) {
 	case timeout > r.opts.MaxTimeout:
 		return nil, fmt.Errorf("timeout %v above the maximum %v: %w", timeout, r.opts.MaxTimeout, ErrBadSpec)
 	}
+	logCap := s.LogCap
+	switch {
+	case logCap < 0:
+		return nil, fmt.Errorf("negative log cap %d: %w", logCap, ErrBadSpec)
+	case logCap == 0:
+		logCap = r.opts.LogCap
+	case logCap > r.opts.LogCap:
+		return nil, fmt.Errorf("log cap %d above the maximum %d: %w", logCap, r.opts.LogCap, ErrBadSpec)
+	}
 	dir, err := r.resolveCwd(s.Cwd)
 	if err != nil {
 		return nil, err
 	}
-	c := &command{argv: argv, dir: dir, timeout: timeout}
+	c := &command{argv: argv, dir: dir, timeout: timeout, logCap: logCap}
 	uid := os.Geteuid()
 	if s.User != nil {
 		uid = int(s.User.Uid)

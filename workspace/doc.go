@@ -69,6 +69,31 @@
 // and no pull is owed, a fetch cursor that covers the head means there is
 // nothing to fetch, and the bracket ends without a round trip.
 //
+// # Detached execs
+//
+// StartExec runs the bracket's first half (the push) and starts the
+// command with Remote.StartExec, answering with its exec id
+// ("<container runtime id>:<n>") at once. A follower goroutine of the
+// workspace (execs.go, under the background context Close cancels and
+// waits for) then attaches from the end of the output, waits for the
+// exit, publishes exec.exited and runs the bracket's second half
+// (afterCommand) in the spec's sync mode, so the trailing pull is sliced,
+// deferred and pending exactly as a foreground exec's. The table of
+// detached execs (ExecInfo rows: id, runtime, command summary, state,
+// exit, the pull's outcome) is persisted in the registry (Config.Execs)
+// on every change; Open starts a follower for every row not settled, so a
+// restarted server re-attaches by id and still pulls after a command that
+// ended while it was down. An exec computerd no longer knows (a restart
+// replaced its runtime: ErrExecLost; or it dropped the finished exec) is
+// ExecStateLost, and its runtime still gets the pull it owed (deferred).
+// The newest Options.ExecHistory settled rows are kept. Execs, ExecInfo,
+// AttachExec, KillExec and WaitExec work on any exec of a runtime's
+// container, foreground ones too; a detached one is found on its own
+// runtime. At most Options.MaxExecs commands run at once per workspace,
+// foreground and detached together: one more is ErrTooManyExecs
+// (EEXEC_BUSY, 429) before anything syncs; a detached command holds its
+// slot until its exit.
+//
 // # Pending pulls
 //
 // A pull that fails (after a command, explicit, or in a tick), the pull
@@ -144,6 +169,7 @@
 // A Remote returns what failed on computerd's side as a *PeerError with the
 // wire code: the table renames the codes that would be taken for the
 // caller's own (EAUTH is EPEER_AUTH, 502: computerd refused the server's
-// token; ESHUTDOWN is EPEER_UNAVAILABLE, 503) and answers 502 with the
+// token; ESHUTDOWN is EPEER_UNAVAILABLE, 503; EEXEC_LOST is ErrExecLost,
+// 410, and ELOG_TRUNCATED ErrLogTruncated, 416) and answers 502 with the
 // wire's code for the rest that has no row of its own.
 package workspace

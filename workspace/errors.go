@@ -53,6 +53,21 @@ var (
 	// ErrExecBusy: computerd already runs as many commands as it allows;
 	// retry later. It is an ErrBusy.
 	ErrExecBusy = fmt.Errorf("computerd runs as many commands as it allows: %w", ErrBusy)
+	// ErrTooManyExecs: the workspace runs as many commands as it allows
+	// (Options.MaxExecs, serve --max-execs), foreground and detached
+	// together; retry when one ends. It is an ErrExecBusy.
+	ErrTooManyExecs = fmt.Errorf("the workspace runs as many commands as it allows (serve --max-execs): %w", ErrExecBusy)
+	// ErrExecLost: the exec belongs to a container runtime that is gone
+	// (computerd restarted or was replaced): its process and output went
+	// with it. Answered 410 EEXEC_LOST.
+	ErrExecLost = errors.New("the exec was lost with the container runtime that ran it")
+	// ErrLogTruncated: the offset asked for is older than what the
+	// command's bounded output log still holds. Answered 416
+	// ELOG_TRUNCATED; the exec's log_start says where the log begins.
+	ErrLogTruncated = errors.New("exec output truncated before the requested offset")
+	// ErrBadExecID: an exec id that is not "<runtime id>:<n>". A
+	// vfs.ErrInvalid.
+	ErrBadExecID = fmt.Errorf("bad exec id: %w", vfs.ErrInvalid)
 	// ErrUnauthorized: the API caller's bearer token is missing or wrong.
 	ErrUnauthorized = errors.New("missing or wrong bearer token")
 	// ErrTooLarge: a request body over the API's limit.
@@ -123,6 +138,8 @@ var apiCodes = []apiCode{
 	{code: "EDQUOT", status: http.StatusRequestEntityTooLarge, err: vfs.ErrQuota},
 	{code: "ECANCELED", status: http.StatusInternalServerError, alias: []error{context.Canceled, context.DeadlineExceeded}},
 	{code: "EEXEC_BUSY", status: http.StatusTooManyRequests, err: ErrExecBusy},
+	{code: "EEXEC_LOST", status: http.StatusGone, err: ErrExecLost, wire: "EEXEC_LOST"},
+	{code: "ELOG_TRUNCATED", status: http.StatusRequestedRangeNotSatisfiable, err: ErrLogTruncated, wire: "ELOG_TRUNCATED"},
 	{code: "EBUSY", status: http.StatusTooManyRequests, err: ErrBusy},
 	{code: "EPEER_AUTH", status: http.StatusBadGateway, err: ErrPeerAuth, wire: "EAUTH"},
 	{code: "EPEER_UNAVAILABLE", status: http.StatusServiceUnavailable, err: ErrPeerUnavailable, wire: "ESHUTDOWN"},

@@ -61,6 +61,10 @@ func TestAPIErrorRegistry(t *testing.T) {
 		{"peer busy", peer("EBUSY"), "EBUSY", 429, []error{workspace.ErrBusy}},
 		{"peer exec busy", peer("EEXEC_BUSY"), "EEXEC_BUSY", 429, []error{workspace.ErrExecBusy, workspace.ErrBusy}},
 		{"peer not exist", peer("ENOENT"), "ENOENT", 404, []error{vfs.ErrNotExist}},
+		{"peer lost the exec", peer("EEXEC_LOST"), "EEXEC_LOST", 410, []error{workspace.ErrExecLost}},
+		{"peer log truncated", peer("ELOG_TRUNCATED"), "ELOG_TRUNCATED", 416, []error{workspace.ErrLogTruncated}},
+		{"too many execs", workspace.ErrTooManyExecs, "EEXEC_BUSY", 429, []error{workspace.ErrExecBusy, workspace.ErrBusy}},
+		{"bad exec id", workspace.ErrBadExecID, "EINVAL", 400, []error{vfs.ErrInvalid}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			code, status := workspace.APIError(c.err)

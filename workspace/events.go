@@ -233,6 +233,12 @@ const (
 // the command succeeded; a detached start calls it with the id the
 // container gave.
 func (w *Workspace) publishExecStarted(rs *runtimeState, id string, spec ExecSpec) {
+	w.publish(rs, EventExecStarted, execStartedOf(id, spec))
+}
+
+// execStartedOf is the data of exec.started for spec: its command line cut
+// to the bounds above.
+func execStartedOf(id string, spec ExecSpec) ExecStarted {
 	ev := ExecStarted{ExecID: id, Cwd: spec.Cwd}
 	ev.Shell, ev.ArgvTruncated = cut(spec.Shell, 4*maxEventArgLen)
 	for i, a := range spec.Argv {
@@ -244,7 +250,7 @@ func (w *Workspace) publishExecStarted(rs *runtimeState, id string, spec ExecSpe
 		ev.Argv = append(ev.Argv, a)
 		ev.ArgvTruncated = ev.ArgvTruncated || cutOff
 	}
-	w.publish(rs, EventExecStarted, ev)
+	return ev
 }
 
 // publishExecExited publishes exec.exited for a command on rs's runtime:

@@ -63,6 +63,14 @@ type Options struct {
 	// RetryBackoff is the background puller's first wait after a failed
 	// pull; it doubles up to 60 times this (default DefaultRetryBackoff).
 	RetryBackoff time.Duration
+	// MaxExecs bounds the commands one workspace runs at once, foreground
+	// and detached together (default DefaultMaxExecs); one more is
+	// refused with ErrTooManyExecs.
+	MaxExecs int
+	// ExecHistory is how many finished detached execs a workspace keeps in
+	// its table (and the registry) for ls and wait (default
+	// DefaultExecHistory); the oldest go first.
+	ExecHistory int
 	// VerifyAfterSync compares both sides' Merkle roots after every exec's
 	// pull and every explicit pull or tick; the verdict shows in Status and
 	// the metrics. A verify that fails or finds drift never fails the call
@@ -108,6 +116,12 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 	}
 	if opts.RetryBackoff <= 0 {
 		opts.RetryBackoff = DefaultRetryBackoff
+	}
+	if opts.MaxExecs <= 0 {
+		opts.MaxExecs = DefaultMaxExecs
+	}
+	if opts.ExecHistory <= 0 {
+		opts.ExecHistory = DefaultExecHistory
 	}
 	log := opts.Logger
 	if log == nil {
@@ -172,6 +186,7 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 	m.log.Info("workspaces loaded", "data", opts.DataDir, "count", len(m.ws), "default_endpoint", opts.DefaultEndpoint)
 	for _, w := range m.ws {
 		w.resumePulls()
+		w.resumeExecs()
 	}
 	trackUsage(m, true)
 	return m, nil
@@ -181,8 +196,8 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 // runtime and the attached ones, each with the pending pull the registry
 // held for it.
 func (m *Manager) newWorkspace(c Config) *Workspace {
-	pending, attached := c.PendingPulls, c.Runtimes
-	c.PendingPulls, c.Runtimes = nil, nil
+	pending, attached, execs := c.PendingPulls, c.Runtimes, c.Execs
+	c.PendingPulls, c.Runtimes, c.Execs = nil, nil, nil
 	w := &Workspace{
 		m:        m,
 		cfg:      c,
@@ -191,12 +206,14 @@ func (m *Manager) newWorkspace(c Config) *Workspace {
 		log:      m.log.With("workspace", c.Name),
 		runtimes: make(map[string]*runtimeState, 1+len(attached)),
 		events:   events.New(m.opts.Events),
+		execs:    make(map[string]*detachedExec),
 	}
 	w.bgCtx, w.bgCancel = context.WithCancel(context.Background())
 	w.runtimes[DefaultRuntime] = w.newRuntime(w.defaultRuntime(), pending[DefaultRuntime])
 	for _, rt := range attached {
 		w.runtimes[rt.Name] = w.newRuntime(rt, pending[rt.Name])
 	}
+	w.loadExecs(execs)
 	return w
 }
 
@@ -224,6 +241,7 @@ func (m *Manager) saveLocked() error {
 	for _, w := range m.ws {
 		c := w.Config()
 		c.PendingPulls = w.pendingPulls()
+		c.Execs = w.execRecords()
 		cfgs = append(cfgs, c)
 	}
 	return saveRegistry(m.opts.DataDir, cfgs)

@@ -44,6 +44,14 @@ var (
 		Name: "wsync_workspace_background_pulls_total",
 		Help: "Runs of slices the background puller made, by result (done: the feed drained, error: a slice failed).",
 	}, []string{"result"})
+	metricExecBusy = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "wsync_workspace_exec_busy_total",
+		Help: "Commands refused because the workspace ran as many as it allows (--max-execs).",
+	})
+	metricDetached = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "wsync_workspace_detached_execs_total",
+		Help: "Detached execs by event: started, then settled as complete, pending or deferred (the pull after them), or lost.",
+	}, []string{"event"})
 	metricDiverged = promauto.NewCounter(prometheus.CounterOpts{
 		Name: "wsync_workspace_verify_diverged_total",
 		Help: "Verify calls whose verdict was diverged.",

@@ -58,6 +58,10 @@ type Config struct {
 	// push, by runtime name (see the package doc, "Pending pulls"). Kept
 	// here so they survive a restart.
 	PendingPulls map[string]*PendingPull `json:"pending_pulls,omitempty"`
+	// Execs is the table of detached execs (see StartExec): the running
+	// ones, and the newest settled ones (Options.ExecHistory). Kept here
+	// so a restarted server re-attaches to them by id.
+	Execs []ExecInfo `json:"execs,omitempty"`
 
 	// LegacyPending is the pending pull of a version 2 registry, the
 	// default runtime's. Load moves it to PendingPulls; never written.

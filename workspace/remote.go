@@ -2,6 +2,7 @@ package workspace
 
 import (
 	"context"
+	"syscall"
 	"time"
 
 	"github.com/wsync/wsync/watermark"
@@ -49,6 +50,36 @@ type Remote interface {
 	// error. Cancelling ctx kills the command. Exec does no syncing: the
 	// workspace brackets it with Push and Pull.
 	Exec(ctx context.Context, spec ExecSpec, out func(ExecEvent)) (ExecResult, error)
+
+	// StartExec starts one command in the container and returns its exec
+	// id ("<container runtime id>:<n>") once it runs, without waiting for
+	// it: the command lives until it exits, is killed or times out,
+	// whatever becomes of ctx, the caller or the session. Like Exec, it
+	// does no syncing.
+	StartExec(ctx context.Context, spec ExecSpec) (id string, err error)
+
+	// AttachExec passes the output of exec id to out from byte offset from
+	// (ExecFromEnd: none of what it wrote so far), in order, with each
+	// piece's offset, follows it as the command writes, and returns how
+	// the command ended (ExecResult.OutputBytes: the offset of its end).
+	// Cancelling ctx stops following; the command runs on. A session that
+	// drops is re-attached where it stopped. Errors: ErrExecLost for an id
+	// of a container runtime that is gone (computerd restarted),
+	// vfs.ErrNotExist for one its runner does not know (or no longer
+	// retains), ErrLogTruncated for an offset the bounded log has dropped,
+	// vfs.ErrInvalid for one past the output's end. Any exec of the
+	// container may be attached, a foreground Exec's too.
+	AttachExec(ctx context.Context, id string, from int64, out func(ExecEvent)) (ExecResult, error)
+
+	// KillExec sends sig to the process group of exec id; one that has
+	// ended is not an error. Errors as AttachExec's.
+	KillExec(ctx context.Context, id string, sig syscall.Signal) error
+
+	// ListExecs describes the container's running and recent commands,
+	// oldest first, and names the container runtime they belong to (an id
+	// of another is lost). Cwd is a workspace path; Runtime and the fields
+	// of a detached exec are the workspace's to fill in.
+	ListExecs(ctx context.Context) (runtimeID string, execs []ExecInfo, err error)
 
 	// Status reports both sides' watermarks, the connection state and the
 	// container's runtime id. It must not block on a sync in progress and
@@ -175,6 +206,10 @@ type ExecSpec struct {
 	Timeout time.Duration `json:"timeout_ns,omitempty"`
 	// User runs the command under these ids (nil: computerd's own).
 	User *ExecUser `json:"user,omitempty"`
+	// LogCap bounds the bytes of output the container keeps for re-attach
+	// (zero: computerd's cap, 8 MiB by default, which is also the most it
+	// accepts).
+	LogCap int64 `json:"log_cap,omitempty"`
 	// Sync is when the caller hears of the command's end: SyncWait (or
 	// empty), after the pull that brings back what it wrote; SyncDefer, at
 	// once, with the pull running after the reply. Not sent to the
@@ -204,7 +239,14 @@ const (
 type ExecEvent struct {
 	Stream string `json:"stream"` // Stdout or Stderr
 	Data   []byte `json:"data"`
+	// Offset is where Data starts in the command's output log (both
+	// streams together): attach there to resume after it.
+	Offset int64 `json:"offset,omitempty"`
 }
+
+// ExecFromEnd, as AttachExec's offset, replays nothing: only the output to
+// come and the exit.
+const ExecFromEnd int64 = -1
 
 // ExecResult is how a command ended.
 type ExecResult struct {
@@ -216,6 +258,9 @@ type ExecResult struct {
 	TimedOut bool          `json:"timed_out,omitempty"`
 	Killed   bool          `json:"killed,omitempty"`
 	Duration time.Duration `json:"duration_ns"`
+	// OutputBytes counts every byte of output the command wrote (the
+	// offset of its log's end), when the remote knows it.
+	OutputBytes int64 `json:"output_bytes,omitempty"`
 
 	// HasHead: Head is the container's feed head after the command (its
 	// rev once everything the command wrote was committed, files a process

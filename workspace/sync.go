@@ -537,9 +537,16 @@ func (t Target) Exec(ctx context.Context, spec ExecSpec, out func(ExecEvent)) (E
 	w := t.w
 	start := time.Now()
 	var rep ExecReport
+	if err := checkExecSpec(spec); err != nil {
+		return rep, err
+	}
+	if err := w.acquireExec(); err != nil {
+		return rep, err
+	}
 	rs, r, pushed, err := t.beforeCommand(ctx, spec)
 	rep.Pushed = pushed
 	if err != nil {
+		w.releaseExec()
 		return rep, err
 	}
 
@@ -548,6 +555,7 @@ func (t Target) Exec(ctx context.Context, spec ExecSpec, out func(ExecEvent)) (E
 	}
 	w.publishExecStarted(rs, "", spec)
 	res, execErr := r.Exec(ctx, spec, out)
+	w.releaseExec()
 	w.publishExecExited(rs, res, execErr)
 	rep.ExecResult = res
 	runtime := res.RuntimeID
@@ -609,6 +617,9 @@ func checkExecSpec(spec ExecSpec) error {
 	}
 	if spec.Timeout < 0 {
 		return fmt.Errorf("exec: %w: negative timeout", vfs.ErrInvalid)
+	}
+	if spec.LogCap < 0 || spec.LogCap > MaxExecLogCap {
+		return fmt.Errorf("exec: %w: log cap %d (0 to %d)", vfs.ErrInvalid, spec.LogCap, int64(MaxExecLogCap))
 	}
 	if spec.Sync != "" && spec.Sync != SyncWait && spec.Sync != SyncDefer {
 		return fmt.Errorf("exec: %w: sync %q is neither %q nor %q", vfs.ErrInvalid, spec.Sync, SyncWait, SyncDefer)
@@ -690,6 +701,9 @@ const (
 	MaxExecStdin  = 512 << 10
 	MaxExecArgs   = 4096 // argv entries, and env entries
 	MaxExecStrLen = 128 << 10
+	// MaxExecLogCap bounds ExecSpec.LogCap; computerd refuses more than
+	// its own cap (8 MiB by default) anyway.
+	MaxExecLogCap = 1 << 40
 )
 
 func checkExecSizes(spec ExecSpec) error {

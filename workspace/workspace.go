@@ -38,9 +38,16 @@ type Workspace struct {
 	stateMu  sync.Mutex
 	runtimes map[string]*runtimeState // by name; DefaultRuntime always
 
+	// execMu guards the table of detached execs (execs.go) and the count
+	// of commands running (foreground and detached), which
+	// Options.MaxExecs bounds.
+	execMu  sync.Mutex
+	execs   map[string]*detachedExec
+	running int
+
 	// bgCtx is the context of the workspace's background work (the
-	// runtimes' background pullers), cancelled by close, which waits for
-	// bg.
+	// runtimes' background pullers, the detached execs' followers),
+	// cancelled by close, which waits for bg.
 	bgCtx    context.Context
 	bgCancel context.CancelFunc
 	bg       sync.WaitGroup

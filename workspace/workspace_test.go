@@ -31,6 +31,8 @@ type harness struct {
 	// a test sets it, so a failed pull is retried only where a test asks.
 	backoff time.Duration
 	slice   workspace.Budget
+	// maxExecs and execHistory are the exec limits (0: the defaults).
+	maxExecs, execHistory int
 }
 
 func newHarness(t *testing.T, run workspacetest.RunFunc) *harness {
@@ -50,6 +52,8 @@ func (h *harness) open(t *testing.T) *workspace.Manager {
 		NoSync:          true,
 		RetryBackoff:    cmp.Or(h.backoff, time.Hour),
 		PullSlice:       h.slice,
+		MaxExecs:        h.maxExecs,
+		ExecHistory:     h.execHistory,
 	})
 	if err != nil {
 		t.Fatal(err)

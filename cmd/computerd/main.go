@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/wsync/wsync/computer"
+	"github.com/wsync/wsync/execrun"
 	"github.com/wsync/wsync/fusefs"
 	"github.com/wsync/wsync/internal/bearer"
 	"github.com/wsync/wsync/vfs"
@@ -27,10 +28,14 @@ const usage = `computerd: the container side of wsync (FUSE mount + sync server 
 
 Usage:
   computerd [--listen 127.0.0.1:45678] [--mount /workspace] [--state /var/lib/computerd/state.db | :memory:]
-            [--token-file FILE] [--owner 0:0] [--group-commit 5ms] [--log-level info]
+            [--token-file FILE] [--owner 0:0] [--group-commit 5ms] [--exec-retain-for 1h] [--log-level info]
 
 Every flag has an environment twin: COMPUTERD_LISTEN, COMPUTERD_MOUNT, COMPUTERD_STATE,
-COMPUTERD_TOKEN (the token itself), COMPUTERD_OWNER, COMPUTERD_GROUP_COMMIT, COMPUTERD_LOG_LEVEL.
+COMPUTERD_TOKEN (the token itself), COMPUTERD_OWNER, COMPUTERD_GROUP_COMMIT, COMPUTERD_EXEC_RETAIN_FOR,
+COMPUTERD_LOG_LEVEL.
+
+--exec-retain-for is how long a finished command stays listed and attachable by id (its output
+replayed, its exit status known); at most the newest 64 finished commands are kept however young.
 
 --group-commit is how long mutations made through the mount may wait, answered but not yet
 committed, to share one commit: a SIGKILL of computerd loses at most that window of what was
@@ -70,6 +75,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	owner := fs.String("owner", env("COMPUTERD_OWNER", "0:0"), "UID:GID owning the mount root and synced nodes")
 	level := fs.String("log-level", env("COMPUTERD_LOG_LEVEL", "info"), "debug, info, warn or error")
 	group := fs.String("group-commit", env("COMPUTERD_GROUP_COMMIT", vfs.DefaultGroupWindow.String()), "group commit window for mutations through the mount (0: commit each one)")
+	retainFor := fs.String("exec-retain-for", env("COMPUTERD_EXEC_RETAIN_FOR", execrun.DefaultRetainFor.String()), "how long a finished command stays listed and attachable by id")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -94,6 +100,11 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	if window == 0 {
 		window = -1 // vfs: negative is off, zero the default
 	}
+	retain, err := time.ParseDuration(*retainFor)
+	if err != nil || retain <= 0 {
+		fmt.Fprintf(stderr, "computerd: --exec-retain-for %q: want a positive duration\n", *retainFor)
+		return 2
+	}
 	own, err := parseOwner(*owner)
 	if err != nil {
 		fmt.Fprintf(stderr, "computerd: --owner: %v\n", err)
@@ -104,7 +115,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "computerd: %v\n", err)
 		return 1
 	}
-	d, err := computer.Start(ctx, computer.Config{Listen: *listen, Mount: *mount, State: *state, Token: token, Owner: own, GroupWindow: window, Logger: log})
+	d, err := computer.Start(ctx, computer.Config{Listen: *listen, Mount: *mount, State: *state, Token: token, Owner: own, GroupWindow: window, ExecRetainFor: retain, Logger: log})
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1

@@ -76,3 +76,25 @@ func TestReadToken(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
+
+// --exec-retain-for (and COMPUTERD_EXEC_RETAIN_FOR) takes a positive
+// duration; anything else is bad usage before anything starts.
+func TestExecRetainForFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  string
+	}{
+		{[]string{"--exec-retain-for", "0s"}, ""},
+		{[]string{"--exec-retain-for", "soon"}, ""},
+		{nil, "-1h"},
+	} {
+		if tc.env != "" {
+			t.Setenv("COMPUTERD_EXEC_RETAIN_FOR", tc.env)
+		}
+		var stderr bytes.Buffer
+		args := append([]string{"--mount", filepath.Join(t.TempDir(), "m"), "--state", ":memory:"}, tc.args...)
+		if code := run(context.Background(), args, &stderr); code != 2 || !strings.Contains(stderr.String(), "--exec-retain-for") {
+			t.Errorf("%q env %q: exit %d, %q; want 2 naming --exec-retain-for", tc.args, tc.env, code, stderr.String())
+		}
+	}
+}

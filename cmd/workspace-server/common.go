@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/wsync/wsync/internal/bearer"
@@ -35,6 +36,21 @@ func env(key, def string) string {
 		return v
 	}
 	return def
+}
+
+// envInt is env for an integer flag's default: a value that is not a
+// number is kept as def, and the flag's own check reports nothing; so it
+// is read as -1 here, which every such check refuses.
+func envInt(key string, def int) int {
+	v, ok := os.LookupEnv(key)
+	if !ok || v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return -1
+	}
+	return n
 }
 
 // command is one verb's flag set and usage text.

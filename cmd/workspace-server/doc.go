@@ -12,6 +12,18 @@
 // names the errno ("(ENOENT)") on stderr. The verbs call the Go client,
 // package workspace/client.
 //
+// # Exec by id
+//
+// exec.go runs a command in the foreground (its output streamed, its exit
+// code the CLI's, Ctrl-C kills it) or, with --detach, starts it and prints
+// its id. execid.go has the verbs by id: exec attach ID [--from OFFSET|end]
+// replays and follows its output and exits with its code (Ctrl-C stops
+// following, not the command), exec ls [--json] lists the running and
+// recent commands of every runtime, exec kill ID [--signal SIG], exec wait
+// ID (exits with the command's code once the pull after it is done; a lost
+// exec is exit 1, EEXEC_LOST). "exec ls" is the verb; "exec -- ls" runs ls.
+// serve --max-execs (WSYNC_MAX_EXECS) bounds the commands per workspace.
+//
 // # Progress
 //
 // push, pull, tick, verify and exec show the progress of their syncs on

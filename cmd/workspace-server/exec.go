@@ -21,11 +21,23 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 const maxStdin = 15 << 20
 
 func runExec(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	c := newCommand("exec", "exec [--runtime NAME] [--cwd DIR] [--env K=V]... [--timeout 30s] [--user UID[:GID]] [--sync wait|defer] [-n] [--quiet] -- CMD [ARG...]",
+	if len(args) > 0 {
+		if v, ok := execVerbs[args[0]]; ok {
+			return v(ctx, args[1:], stdout, stderr)
+		}
+	}
+	c := newCommand("exec", "exec [--runtime NAME] [--cwd DIR] [--env K=V]... [--timeout 30s] [--user UID[:GID]] [--sync wait|defer] [--log-cap BYTES] [--detach] [-n] [--quiet] -- CMD [ARG...]\n"+
+		"  workspace-server exec attach ID [--from OFFSET|end] | exec ls [--json] | exec kill ID [--signal SIG] | exec wait ID",
 		"  workspace-server exec --cwd /src --env CI=1 --timeout 5m -- make test\n"+
 			"  workspace-server exec --sync defer -- npm install   # answers when npm exits; its files come back after\n"+
 			"  workspace-server exec -- sh -c 'npm install && npm run build'\n"+
-			"  workspace-server exec --runtime gpu -- nvidia-smi\n", stdout, stderr)
+			"  workspace-server exec --runtime gpu -- nvidia-smi\n"+
+			"  id=$(workspace-server exec --detach --timeout 1h -- npm run dev)   # prints its id; survives this client and a server restart\n"+
+			"  workspace-server exec attach \"$id\" --from 0; workspace-server exec ls; workspace-server exec kill \"$id\"; workspace-server exec wait \"$id\"\n"+
+			"  workspace-server exec -- ls   # runs ls: \"exec ls\" lists the commands\n"+
+			"\nA foreground exec streams the command's output and exits with its code; interrupting it kills the\n"+
+			"command. A detached one (--detach) prints its id at once and runs on; the server makes the pull after\n"+
+			"it when it exits. At most --max-execs commands run at once per workspace (EEXEC_BUSY beyond).\n", stdout, stderr)
 	cf := c.clientFlags()
 	c.runtimeFlag(cf)
 	cwd := c.fs.String("cwd", "", "working directory, a workspace path (default the workspace root)")
@@ -36,6 +48,8 @@ func runExec(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	syncMode := c.fs.String("sync", env("WSYNC_EXEC_SYNC", workspace.SyncWait), "when to answer: wait (after the pull that brings back what the command wrote) or defer (at once; the pull runs after) (env WSYNC_EXEC_SYNC)")
 	noStdin := c.fs.Bool("n", false, "do not send standard input to the command (as ssh -n); a terminal is never sent")
 	quiet := c.quietFlag()
+	detach := c.fs.Bool("detach", false, "start the command and print its id at once; it runs on after this client exits (see exec attach, ls, kill, wait)")
+	logCap := c.fs.Int64("log-cap", 0, "bytes of output computerd keeps for exec attach (default: its cap, 8 MiB, also the most)")
 	argv, code, ok := c.parse(args, false)
 	if !ok {
 		return code
@@ -46,7 +60,10 @@ func runExec(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	if *syncMode != workspace.SyncWait && *syncMode != workspace.SyncDefer {
 		return c.usageError("--sync %q: want wait or defer", *syncMode)
 	}
-	spec := workspace.ExecSpec{Argv: argv, Cwd: *cwd, Timeout: *timeout, Sync: *syncMode}
+	if *logCap < 0 {
+		return c.usageError("--log-cap %d: must not be negative", *logCap)
+	}
+	spec := workspace.ExecSpec{Argv: argv, Cwd: *cwd, Timeout: *timeout, Sync: *syncMode, LogCap: *logCap}
 	for _, e := range envs {
 		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
 			return c.usageError("--env %q: want K=V", e)
@@ -83,6 +100,17 @@ func runExec(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	ws, err := cf.open()
 	if err != nil {
 		return c.fail(err)
+	}
+	if *detach {
+		rep, err := ws.StartExec(ctx, spec)
+		if err != nil {
+			return c.fail(err)
+		}
+		if rep.Warning != "" {
+			fmt.Fprintf(stderr, "workspace-server exec: warning: %s\n", rep.Warning)
+		}
+		fmt.Fprintln(stdout, rep.ExecID)
+		return exitOK
 	}
 	// The push before the command and the pull after it show progress on
 	// stderr; a push's bar ends before the command's output starts.

@@ -20,7 +20,8 @@ Usage:
   workspace-server VERB [flags] [args]
 
 Verbs (clients of a running server):
-  exec [--cwd DIR] [--env K=V]... [--timeout 30s] [--user UID[:GID]] -- CMD [ARG...]
+  exec [--cwd DIR] [--env K=V]... [--timeout 30s] [--user UID[:GID]] [--sync wait|defer] [--detach] -- CMD [ARG...]
+  exec attach ID [--from OFFSET]   exec ls [--json]   exec kill ID [--signal SIG]   exec wait ID
   read PATH                  write PATH [FILE|-]
   ls [--json] [-R] [PATH]    stat [--json] PATH
   mkdir [-p] PATH            rm [-r] PATH
@@ -48,6 +49,8 @@ Example:
   workspace-server serve &
   workspace-server exec -- sh -c 'echo hi > a'
   workspace-server read /a
+  id=$(workspace-server exec --detach -- sh -c 'sleep 60; echo done > b')
+  workspace-server exec wait "$id"
 
 Run "workspace-server VERB --help" for a verb's flags.
 `

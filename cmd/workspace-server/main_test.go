@@ -277,7 +277,7 @@ func TestExecVerb(t *testing.T) {
 	if got := c.ok("", "read", "/out"); got != "x" {
 		t.Fatalf("exec's write: %q", got)
 	}
-	if r := c.run("", "exec", "kill", "9"); r.code != 137 {
+	if r := c.run("", "exec", "--", "kill", "9"); r.code != 137 {
 		t.Fatalf("killed by 9: exit %d", r.code)
 	}
 	if got := c.ok("piped in", "exec", "--", "exit", "0"); got != "piped in" {

@@ -36,7 +36,7 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			"      --token-file /etc/wsync/api.token --allow-endpoint '10.0.0.*:45678'\n"+
 			"\nEvery flag has an environment twin: WSYNC_LISTEN, WSYNC_DATA, WSYNC_COMPUTERD,\n"+
 			"WSYNC_COMPUTERD_TOKEN_FILE, WSYNC_TOKEN_FILE, WSYNC_MOUNT, WSYNC_LOG_LEVEL, WSYNC_ALLOW_ENDPOINT\n"+
-			"(comma-separated patterns), WSYNC_CONFLICT_POLICY.\n"+
+			"(comma-separated patterns), WSYNC_CONFLICT_POLICY, WSYNC_MAX_EXECS, ...\n"+
 			"Without --token-file the API token is kept in DATA/token (created 0600 on first start).\n", stdout, stderr)
 	listen := c.fs.String("listen", env("WSYNC_LISTEN", "127.0.0.1:8080"), "HTTP API listen address")
 	data := c.fs.String("data", env("WSYNC_DATA", "./data"), "data dir: workspace stores and the registry")
@@ -51,6 +51,7 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	policy := c.fs.String("conflict-policy", env("WSYNC_CONFLICT_POLICY", ""), "the default workspace's conflict policy: keep-both, server-wins or container-wins (env WSYNC_CONFLICT_POLICY; default: what the registry holds, keep-both at first)")
 	verifyAfter := c.fs.Bool("verify-after-sync", env("WSYNC_VERIFY_AFTER_SYNC", "") == "1", "compare both sides' Merkle roots after every pull (env WSYNC_VERIFY_AFTER_SYNC=1)")
 	pullSlice := c.fs.String("pull-slice", env("WSYNC_PULL_SLICE", workspace.DefaultPullSlice.Wall.String()), "longest FIFO turn of one slice of the pull after a command; the rest goes on in later turns (env WSYNC_PULL_SLICE)")
+	maxExecs := c.fs.Int("max-execs", envInt("WSYNC_MAX_EXECS", workspace.DefaultMaxExecs), "most commands one workspace runs at once, foreground and detached; more are refused with EEXEC_BUSY (env WSYNC_MAX_EXECS)")
 	retry := c.fs.String("retry-backoff", env("WSYNC_RETRY_BACKOFF", workspace.DefaultRetryBackoff.String()), "first wait before the background puller retries a failed pull; it doubles up to 60 times this (env WSYNC_RETRY_BACKOFF)")
 	pos, code, ok := c.parse(args, true)
 	if !ok {
@@ -62,6 +63,9 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	slice, err := time.ParseDuration(*pullSlice)
 	if err != nil || slice <= 0 {
 		return c.usageError("--pull-slice %q: want a positive duration", *pullSlice)
+	}
+	if *maxExecs <= 0 {
+		return c.usageError("--max-execs %d: want 1 or more", *maxExecs)
 	}
 	backoff, err := time.ParseDuration(*retry)
 	if err != nil || backoff <= 0 {
@@ -109,6 +113,7 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		VerifyAfterSync:       *verifyAfter,
 		PullSlice:             workspace.Budget{Wall: slice},
 		RetryBackoff:          backoff,
+		MaxExecs:              *maxExecs,
 		Logger:                root,
 	}, tokenPath)
 	if err := stopEmbedded(); err != nil {

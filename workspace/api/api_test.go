@@ -92,6 +92,12 @@ var routes = []struct{ method, path, body string }{
 	{"GET", "/v1/workspaces/default/quota", ""},
 	{"PUT", "/v1/workspaces/default/quota", `{"max_bytes":1000}`},
 	{"GET", "/v1/workspaces/default/events?after=not-an-id", ""}, // a stream with a good one: it would not end
+	{"POST", "/v1/workspaces/default/execs", `{"argv":["echo","hi"]}`},
+	{"GET", "/v1/workspaces/default/execs", ""},
+	{"GET", "/v1/workspaces/default/execs/rt:1", ""},
+	{"GET", "/v1/workspaces/default/execs/rt:1/output?from=0", ""},
+	{"POST", "/v1/workspaces/default/execs/rt:1/kill", `{"signal":"TERM"}`},
+	{"GET", "/v1/workspaces/default/execs/rt:1/wait", ""},
 	{"GET", "/v1/nothing-here", ""},
 }
 

@@ -46,6 +46,18 @@
 // changes to and from the container, through the workspace's FIFO. Exec
 // answers with a stream of NDJSON frames so output is shown as it is made.
 //
+// # Detached execs
+//
+// .../execs (execs.go) starts a command detached (POST: 201 with its id),
+// lists the commands of every runtime (GET), and by id describes one,
+// streams its output from ?from=N (or end) as NDJSON frames with their
+// offsets, kills it (POST .../kill {"signal": "TERM"}) and waits for it
+// (GET .../wait, answered once the pull after a detached command is done).
+// Ids, offsets and signals are checked before anything else: 400 EINVAL; an
+// id of a replaced container is 410 EEXEC_LOST, an offset the log dropped
+// 416 ELOG_TRUNCATED, a command beyond the workspace's limit 429
+// EEXEC_BUSY.
+//
 // # Events
 //
 // GET .../events serves the workspace's event log as Server-Sent Events

@@ -25,7 +25,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request, ws *workspace.Work
 		ctx = workspace.WithProgress(ctx, fw.progress)
 	}
 	rep, err := target(r, ws).Exec(ctx, spec, func(ev workspace.ExecEvent) {
-		fw.frame(ExecFrame{Type: ev.Stream, Data: ev.Data})
+		fw.frame(ExecFrame{Type: ev.Stream, Data: ev.Data, Offset: ev.Offset})
 	})
 	finish(fw, rep, err)
 }

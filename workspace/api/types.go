@@ -65,12 +65,36 @@ type Frame[R any] struct {
 	Data     []byte              `json:"data,omitempty"`
 	Progress *workspace.Progress `json:"progress,omitempty"`
 	Result   *R                  `json:"result,omitempty"`
-	Error    string              `json:"error,omitempty"`
-	Errno    string              `json:"errno,omitempty"`
+	// Offset is where an output frame's Data starts in the command's
+	// output log (absent: 0): attach there to resume after it.
+	Offset int64  `json:"offset,omitempty"`
+	Error  string `json:"error,omitempty"`
+	Errno  string `json:"errno,omitempty"`
 }
 
 // ExecFrame is one line of the stream POST .../exec answers with.
 type ExecFrame = Frame[workspace.ExecReport]
+
+// ExecOutputFrame is one line of the stream GET .../execs/{id}/output
+// answers with: output frames, then the ExecResult.
+type ExecOutputFrame = Frame[workspace.ExecResult]
+
+// ExecStartResponse is the body of POST .../execs: the exec as recorded,
+// the push before it, and a warning when the command started but the
+// registry could not record it.
+type ExecStartResponse = workspace.ExecStartReport
+
+// KillRequest is the body of POST .../execs/{id}/kill: a signal by name
+// ("TERM", "SIGKILL") or number; TERM when absent.
+type KillRequest struct {
+	Signal string `json:"signal,omitempty"`
+}
+
+// KillResponse answers a kill: the exec and the signal sent.
+type KillResponse struct {
+	ExecID string `json:"exec_id"`
+	Signal int    `json:"signal"`
+}
 
 // Health is the body of GET /health.
 type Health struct {

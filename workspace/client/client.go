@@ -526,7 +526,7 @@ func (w *Workspace) Exec(ctx context.Context, spec workspace.ExecSpec, out func(
 	defer resp.Body.Close()
 	var events []workspace.ExecEvent
 	rep, err = frames(resp, "exec", obs, func(fr api.ExecFrame) {
-		ev := workspace.ExecEvent{Stream: fr.Type, Data: fr.Data}
+		ev := workspace.ExecEvent{Stream: fr.Type, Data: fr.Data, Offset: fr.Offset}
 		if out != nil {
 			out(ev)
 		} else {

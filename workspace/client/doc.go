@@ -15,6 +15,11 @@
 // workspace.ErrPendingPull, and any 502 (computerd failed: EPEER_AUTH,
 // or a sync wire code) to workspace.ErrPeer.
 //
+// StartExec, AttachExec, Execs, ExecInfo, KillExec and WaitExec are the
+// exec-by-id calls: a detached command's id, its output replayed from an
+// offset, the list, a signal, its end. EEXEC_LOST unwraps to
+// workspace.ErrExecLost and ELOG_TRUNCATED to workspace.ErrLogTruncated.
+//
 //	c, err := client.New("http://127.0.0.1:8080", token)
 //	ws := c.Workspace("default")
 //	rep, err := ws.Exec(ctx, workspace.ExecSpec{Argv: []string{"make"}}, func(ev workspace.ExecEvent) {

@@ -293,18 +293,16 @@ func (r *Remote) Pull(ctx context.Context, opts workspace.SyncOptions) (workspac
 	return Report(res, start, r.runtimeID(ctx)), r.note(err)
 }
 
-// maxReattach bounds how often one Exec re-attaches after lost sessions.
+// maxReattach bounds how often one Exec or AttachExec re-attaches after
+// lost sessions.
 const maxReattach = 5
 
-// Exec runs a command, re-attaching by id when the session drops. The
-// result carries the container's feed head from the exit event only when
-// the event came on the session the last push used: after a reconnect the
-// container may be another (a restarted computerd with a new store) whose
-// revs the fetch cursor does not follow until a sync reconciles them.
-func (r *Remote) Exec(ctx context.Context, spec workspace.ExecSpec, out func(workspace.ExecEvent)) (workspace.ExecResult, error) {
+// execRequest is spec as execrpc carries it: the cwd relative to the
+// mount, the user's gid its uid unless given.
+func execRequest(spec workspace.ExecSpec) execrpc.Request {
 	req := execrpc.Request{
 		Argv: spec.Argv, Shell: spec.Shell, Cwd: strings.TrimPrefix(spec.Cwd, "/"),
-		Env: spec.Env, Stdin: spec.Stdin, Timeout: spec.Timeout,
+		Env: spec.Env, Stdin: spec.Stdin, Timeout: spec.Timeout, LogCap: spec.LogCap,
 	}
 	if spec.User != nil {
 		req.HasUser, req.Uid, req.Gid = true, spec.User.Uid, spec.User.Uid
@@ -312,15 +310,23 @@ func (r *Remote) Exec(ctx context.Context, spec workspace.ExecSpec, out func(wor
 			req.Gid = *spec.User.Gid
 		}
 	}
+	return req
+}
+
+// Exec runs a command, re-attaching by id when the session drops. The
+// result carries the container's feed head from the exit event only when
+// the event came on the session the last push used: after a reconnect the
+// container may be another (a restarted computerd with a new store) whose
+// revs the fetch cursor does not follow until a sync reconciles them.
+func (r *Remote) Exec(ctx context.Context, spec workspace.ExecSpec, out func(workspace.ExecEvent)) (workspace.ExecResult, error) {
 	sess, _, err := r.client.Session(ctx)
 	if err != nil {
 		return workspace.ExecResult{}, r.note(fmt.Errorf("exec: %w", err))
 	}
-	st, err := execrpc.Start(ctx, sess, req)
+	st, err := execrpc.Start(ctx, sess, execRequest(spec))
 	if err != nil {
 		return workspace.ExecResult{}, r.note(err)
 	}
-	res := workspace.ExecResult{ExecID: st.ID, RuntimeID: st.RuntimeID}
 	// Cancelling ctx kills the command (the stream itself must outlive a
 	// cancelled ctx long enough to read the exit).
 	stop := context.AfterFunc(ctx, func() {
@@ -331,10 +337,48 @@ func (r *Remote) Exec(ctx context.Context, spec workspace.ExecSpec, out func(wor
 		}
 	})
 	defer stop()
-	sctx := context.WithoutCancel(ctx)
+	return r.follow(context.WithoutCancel(ctx), sess, st, 0, out)
+}
+
+// StartExec starts a command and leaves it running: closing its stream
+// does not stop it (execrpc).
+func (r *Remote) StartExec(ctx context.Context, spec workspace.ExecSpec) (string, error) {
+	sess, _, err := r.client.Session(ctx)
+	if err != nil {
+		return "", r.note(fmt.Errorf("exec: %w", err))
+	}
+	st, err := execrpc.Start(ctx, sess, execRequest(spec))
+	if err != nil {
+		return "", r.note(err)
+	}
+	st.Close()
+	return st.ID, r.note(nil)
+}
+
+// AttachExec follows exec id from offset from (workspace.ExecFromEnd: the
+// end of its output), re-attaching where it stopped when the session
+// drops; one that drops before any output came from the end attaches at
+// the end again.
+func (r *Remote) AttachExec(ctx context.Context, id string, from int64, out func(workspace.ExecEvent)) (workspace.ExecResult, error) {
+	sess, _, err := r.client.Session(ctx)
+	if err != nil {
+		return workspace.ExecResult{}, r.note(fmt.Errorf("exec %s: attach: %w", id, err))
+	}
+	st, err := execrpc.Attach(ctx, sess, id, from)
+	if err != nil {
+		return workspace.ExecResult{}, r.note(err)
+	}
+	return r.follow(ctx, sess, st, from, out)
+}
+
+// follow reads st to the exit event, passing output to out, and
+// re-attaches from the next offset (from, until output comes) when the
+// session dies. ctx bounds the reading.
+func (r *Remote) follow(ctx context.Context, sess *rpc.Session, st *execrpc.Stream, from int64, out func(workspace.ExecEvent)) (workspace.ExecResult, error) {
+	res := workspace.ExecResult{ExecID: st.ID, RuntimeID: st.RuntimeID}
 	attempts, exited := 0, false
 	for {
-		ev, err := st.Next(sctx)
+		ev, err := st.Next(ctx)
 		if errors.Is(err, io.EOF) {
 			st.Close()
 			if !exited {
@@ -344,28 +388,28 @@ func (r *Remote) Exec(ctx context.Context, spec workspace.ExecSpec, out func(wor
 		}
 		if err != nil {
 			st.Close()
-			if !errors.Is(err, rpc.ErrShutdown) || attempts >= maxReattach {
+			if !errors.Is(err, rpc.ErrShutdown) || attempts >= maxReattach || ctx.Err() != nil {
 				return res, r.note(err)
 			}
 			// The session died: re-dial and resume from the next offset.
 			attempts++
-			r.log.Warn("exec stream lost, re-attaching", "exec", st.ID, "offset", st.NextOffset, "err", err)
+			r.log.Warn("exec stream lost, re-attaching", "exec", st.ID, "offset", from, "err", err)
 			var derr error
-			sess, _, derr = r.client.Session(sctx)
+			sess, _, derr = r.client.Session(ctx)
 			if derr != nil {
 				return res, r.note(fmt.Errorf("exec %s: re-attach: %w", st.ID, derr))
 			}
-			next, aerr := execrpc.Attach(sctx, sess, st.ID, st.NextOffset)
+			next, aerr := execrpc.Attach(ctx, sess, st.ID, from)
 			if aerr != nil {
 				return res, r.note(fmt.Errorf("exec %s: re-attach: %w", st.ID, aerr))
 			}
-			next.NextOffset = st.NextOffset
 			st = next
 			continue
 		}
 		if ev.Exit != nil {
 			res.ExitCode, res.Signal = ev.Exit.Code, int(ev.Exit.Signal)
 			res.TimedOut, res.Killed, res.Duration = ev.Exit.TimedOut, ev.Exit.Killed, ev.Exit.Duration
+			res.OutputBytes = ev.Offset
 			if ev.Exit.HasHead && sess == r.pushed.Load() {
 				res.HasHead, res.Head = true, ev.Exit.Head
 			}
@@ -376,8 +420,50 @@ func (r *Remote) Exec(ctx context.Context, spec workspace.ExecSpec, out func(wor
 		if ev.Stream == execrpc.Stderr {
 			stream = workspace.Stderr
 		}
-		out(workspace.ExecEvent{Stream: stream, Data: ev.Data})
+		from = ev.Offset + int64(len(ev.Data))
+		out(workspace.ExecEvent{Stream: stream, Data: ev.Data, Offset: ev.Offset})
 	}
+}
+
+// KillExec signals exec id's process group.
+func (r *Remote) KillExec(ctx context.Context, id string, sig syscall.Signal) error {
+	sess, _, err := r.client.Session(ctx)
+	if err != nil {
+		return r.note(fmt.Errorf("exec %s: kill: %w", id, err))
+	}
+	return r.note(execrpc.Kill(ctx, sess, id, sig))
+}
+
+// ListExecs lists the runner's running and retained execs.
+func (r *Remote) ListExecs(ctx context.Context) (string, []workspace.ExecInfo, error) {
+	sess, _, err := r.client.Session(ctx)
+	if err != nil {
+		return "", nil, r.note(fmt.Errorf("exec list: %w", err))
+	}
+	rt, list, err := execrpc.List(ctx, sess)
+	if err != nil {
+		return "", nil, r.note(err)
+	}
+	out := make([]workspace.ExecInfo, len(list))
+	for i, in := range list {
+		out[i] = ExecInfoOf(in)
+	}
+	return rt, out, r.note(nil)
+}
+
+// ExecInfoOf is an exec of computerd's list as the workspace shows it: the
+// cwd a workspace path, its exit an ExecResult.
+func ExecInfoOf(in execrpc.Info) workspace.ExecInfo {
+	e := workspace.ExecInfo{
+		ExecID: in.ID, RuntimeID: workspace.ExecRuntimeID(in.ID), Argv: in.Argv, Shell: in.Shell, ArgvTruncated: in.Truncated,
+		Cwd: "/" + in.Cwd, Started: in.Started, Ended: in.Ended, State: in.State,
+		OutputBytes: in.LogEnd, LogStart: in.LogStart, LogCap: in.LogCap,
+	}
+	if x := in.Exit; x != nil {
+		e.Result = &workspace.ExecResult{ExecID: in.ID, RuntimeID: e.RuntimeID, ExitCode: x.Code, Signal: int(x.Signal),
+			TimedOut: x.TimedOut, Killed: x.Killed, Duration: x.Duration, OutputBytes: in.LogEnd}
+	}
+	return e
 }
 
 // Status reports both sides' positions; it answers from the server's side

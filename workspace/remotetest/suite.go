@@ -16,8 +16,13 @@
 // progress a push or pull reports grows batch by batch and its last totals
 // add up to the report; a closed remote reports errors; two runtimes of
 // one server store are separate peers, each with its own watermarks; Exec
-// returns the command's
-// output and exit code; Verify tells a converged pair from a drifted one
+// returns the command's output and exit code; StartExec answers with an
+// id while the command runs on, ListExecs shows it (running, then exited
+// with its code and output bytes), AttachExec replays its output from any
+// offset it still holds (none from ExecFromEnd) and returns its exit,
+// refuses an offset past the end (vfs.ErrInvalid), KillExec ends it by
+// signal, an unknown id is vfs.ErrNotExist and one of another container
+// runtime ErrExecLost; Verify tells a converged pair from a drifted one
 // (skipped when the remote answers workspace.ErrNotSupported); Status
 // reports both stores' positions.
 //
@@ -32,6 +37,7 @@ import (
 	"io"
 	"path"
 	"slices"
+	"syscall"
 	"testing"
 	"time"
 
@@ -73,6 +79,10 @@ func Suite(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"ProgressAddsUpToTheReport", testProgress},
 		{"ClosedRemoteReportsErrors", testClosed},
 		{"Exec", testExec},
+		{"DetachedExecOutlivesItsCall", testDetached},
+		{"AttachReplaysFromAnOffset", testAttachOffset},
+		{"KillAndWait", testKillExec},
+		{"UnknownAndLostExecIDs", testExecIDs},
 		{"Verify", testVerify},
 		{"Status", testStatus},
 		{"RuntimesAreSeparatePeers", testRuntimes},
@@ -480,5 +490,160 @@ func addsUp(t *testing.T, what string, seen []workspace.Progress, rep workspace.
 	}
 	if sum.Entries != rep.Entries+rep.Skipped+rep.Deferred || sum.Objects != rep.Objects || sum.Bytes != rep.Bytes || sum.Batches != rep.Batches {
 		t.Errorf("%s: progress adds up to %+v, the report says %+v", what, sum, rep)
+	}
+}
+
+// collected is the output AttachExec passed, with its offsets checked to
+// follow on from from.
+type collected struct {
+	t    *testing.T
+	next int64
+	buf  bytes.Buffer
+}
+
+func (c *collected) out(ev workspace.ExecEvent) {
+	if ev.Offset != c.next {
+		c.t.Errorf("output at offset %d, want %d", ev.Offset, c.next)
+	}
+	c.next = ev.Offset + int64(len(ev.Data))
+	c.buf.Write(ev.Data)
+}
+
+// findExec is id's entry in the remote's list.
+func findExec(t *testing.T, h Harness, id string) (workspace.ExecInfo, bool) {
+	t.Helper()
+	rt, list, err := h.Remote.ListExecs(ctxOf(t))
+	if err != nil {
+		t.Fatalf("list execs: %v", err)
+	}
+	if rt == "" || workspace.ExecRuntimeID(id) != rt {
+		t.Errorf("list names runtime %q, the exec id %q", rt, id)
+	}
+	for _, e := range list {
+		if e.ExecID == id {
+			return e, true
+		}
+	}
+	return workspace.ExecInfo{}, false
+}
+
+// testDetached: a started command runs on after StartExec answered and
+// after the context it was started with ended; it is listed as running,
+// then as exited with its code and output.
+func testDetached(t *testing.T, h Harness) {
+	ctx, cancel := context.WithCancel(ctxOf(t))
+	id, err := h.Remote.StartExec(ctx, workspace.ExecSpec{Shell: "echo started ; sleep 0.5 ; echo done ; exit 7"})
+	cancel()
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	if err := workspace.ValidateExecID(id); err != nil {
+		t.Fatalf("start answered id %q: %v", id, err)
+	}
+	if e, ok := findExec(t, h, id); !ok || e.State != workspace.ExecStateRunning || e.Result != nil || e.Started.IsZero() || e.Shell == "" {
+		t.Errorf("listed right after the start: %+v, %v; want running, with its start and command line", e, ok)
+	}
+	c := &collected{t: t}
+	res, err := h.Remote.AttachExec(ctxOf(t), id, 0, c.out)
+	if err != nil {
+		t.Fatalf("attach: %v", err)
+	}
+	if res.ExitCode != 7 || res.ExecID != id || res.OutputBytes != int64(c.buf.Len()) {
+		t.Errorf("attach result %+v, want exit 7, the id, output bytes %d", res, c.buf.Len())
+	}
+	if got := c.buf.String(); got != "started\ndone\n" {
+		t.Errorf("output %q, want started and done", got)
+	}
+	e, ok := findExec(t, h, id)
+	if !ok || e.State != workspace.ExecStateExited || e.Result == nil || e.Result.ExitCode != 7 || e.OutputBytes != 13 || e.LogStart != 0 || e.Ended.IsZero() {
+		t.Errorf("listed after the end: %+v (result %+v), %v; want exited 7 with 13 bytes of output", e, e.Result, ok)
+	}
+}
+
+// testAttachOffset: attaching at an offset replays the rest of the log;
+// from the end, nothing but the exit; past the end is an invalid offset.
+func testAttachOffset(t *testing.T, h Harness) {
+	id, err := h.Remote.StartExec(ctxOf(t), workspace.ExecSpec{Shell: "echo hello ; echo world"})
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	if _, err := h.Remote.AttachExec(ctxOf(t), id, 0, func(workspace.ExecEvent) {}); err != nil {
+		t.Fatalf("attach: %v", err)
+	}
+	c := &collected{t: t, next: 6}
+	if _, err := h.Remote.AttachExec(ctxOf(t), id, 6, c.out); err != nil || c.buf.String() != "world\n" {
+		t.Errorf("replay from 6: %q, %v; want \"world\\n\"", c.buf.String(), err)
+	}
+	res, err := h.Remote.AttachExec(ctxOf(t), id, workspace.ExecFromEnd, func(ev workspace.ExecEvent) {
+		t.Errorf("output %q from the end of a finished exec", ev.Data)
+	})
+	if err != nil || res.ExitCode != 0 || res.OutputBytes != 12 {
+		t.Errorf("attach from the end: %+v, %v; want the exit at offset 12", res, err)
+	}
+	if _, err := h.Remote.AttachExec(ctxOf(t), id, 1<<40, func(workspace.ExecEvent) {}); !errors.Is(err, vfs.ErrInvalid) {
+		t.Errorf("attach past the end: %v, want vfs.ErrInvalid", err)
+	}
+}
+
+// testKillExec: a kill ends a running command by the signal, which its
+// exit tells; killing it again once it ended is no error.
+func testKillExec(t *testing.T, h Harness) {
+	id, err := h.Remote.StartExec(ctxOf(t), workspace.ExecSpec{Shell: "echo up ; sleep 60"})
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	up := make(chan struct{})
+	var once bool
+	done := make(chan workspace.ExecResult, 1)
+	go func() {
+		res, err := h.Remote.AttachExec(ctxOf(t), id, 0, func(workspace.ExecEvent) {
+			if !once {
+				once = true
+				close(up)
+			}
+		})
+		if err != nil {
+			t.Errorf("attach: %v", err)
+		}
+		done <- res
+	}()
+	select {
+	case <-up:
+	case <-ctxOf(t).Done():
+		t.Fatal("no output from the command")
+	}
+	if err := h.Remote.KillExec(ctxOf(t), id, syscall.SIGTERM); err != nil {
+		t.Fatalf("kill: %v", err)
+	}
+	res := <-done
+	if res.Signal != int(syscall.SIGTERM) || res.ExitCode != 128+int(syscall.SIGTERM) || !res.Killed {
+		t.Errorf("killed exec ended %+v, want SIGTERM (143), killed", res)
+	}
+	if err := h.Remote.KillExec(ctxOf(t), id, syscall.SIGKILL); err != nil {
+		t.Errorf("kill of an exec that ended: %v", err)
+	}
+	if e, _ := findExec(t, h, id); e.State != workspace.ExecStateKilled {
+		t.Errorf("listed as %q, want killed", e.State)
+	}
+}
+
+// testExecIDs: an id the runner never issued is vfs.ErrNotExist; one of
+// another container runtime (computerd restarted) is ErrExecLost.
+func testExecIDs(t *testing.T, h Harness) {
+	id, err := h.Remote.StartExec(ctxOf(t), workspace.ExecSpec{Shell: "exit 0"})
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	rt := workspace.ExecRuntimeID(id)
+	discard := func(workspace.ExecEvent) {}
+	if _, err := h.Remote.AttachExec(ctxOf(t), rt+":999999", 0, discard); !errors.Is(err, vfs.ErrNotExist) {
+		t.Errorf("attach to an id never issued: %v, want vfs.ErrNotExist", err)
+	}
+	other := "00000000-0000-0000-0000-000000000000:1"
+	if _, err := h.Remote.AttachExec(ctxOf(t), other, 0, discard); !errors.Is(err, workspace.ErrExecLost) {
+		t.Errorf("attach to an id of another runtime: %v, want ErrExecLost", err)
+	}
+	if err := h.Remote.KillExec(ctxOf(t), other, syscall.SIGTERM); !errors.Is(err, workspace.ErrExecLost) {
+		t.Errorf("kill of an id of another runtime: %v, want ErrExecLost", err)
 	}
 }

@@ -47,10 +47,12 @@ type Fake struct {
 	peer   string // the server's name for the container: its runtime's Peer()
 	side   string // the container's side in conflict copy names: its runtime's Side()
 
+	execs *execTable    // the container's commands; shared by the Fakes of one container
+	gone  chan struct{} // closed by Close: what waits on the session ends
+
 	mu        sync.Mutex
 	run       RunFunc
 	runtime   string
-	execSeq   int
 	failPush  []error
 	failPull  []error
 	pullGate  chan struct{}
@@ -77,16 +79,19 @@ func NewFake(server, container *vfs.Store, run RunFunc) *Fake {
 // It detects no conflicts (Remotes' fakes do, with their workspace's
 // options).
 func NewFakeOf(server, container *vfs.Store, rt workspace.Runtime, run RunFunc) *Fake {
-	return newFake(server, container, rt, nil, run)
+	return newFake(server, container, rt, nil, run, nil)
 }
 
 // newFake is NewFakeOf whose pulls detect conflicts with conflicts (nil:
 // none), as the real remote's driver does with its Options.Conflicts.
-func newFake(server, container *vfs.Store, rt workspace.Runtime, conflicts *vfs.ConflictOptions, run RunFunc) *Fake {
+func newFake(server, container *vfs.Store, rt workspace.Runtime, conflicts *vfs.ConflictOptions, run RunFunc, execs *execTable) *Fake {
 	if run == nil {
 		run = Commands
 	}
-	f := &Fake{Server: server, Container: container, run: run, runtime: "fake-runtime-1", peer: rt.Peer(), side: rt.Side()}
+	if execs == nil {
+		execs = newExecTable()
+	}
+	f := &Fake{Server: server, Container: container, run: run, runtime: "fake-runtime-1", peer: rt.Peer(), side: rt.Side(), execs: execs, gone: make(chan struct{})}
 	f.srv = syncwire.NewServer(container, rpc.ServerOptions{})
 	f.resp = converge.Register(f.srv, container, slog.New(slog.DiscardHandler))
 	f.client = rpc.NewClient(rpc.ClientOptions{
@@ -163,6 +168,7 @@ func (f *Fake) Close() error {
 		return nil
 	}
 	f.closed = true
+	close(f.gone)
 	f.mu.Unlock()
 	return errors.Join(f.client.Close(), f.resp.Close(), f.srv.Close())
 }
@@ -236,7 +242,9 @@ func (f *Fake) Pull(ctx context.Context, opts workspace.SyncOptions) (workspace.
 	return remote.Report(res, start, f.runtime), err
 }
 
-// Exec runs the RunFunc against the container store.
+// Exec runs the RunFunc against the container store, as an exec of the
+// fake's runner (listed, attachable, killable by id); cancelling ctx
+// cancels the RunFunc's context.
 func (f *Fake) Exec(ctx context.Context, spec workspace.ExecSpec, out func(workspace.ExecEvent)) (workspace.ExecResult, error) {
 	f.mu.Lock()
 	f.calls = append(f.calls, "exec")
@@ -244,13 +252,19 @@ func (f *Fake) Exec(ctx context.Context, spec workspace.ExecSpec, out func(works
 		f.mu.Unlock()
 		return workspace.ExecResult{}, errClosed
 	}
-	f.execSeq++
-	id := fmt.Sprintf("%s:%d", f.runtime, f.execSeq)
 	runtime, run := f.runtime, f.run
 	f.mu.Unlock()
 	start := time.Now()
-	res, err := run(ctx, f.Container, spec, out)
-	res.ExecID, res.RuntimeID = id, runtime
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	e, err := f.execs.begin(runtime, spec, cancel)
+	if err != nil {
+		return workspace.ExecResult{}, err
+	}
+	res := f.runExec(rctx, e, spec, run, out)
+	f.execs.mu.Lock()
+	err = e.err
+	f.execs.mu.Unlock()
 	if err == nil {
 		// The container store is the fake's one feed, whatever its
 		// runtime: the head is always of the feed the fetch cursor follows.
@@ -346,6 +360,7 @@ func (f *Fake) Repair(ctx context.Context, opts workspace.SyncOptions) (workspac
 //	exit N               exit with code N
 //	kill N               end as if killed by signal N (exit code 128+N)
 //	env                  print spec.Env, one per line, then "cwd=" spec.Cwd
+//	sleep S              wait S seconds (a decimal), or until the command is killed
 //
 // Steps can be chained with ";" as separate words ("write a x ; exit 3").
 // Anything else is exit 127 with "not found" on stderr.
@@ -420,6 +435,16 @@ func Commands(ctx context.Context, c *vfs.Store, spec workspace.ExecSpec, out fu
 			n, _ := strconv.Atoi(strings.Join(args, ""))
 			res.Signal, res.ExitCode, res.Killed = n, 128+n, true
 			return res, nil
+		case "sleep":
+			var secs float64
+			fmt.Sscanf(strings.Join(args, ""), "%g", &secs)
+			t := time.NewTimer(time.Duration(secs * float64(time.Second)))
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return res, ctx.Err()
+			}
 		case "env":
 			var b bytes.Buffer
 			for _, e := range spec.Env {
@@ -444,10 +469,15 @@ func Commands(ctx context.Context, c *vfs.Store, spec workspace.ExecSpec, out fu
 type Remotes struct {
 	Dir string
 	Run RunFunc // nil: Commands
+	// Runtime is the container runtime id of the Fakes built from now on
+	// ("": fake-runtime-1): changed between two remote builds, it plays a
+	// computerd that restarted, whose earlier exec ids are lost.
+	Runtime string
 
 	mu         sync.Mutex
 	fakes      map[string]*Fake      // by workspace, and "/runtime" for an attached runtime
 	containers map[string]*vfs.Store // by the same key; Close closes them
+	execs      map[string]*execTable // by the same key: each container's commands
 }
 
 // Factory is the workspace.RemoteFactory.
@@ -472,11 +502,17 @@ func (r *Remotes) Factory(ws *workspace.Workspace, rt workspace.Runtime) (worksp
 			return nil, err
 		}
 		if r.containers == nil {
-			r.fakes, r.containers = make(map[string]*Fake), make(map[string]*vfs.Store)
+			r.fakes, r.containers, r.execs = make(map[string]*Fake), make(map[string]*vfs.Store), make(map[string]*execTable)
 		}
 		r.containers[key] = c
 	}
-	f := newFake(server, c, rt, ws.ConflictOptions(rt), r.Run)
+	if r.execs[key] == nil {
+		r.execs[key] = newExecTable()
+	}
+	f := newFake(server, c, rt, ws.ConflictOptions(rt), r.Run, r.execs[key])
+	if r.Runtime != "" {
+		f.runtime = r.Runtime
+	}
 	f.Ignore = ws.IgnoreList()
 	r.fakes[key] = f
 	return f, nil
@@ -506,6 +542,9 @@ func (r *Remotes) Close() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var errs []error
+	for _, t := range r.execs {
+		t.killAll()
+	}
 	for _, c := range r.containers {
 		errs = append(errs, c.Close())
 	}
