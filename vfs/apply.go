@@ -92,6 +92,7 @@ func (s *Store) Apply(ctx context.Context, entries []ChangeEntry, opts ApplyOpti
 	}
 	var inval []Invalidation
 	err := s.update(ctx, func(t *wtx) error {
+		t.origin = OriginSync
 		res.RevBefore = t.last
 		missing, err := t.missingChunks(entries)
 		if err != nil {

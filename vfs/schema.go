@@ -20,6 +20,7 @@ var migrations = []sqlitemigrate.Step{
 	migrateV4,
 	migrateV5,
 	migrateV6,
+	migrateTrash,
 }
 
 // SchemaVersion is the schema version this build writes.
@@ -144,6 +145,37 @@ func migrateV6(ctx context.Context, tx *sql.Tx) error {
 	for _, s := range stmts {
 		if _, err := tx.ExecContext(ctx, s); err != nil {
 			return fmt.Errorf("v6: %w", err)
+		}
+	}
+	return nil
+}
+
+// migrateTrash adds the trash (trash.go): one row per path whose content
+// a delete or an overwrite replaced, holding the old manifest (and a
+// reference on each of its chunks) until it expires, is purged, evicted
+// or restored; meta keeps its running totals.
+func migrateTrash(ctx context.Context, tx *sql.Tx) error {
+	stmts := []string{
+		`CREATE TABLE trash(
+			id INTEGER PRIMARY KEY AUTOINCREMENT,
+			path TEXT NOT NULL,
+			kind INTEGER NOT NULL,
+			mode INTEGER NOT NULL,
+			size INTEGER NOT NULL,
+			mtime INTEGER NOT NULL,
+			manifest BLOB,
+			target TEXT,
+			at INTEGER NOT NULL,
+			op TEXT NOT NULL,
+			origin TEXT NOT NULL
+		)`,
+		`CREATE INDEX trash_path ON trash(path, at)`,
+		`CREATE INDEX trash_at ON trash(at)`,
+		`INSERT OR IGNORE INTO meta(key, value) VALUES('trash_bytes', 0), ('trash_entries', 0)`,
+	}
+	for _, s := range stmts {
+		if _, err := tx.ExecContext(ctx, s); err != nil {
+			return fmt.Errorf("trash schema: %w", err)
 		}
 	}
 	return nil
