@@ -113,7 +113,6 @@ func (gd *guarded) check(ctx context.Context, batch []vfs.ChangeEntry, next func
 	}
 	total := gd.st.Deletes + n
 	if err := gd.g.Refuse(ctx, total); err != nil {
-		metricMassDeletes.Inc()
 		return err
 	}
 	read := false // the look-ahead consumed entries after batch
@@ -137,7 +136,6 @@ func (gd *guarded) check(ctx context.Context, batch []vfs.ChangeEntry, next func
 		}
 		total += k
 		if err := gd.g.Refuse(ctx, total); err != nil {
-			metricMassDeletes.Inc()
 			return err
 		}
 	}

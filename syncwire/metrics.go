@@ -24,10 +24,6 @@ var (
 		Name: "wsync_syncwire_entries_total",
 		Help: "Change entries moved by the drivers, by direction (pushed, pulled).",
 	}, []string{"direction"})
-	metricMassDeletes = promauto.NewCounter(prometheus.CounterOpts{
-		Name: "wsync_syncwire_mass_delete_pauses_total",
-		Help: "Pulls paused before their deletions by a deletion guard (a mass delete).",
-	})
 	metricResets = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "wsync_syncwire_watermark_resets_total",
 		Help: "Watermarks reset to re-baseline a peer, by cause (invariant, reconcile).",

@@ -33,6 +33,7 @@ const (
 	PendingDeferred = "deferred" // an exec's pull that runs after its reply
 	PendingRunning  = "running"  // a pull in slices that has more to fetch
 	PendingFailed   = "failed"   // its last attempt failed; retried with backoff
+	PendingPaused   = "paused"   // a mass delete held back until confirmed (massdelete.go); not retried
 )
 
 // slicedPull pulls from rs in slices, each in a FIFO turn of its own, until
@@ -85,7 +86,7 @@ func (w *Workspace) slicedPull(ctx context.Context, rs *runtimeState, r Remote, 
 // state, so the fence holds and a restart resumes it. A slice that
 // recorded conflicts pushes in the same turn (pullSettling).
 func (w *Workspace) pullSliceSettling(ctx context.Context, rs *runtimeState, r Remote, owed PendingPull) (SyncReport, error) {
-	rep, err := w.pullBudget(ctx, rs, r, owed, w.m.opts.PullSlice)
+	rep, err := w.pullBudget(ctx, rs, r, owed, w.m.opts.PullSlice, PullOptions{})
 	if err == nil && rep.Conflicts > 0 {
 		w.push(ctx, rs, r)
 	}
@@ -143,7 +144,7 @@ func (w *Workspace) backgroundPull(ctx context.Context, rs *runtimeState) {
 		w.stateMu.Lock()
 		owed, attached := clonePtr(rs.pending), w.runtimes[rs.rt.Name] == rs
 		w.stateMu.Unlock()
-		if owed == nil || !attached {
+		if owed == nil || !attached || owed.State == PendingPaused {
 			return
 		}
 		if owed.State == PendingFailed || owed.State == "" {
