@@ -76,6 +76,9 @@ func printStatus(w io.Writer, st workspace.Status) {
 	if st.Conflicts > 0 {
 		fmt.Fprintf(w, "conflicts:  %d open (see: workspace-server conflicts)\n", st.Conflicts)
 	}
+	if st.Trash.Entries > 0 {
+		fmt.Fprintf(w, "trash:      %d entries, %s (see: workspace-server trash ls)\n", st.Trash.Entries, humanBytes(st.Trash.Bytes))
+	}
 	if st.Queued > 0 {
 		fmt.Fprintf(w, "queued:     %d sync calls waiting\n", st.Queued)
 	}
@@ -96,6 +99,8 @@ func describePending(p *workspace.PendingPull) string {
 		return fmt.Sprintf("%s, deferred %s ago, runs in the background", what, since(p.Since))
 	case workspace.PendingRunning:
 		return fmt.Sprintf("%s, running in slices since %s ago%s", what, since(p.Since), done)
+	case workspace.PendingPaused:
+		return fmt.Sprintf("%s PAUSED %s ago%s, pushes and execs held back: %s", what, since(p.Since), done, p.Error)
 	}
 	return fmt.Sprintf("%s failed %s ago (%d attempts%s), retried in the background: %s (or run `workspace-server pull`)",
 		what, since(p.Since), max(p.Attempts, 1), done, p.Error)

@@ -121,7 +121,7 @@ func (s *Server) routes() {
 	mux.HandleFunc("POST "+ws+"/fs/chmod", s.withWS(s.chmod))
 	mux.HandleFunc("POST "+ws+"/exec", s.withWS(s.exec))
 	mux.HandleFunc("POST "+ws+"/push", s.withWS(syncing(workspace.Target.Push)))
-	mux.HandleFunc("POST "+ws+"/pull", s.withWS(syncing(workspace.Target.Pull)))
+	mux.HandleFunc("POST "+ws+"/pull", s.withWS(s.pull))
 	mux.HandleFunc("POST "+ws+"/tick", s.withWS(s.tick))
 	mux.HandleFunc("GET "+ws+"/status", s.withWS(onRuntime(workspace.Target.Status)))
 	mux.HandleFunc("POST "+ws+"/verify", s.withWS(s.verify))
@@ -132,6 +132,9 @@ func (s *Server) routes() {
 	mux.HandleFunc("POST "+ws+"/conflicts/resolve", s.withWS(s.resolveConflict))
 	mux.HandleFunc("PUT "+ws+"/conflict-policy", s.withWS(s.setConflictPolicy))
 	mux.HandleFunc("GET "+ws+"/events", s.withWS(s.events))
+	mux.HandleFunc("GET "+ws+"/trash", s.withWS(s.listTrash))
+	mux.HandleFunc("POST "+ws+"/trash/restore", s.withWS(s.restoreTrash))
+	mux.HandleFunc("POST "+ws+"/trash/purge", s.withWS(s.purgeTrash))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fmt.Errorf("no route for %s %s: %w", r.Method, r.URL.Path, vfs.ErrNotExist))
 	})
