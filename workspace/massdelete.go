@@ -64,8 +64,9 @@ type PullOptions struct {
 }
 
 // MassDeleteError is a pull paused by the deletion safety: it would delete
-// Deletes of the workspace's Live paths, more than Share of them and at
-// least Min. It is an ErrMassDelete.
+// at least Deletes of the workspace's Live paths (the count stops where it
+// crossed the bound), more than Share of them and at least Min. It is an
+// ErrMassDelete.
 type MassDeleteError struct {
 	Deletes int
 	Live    int64
@@ -74,7 +75,7 @@ type MassDeleteError struct {
 }
 
 func (e *MassDeleteError) Error() string {
-	return fmt.Sprintf("%v: it would delete %d of the workspace's %d paths (more than %.0f%%, at least %d); nothing was deleted. "+
+	return fmt.Sprintf("%v: it would delete at least %d of the workspace's %d paths (more than %.0f%%, at least %d); nothing was deleted. "+
 		"Confirm with `workspace-server pull --allow-mass-delete`, or restore the files in the container",
 		ErrMassDelete, e.Deletes, e.Live, e.Share*100, e.Min)
 }

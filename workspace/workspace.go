@@ -203,7 +203,7 @@ type PendingPull struct {
 	Pulled   int `json:"pulled,omitempty"`
 	Attempts int `json:"attempts,omitempty"`
 	// Deletes is how many live paths a paused pull (PendingPaused) would
-	// delete.
+	// delete at least (counting stops once past the bound).
 	Deletes int `json:"deletes,omitempty"`
 }
 
