@@ -95,6 +95,19 @@
 // is reported as abandoned (the pull took whatever the new runtime holds).
 // A path the server changed too is a conflict of that pull (see below).
 //
+// A pull that would delete more than Options.MassDelete allows (half the
+// workspace's live paths and at least 1,000, by default) stops before its
+// first deletion (massdelete.go) and leaves its record paused
+// (PendingPaused): not retried in the background, fencing writes to the
+// container like a failed one, until a pull with
+// PullOptions.AllowMassDelete applies it.
+//
+// # Trash
+//
+// Each workspace store keeps a trash (Options.Trash, trash.go): what a pull
+// or the files API deleted or overwrote, restorable for the retention with
+// TrashRestore as new server changes that the next push carries.
+//
 // # Conflicts
 //
 // The server's store detects conflicts in the apply of a pull and settles
