@@ -356,7 +356,17 @@ func (w *Workspace) pullBudget(ctx context.Context, rs *runtimeState, r Remote, 
 	ctx, sp := w.beginSync(ctx, rs, "pull")
 	opts := SyncOptions{Ignore: w.IgnoreList(), Budget: budget, Progress: w.progress(ctx, rs)}
 	if !po.AllowMassDelete {
-		g, err := w.deleteGuard(ctx, po.MassDelete)
+		md := po.MassDelete
+		if md == (MassDeleteOptions{}) {
+			// A pull paused under a call's own bounds stays paused under
+			// them, whoever pulls next (a push settling it, the next exec).
+			w.stateMu.Lock()
+			if p := rs.pending; p != nil && p.State == PendingPaused && p.MassDelete != nil {
+				md = *p.MassDelete
+			}
+			w.stateMu.Unlock()
+		}
+		g, err := w.deleteGuard(ctx, md)
 		if err != nil {
 			sp.finish(SyncReport{}, err)
 			return SyncReport{}, err
@@ -379,6 +389,7 @@ func (w *Workspace) pullBudget(ctx context.Context, rs *runtimeState, r Remote, 
 		case errors.As(err, &md):
 			// Paused until confirmed: not retried in the background.
 			owed.State, owed.Error, owed.Deletes = PendingPaused, err.Error(), md.Deletes
+			owed.MassDelete = &MassDeleteOptions{Share: md.Share, Min: md.Min}
 		case ctx.Err() == nil:
 			owed.State, owed.Error = PendingFailed, err.Error()
 		}

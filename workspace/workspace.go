@@ -205,6 +205,9 @@ type PendingPull struct {
 	// Deletes is how many live paths a paused pull (PendingPaused) would
 	// delete at least (counting stops once past the bound).
 	Deletes int `json:"deletes,omitempty"`
+	// MassDelete are the bounds that paused it; the pulls that follow use
+	// them until one confirms.
+	MassDelete *MassDeleteOptions `json:"mass_delete,omitempty"`
 }
 
 // SyncRecord is the outcome of the last push or pull.

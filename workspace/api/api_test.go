@@ -89,6 +89,9 @@ var routes = []struct{ method, path, body string }{
 	{"GET", "/v1/workspaces/default/conflicts", ""},
 	{"POST", "/v1/workspaces/default/conflicts/resolve", `{"path":"/a","keep":"both"}`},
 	{"PUT", "/v1/workspaces/default/conflict-policy", `{"policy":"keep-both"}`},
+	{"GET", "/v1/workspaces/default/trash", ""},
+	{"POST", "/v1/workspaces/default/trash/restore", `{"path":"/a"}`},
+	{"POST", "/v1/workspaces/default/trash/purge", `{}`},
 	{"GET", "/v1/workspaces/default/events?after=not-an-id", ""}, // a stream with a good one: it would not end
 	{"GET", "/v1/nothing-here", ""},
 }
