@@ -112,7 +112,7 @@ func (w *Workspace) owe(rs *runtimeState, owed PendingPull) error {
 func (w *Workspace) kick(rs *runtimeState) {
 	w.stateMu.Lock()
 	defer w.stateMu.Unlock()
-	if rs.pulling || rs.pending == nil || w.bgCtx.Err() != nil {
+	if rs.pulling || rs.pending == nil || rs.pending.State == PendingPaused || w.bgCtx.Err() != nil {
 		return
 	}
 	rs.pulling = true
@@ -133,7 +133,7 @@ func (w *Workspace) backgroundPull(ctx context.Context, rs *runtimeState) {
 	defer func() {
 		w.stateMu.Lock()
 		rs.pulling = false
-		again := rs.pending != nil && ctx.Err() == nil && w.runtimes[rs.rt.Name] == rs
+		again := rs.pending != nil && rs.pending.State != PendingPaused && ctx.Err() == nil && w.runtimes[rs.rt.Name] == rs
 		w.stateMu.Unlock()
 		if again { // owed again after the loop saw it settled
 			w.kick(rs)
