@@ -29,8 +29,9 @@ type harness struct {
 	data    string
 	// backoff is the background puller's first retry wait: an hour unless
 	// a test sets it, so a failed pull is retried only where a test asks.
-	backoff time.Duration
-	slice   workspace.Budget
+	backoff    time.Duration
+	slice      workspace.Budget
+	massDelete workspace.MassDeleteOptions
 }
 
 func newHarness(t *testing.T, run workspacetest.RunFunc) *harness {
@@ -50,6 +51,7 @@ func (h *harness) open(t *testing.T) *workspace.Manager {
 		NoSync:          true,
 		RetryBackoff:    cmp.Or(h.backoff, time.Hour),
 		PullSlice:       h.slice,
+		MassDelete:      h.massDelete,
 	})
 	if err != nil {
 		t.Fatal(err)
