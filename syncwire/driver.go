@@ -662,7 +662,9 @@ func (x *Exchange) pullFeed(ctx context.Context, opts PullOptions, start time.Ti
 		}
 		gd = &guarded{g: opts.Guard, st: &res.Checked}
 	}
-	if err := x.receive(ctx, cs.Next, true, opts.Budget, start, gd, &ws, res); err != nil {
+	err = x.receive(ctx, cs.Next, true, opts.Budget, start, gd, &ws, res)
+	gd.settle()
+	if err != nil {
 		return err
 	}
 	if res.More {
@@ -722,6 +724,10 @@ type fetchedBatch struct {
 	// last: the budget stops the receive after this batch; more: the
 	// feed had entries after it.
 	last, more bool
+	// countCreates: the deletion guard counts the paths this batch
+	// creates from its apply (created) rather than ahead of it.
+	countCreates bool
+	created      int
 }
 
 func (f *fetchedBatch) release() {
@@ -761,12 +767,13 @@ func (x *Exchange) receive(ctx context.Context, next func(context.Context, int) 
 			if err == nil && len(batch) == 0 {
 				continue
 			}
-			if err == nil && gd != nil {
-				// Before anything of the batch is fetched: a batch that
-				// deletes is counted with the rest of the feed first.
-				err = gd.check(ctx, batch, next, x.d.opts.BatchEntries)
-			}
+			// Before anything of the batch is fetched: a batch that
+			// deletes is counted with the rest of the feed first.
 			f := &fetchedBatch{batch: batch, err: err}
+			if err == nil && gd != nil {
+				f.err = gd.check(ctx, f, next, x.d.opts.BatchEntries)
+				err = f.err
+			}
 			if err == nil {
 				x.fetchBatch(ctx, f, prev)
 				prev = f.fetched
@@ -801,6 +808,9 @@ func (x *Exchange) receive(ctx context.Context, next func(context.Context, int) 
 		f.release()
 		if err != nil {
 			return err
+		}
+		if gd != nil && f.countCreates {
+			gd.applied.Add(int64(f.created))
 		}
 		res.More = f.more
 		x.committed("pull", res)
@@ -864,6 +874,7 @@ func (x *Exchange) applyBatch(ctx context.Context, f *fetchedBatch, feed bool, w
 		return fmt.Errorf("apply received batch: %w", err)
 	}
 	res.Conflicts = append(res.Conflicts, ar.Conflicts...)
+	f.created = ar.Created
 	crashpoint.Hit("syncwire.pull.applied")
 	res.Batches++
 	res.Entries += len(f.batch)

@@ -382,6 +382,8 @@ type wtx struct {
 	origin       string
 	trashBytes   int64
 	trashEntries int64
+	// created counts the entries of an Apply that took a free path.
+	created int
 }
 
 // update runs fn in one write transaction of its own and commits it

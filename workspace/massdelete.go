@@ -8,7 +8,9 @@ import (
 )
 
 // Deletion safety. A pull that would delete more than Share of the
-// workspace's live paths, and at least Min of them, stops before its first
+// workspace's live paths, and at least Min of them (net of the new paths
+// it creates: a directory renamed in the container is a delete of every
+// old path and a create of every new one), stops before its first
 // deletion: nothing of them is applied, the fetch cursor stays before
 // them, and the runtime's pending record is paused (PendingPaused), which
 // holds pushes and execs back (the container keeps what it has; the server
@@ -64,9 +66,9 @@ type PullOptions struct {
 }
 
 // MassDeleteError is a pull paused by the deletion safety: it would delete
-// at least Deletes of the workspace's Live paths (the count stops where it
-// crossed the bound), more than Share of them and at least Min. It is an
-// ErrMassDelete.
+// Deletes of the workspace's Live paths, net of the new paths it creates
+// (a renamed directory deletes nothing), more than Share of them and at
+// least Min. It is an ErrMassDelete.
 type MassDeleteError struct {
 	Deletes int
 	Live    int64
@@ -75,7 +77,7 @@ type MassDeleteError struct {
 }
 
 func (e *MassDeleteError) Error() string {
-	return fmt.Sprintf("%v: it would delete at least %d of the workspace's %d paths (more than %.0f%%, at least %d); nothing was deleted. "+
+	return fmt.Sprintf("%v: it would delete %d of the workspace's %d paths, net of those it creates (more than %.0f%%, at least %d); nothing was deleted. "+
 		"Confirm with `workspace-server pull --allow-mass-delete`, or restore the files in the container",
 		ErrMassDelete, e.Deletes, e.Live, e.Share*100, e.Min)
 }

@@ -203,7 +203,7 @@ type PendingPull struct {
 	Pulled   int `json:"pulled,omitempty"`
 	Attempts int `json:"attempts,omitempty"`
 	// Deletes is how many live paths a paused pull (PendingPaused) would
-	// delete at least (counting stops once past the bound).
+	// delete, net of the new paths it creates.
 	Deletes int `json:"deletes,omitempty"`
 	// MassDelete are the bounds that paused it; the pulls that follow use
 	// them until one confirms.
