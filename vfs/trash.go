@@ -250,7 +250,9 @@ func (t *wtx) evictTrash(o TrashOptions) error {
 func (t *wtx) deleteTrash(where string, args []any, limit int) (n, bytes int64, err error) {
 	q := `DELETE FROM trash WHERE ` + where + ` RETURNING kind, size, manifest`
 	if limit >= 0 {
-		q = `DELETE FROM trash WHERE id IN (SELECT id FROM trash WHERE ` + where + ` ORDER BY id LIMIT ?) RETURNING kind, size, manifest`
+		// Oldest first by the (at) index: an expiry with nothing to
+		// expire reads one index entry, not the table.
+		q = `DELETE FROM trash WHERE id IN (SELECT id FROM trash WHERE ` + where + ` ORDER BY at, id LIMIT ?) RETURNING kind, size, manifest`
 		args = append(slices.Clip(args), limit)
 	}
 	rows, err := t.tx.QueryContext(t.ctx, q, args...)
