@@ -81,7 +81,11 @@
 // that reaches a bound, without the clean drain's cursor, and reports
 // Result.More; the fetch cursor the batches left resumes the next pull
 // exactly. Exchange.OnProgress hears every batch either path commits,
-// with the transfer's totals so far.
+// with the transfer's totals so far. A pull may also take a DeleteGuard
+// (guard.go): before the first batch that deletes a live local path is
+// fetched, the rest of the feed is read and its live deletes counted, and
+// a pull the guard refuses ends there with nothing of its deletions
+// applied.
 //
 // Bounce suppression keeps entries applied from the peer from travelling
 // back to it: every apply of a peer's batch (a received batch here, a

@@ -118,6 +118,9 @@ type Result struct {
 	// feed. The fetch cursor is at the last batch it applied; the next
 	// pull fetches the rest.
 	More bool
+	// Checked is how far a guarded pull's deletes were counted (guard.go),
+	// for its next slice; zero after a clean drain.
+	Checked GuardState
 }
 
 // PullOptions configures one pull of the peer's feed.
@@ -127,6 +130,11 @@ type PullOptions struct {
 	Ignore []string
 	// Budget bounds the pull; its zero value bounds nothing.
 	Budget Budget
+	// Guard, when set, pauses a pull that would delete too much before it
+	// applies any of its deletions (guard.go); Checked is what the earlier
+	// slices of the same pull counted (their Result.Checked).
+	Guard   DeleteGuard
+	Checked GuardState
 }
 
 // Budget bounds one pull: it stops after the first batch that reaches a
@@ -291,11 +299,21 @@ func (x *Exchange) PullWith(ctx context.Context, opts PullOptions) (Result, erro
 	var res Result
 	start := time.Now()
 	err := x.transfer(ctx, &res, func(ctx context.Context, res *Result) error {
-		err := x.pullFeed(ctx, opts, start, res, false)
-		if errors.Is(err, errRetryPull) {
-			err = x.pullFeed(ctx, opts, start, res, true)
+		res.Checked = opts.Checked
+		retried := false
+		for rounds := 0; ; {
+			err := x.pullFeed(ctx, opts, start, res, retried)
+			switch {
+			case errors.Is(err, errRetryPull) && !retried:
+				retried = true
+			case errors.Is(err, errGuardReopen) && rounds < maxGuardRounds:
+				rounds++
+			case errors.Is(err, errGuardReopen):
+				return fmt.Errorf("the peer's feed kept growing through %d deletion checks; pull again", rounds)
+			default:
+				return err
+			}
 		}
-		return err
 	})
 	return res, x.d.observe("pull", err)
 }
@@ -326,7 +344,7 @@ func (x *Exchange) Receive(ctx context.Context, next func(ctx context.Context, m
 		if err != nil {
 			return err
 		}
-		if err := x.receive(ctx, next, false, Budget{}, time.Time{}, &ws, res); err != nil {
+		if err := x.receive(ctx, next, false, Budget{}, time.Time{}, nil, &ws, res); err != nil {
 			return err
 		}
 		return x.settleBounce(ctx, &ws)
@@ -634,13 +652,23 @@ func (x *Exchange) pullFeed(ctx context.Context, opts PullOptions, start time.Ti
 			metricResets.WithLabelValues("reconcile").Inc()
 		}
 		res.Resets++
+		res.Checked = GuardState{}
 		if err := d.local.SetWatermarks(ctx, d.peer, ws); err != nil {
 			return err
 		}
 		return errRetryPull
 	}
 
-	if err := x.receive(ctx, cs.Next, true, opts.Budget, start, &ws, res); err != nil {
+	var gd *guarded
+	if opts.Guard != nil {
+		if peer := x.sess.Peer().ID; res.Checked.Peer != peer {
+			res.Checked = GuardState{Peer: peer}
+		}
+		gd = &guarded{g: opts.Guard, st: &res.Checked}
+	}
+	err = x.receive(ctx, cs.Next, true, opts.Budget, start, gd, &ws, res)
+	gd.settle()
+	if err != nil {
 		return err
 	}
 	if res.More {
@@ -649,7 +677,9 @@ func (x *Exchange) pullFeed(ctx context.Context, opts PullOptions, start time.Ti
 		return x.settleBounce(ctx, &ws)
 	}
 	// Clean drain: everything through the feed's current cursor is here,
-	// including entries the feed filtered out (ignored paths).
+	// including entries the feed filtered out (ignored paths). The pull's
+	// deletes were applied: the next pull counts its own.
+	res.Checked = GuardState{}
 	if ws.Fetch != cs.Current {
 		ws.Fetch = cs.Current
 		if err := d.local.SetWatermarks(ctx, d.peer, ws); err != nil {
@@ -698,6 +728,10 @@ type fetchedBatch struct {
 	// last: the budget stops the receive after this batch; more: the
 	// feed had entries after it.
 	last, more bool
+	// countCreates: the deletion guard counts the paths this batch
+	// creates from its apply (created) rather than ahead of it.
+	countCreates bool
+	created      int
 }
 
 func (f *fetchedBatch) release() {
@@ -720,7 +754,7 @@ func (f *fetchedBatch) release() {
 // whether the feed goes on, and the receive ends once that batch is
 // applied, with res.More set when it does.
 func (x *Exchange) receive(ctx context.Context, next func(context.Context, int) ([]vfs.ChangeEntry, error), feed bool,
-	budget Budget, start time.Time, ws *watermark.Set, res *Result) error {
+	budget Budget, start time.Time, gd *guarded, ws *watermark.Set, res *Result) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ready := make(chan *fetchedBatch, 1)
@@ -739,7 +773,13 @@ func (x *Exchange) receive(ctx context.Context, next func(context.Context, int) 
 			if err == nil && len(batch) == 0 {
 				continue
 			}
+			// Before anything of the batch is fetched: a batch that
+			// deletes is counted with the rest of the feed first.
 			f := &fetchedBatch{batch: batch, err: err}
+			if err == nil && gd != nil {
+				f.err = gd.check(ctx, f, next, x.d.opts.BatchEntries)
+				err = f.err
+			}
 			if err == nil {
 				// The quota first: a batch it has no room for stops the
 				// receive before anything of it is fetched.
@@ -784,7 +824,9 @@ func (x *Exchange) receive(ctx context.Context, next func(context.Context, int) 
 		if err != nil {
 			return err
 		}
-
+		if gd != nil && f.countCreates {
+			gd.applied.Add(int64(f.created))
+		}
 		res.More = f.more
 		x.committed("pull", res)
 	}
@@ -847,6 +889,7 @@ func (x *Exchange) applyBatch(ctx context.Context, f *fetchedBatch, feed bool, w
 		return fmt.Errorf("apply received batch: %w", err)
 	}
 	res.Conflicts = append(res.Conflicts, ar.Conflicts...)
+	f.created = ar.Created
 	crashpoint.Hit("syncwire.pull.applied")
 	res.Batches++
 	res.Entries += len(f.batch)

@@ -64,6 +64,9 @@ type ApplyResult struct {
 	// Deferred are the paths of the entries the fence held back
 	// (ApplyOptions.Fence), in batch order.
 	Deferred []string
+	// Created counts the applied entries whose path held nothing before
+	// (a pull's deletion safety weighs deletes against them).
+	Created int
 }
 
 // Apply applies a batch of entries in one transaction, each entry stamped
@@ -97,6 +100,7 @@ func (s *Store) Apply(ctx context.Context, entries []ChangeEntry, opts ApplyOpti
 	var inval []Invalidation
 	err := s.update(ctx, func(t *wtx) error {
 		t.unlimited = !opts.Quota
+		t.origin = OriginSync
 		res.RevBefore = t.last
 		missing, err := t.missingChunks(entries)
 		if err != nil {
@@ -128,6 +132,9 @@ func (s *Store) Apply(ctx context.Context, entries []ChangeEntry, opts ApplyOpti
 				}
 			}
 			handled, changed, err := bulk.create(e)
+			if handled && changed {
+				res.Created++
+			}
 			if err == nil && !handled {
 				if err = bulk.flush(); err == nil {
 					changed, err = t.applyEntry(e)
@@ -173,6 +180,7 @@ func (s *Store) Apply(ctx context.Context, entries []ChangeEntry, opts ApplyOpti
 			res.Conflicts = t.cf.found
 		}
 		inval = t.inval
+		res.Created += t.created
 		return nil
 	})
 	if err != nil {
@@ -218,6 +226,8 @@ func (t *wtx) applyEntry(e *ChangeEntry) (bool, error) {
 			if err := t.removeAt(parent, name, e.Path, cur); err != nil {
 				return false, err
 			}
+		} else {
+			t.created++
 		}
 		n, err := t.insertNode(parent, e.Path, name, nn)
 		t.inval = append(t.inval, Invalidation{Ino: n.ino, Parent: parent, Name: name})

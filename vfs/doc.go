@@ -112,6 +112,24 @@
 // deletes. Close stops the goroutine and waits for it. RunGC runs a pass
 // on demand; gc.go has the details.
 //
+// # Trash
+//
+// A store opened with Options.Trash (the server's) keeps what deletes and
+// overwrites replace: the primitives that remove a name or replace a
+// file's content first copy the node's state at that path into a trash
+// row (manifest, size, mode, mtime, target, when, why), so Apply, the path
+// operations and a forced restore all trash alike, in the transaction
+// that deletes. A row holds one chunk reference per chunk of its manifest,
+// taken and given back in the transactions that insert and delete it, so
+// collection needs no rule of its own: a chunk a row names has refs > 0.
+// Rows expire after TrashOptions.Retention (at the start of each
+// collection pass), are evicted oldest first past MaxBytes or MaxEntries,
+// and are purged by PurgeTrash. RestoreTrash brings back a path and what
+// the trash holds below it, the newest version at or before a time, in one
+// transaction, as new changes with a rev each; a live node in the way
+// fails it (*RestoreConflictError) unless forced. trash.go has the rules;
+// docs/ARCHITECTURE.md, "Trash", the argument.
+//
 // # Connections
 //
 // One writer connection (all writes serialise on it) and a pool of

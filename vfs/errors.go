@@ -3,6 +3,7 @@ package vfs
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"syscall"
 
 	"github.com/wsync/wsync/internal/sqlitemigrate"
@@ -158,3 +159,21 @@ func (e *EntryError) Error() string {
 	return fmt.Sprintf("apply entry %d (rev %d, %q): %v", e.Index, e.Rev, e.Path, e.Err)
 }
 func (e *EntryError) Unwrap() error { return e.Err }
+
+// RestoreConflictError is a RestoreTrash refused because live nodes stand
+// where it would restore (and RestoreOptions.Force was not given). Paths
+// are the first of them (workspace form); More says there were others.
+type RestoreConflictError struct {
+	Paths []string
+	More  bool
+}
+
+func (e *RestoreConflictError) Error() string {
+	s := fmt.Sprintf("%d live paths in the way (%s", len(e.Paths), strings.Join(e.Paths, ", "))
+	if e.More {
+		s += ", ..."
+	}
+	return s + "); restore with force to replace them (they go to the trash)"
+}
+
+func (e *RestoreConflictError) Unwrap() error { return ErrExist }

@@ -171,6 +171,11 @@ func (s *Store) runGC(ctx context.Context, trigger string) (rep GCReport, err er
 	defer s.gcMu.Unlock()
 	start := time.Now()
 	defer func() { observeGC(trigger, rep, time.Since(start), err) }()
+	// Expired trash rows give their chunk references back first, so the
+	// pass collects what only they held.
+	if _, err := s.ExpireTrash(ctx, time.Now()); err != nil {
+		return rep, fmt.Errorf("gc: %w", err)
+	}
 	o := s.opts.GC.withDefaults()
 	c := s.chunks.NewCollection(chunkstore.GCOptions{MaxChunks: o.SliceChunks, Grace: o.Grace})
 	if !s.memory {

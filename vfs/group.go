@@ -69,6 +69,8 @@ func (s *Store) groupWindow() time.Duration {
 // mutate runs fn as one local mutation in the open group, opening one if
 // needed; with groups off (or a nearly full disk) it is update.
 func (s *Store) mutate(ctx context.Context, fn func(*wtx) error) error {
+	local := fn
+	fn = func(t *wtx) error { t.origin = OriginLocal; return local(t) }
 	win := s.groupWindow()
 	if win == 0 {
 		return s.update(ctx, fn)
@@ -139,6 +141,8 @@ func (g *wtx) merge(t *wtx) {
 	g.stages = append(g.stages, t.stages...)
 	g.adds = append(g.adds, t.adds...)
 	g.drops = append(g.drops, t.drops...)
+	g.trashBytes += t.trashBytes
+	g.trashEntries += t.trashEntries
 	if t.forgot {
 		g.dirAdds = nil
 	}

@@ -93,3 +93,19 @@ var (
 		Help: "Group commits that failed, losing mutations already answered (logged; returned by the next fsync).",
 	})
 )
+
+// Metrics of the trash (trash.go).
+var (
+	metricTrashEvicted = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "wsync_vfs_trash_evicted_total",
+		Help: "Trash entries evicted, oldest first, to keep the trash within its bounds.",
+	})
+	metricTrashExpired = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "wsync_vfs_trash_expired_total",
+		Help: "Trash entries deleted at the end of their retention.",
+	})
+	metricTrashRestored = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "wsync_vfs_trash_restored_total",
+		Help: "Nodes brought back from the trash.",
+	})
+)

@@ -4,6 +4,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/wsync/wsync/chunkstore"
 )
@@ -209,6 +210,9 @@ func (t *wtx) deleteNode(ino Ino) error {
 // for its path. The node goes when its last name goes, unless a handle
 // still has it open: then it stays with nlink 0 until the last release.
 func (t *wtx) dropName(parent Ino, name, path string, n node) error {
+	if err := t.trash(path, n.ino, n.kind, TrashDelete); err != nil {
+		return err
+	}
 	if err := t.removeDirent(parent, name); err != nil {
 		return err
 	}
@@ -277,6 +281,9 @@ func (t *wtx) removeAt(parent Ino, name, path string, n node) error {
 	for i := len(sub) - 1; i >= 0; i-- {
 		e := sub[i]
 		p := joinPath(path, e.rel)
+		if err := t.trash(p, e.child, e.kind, TrashDelete); err != nil {
+			return err
+		}
 		if _, err := t.exec(`DELETE FROM dirents WHERE parent = ? AND name = ?`, e.parent, e.name); err != nil {
 			return err
 		}
@@ -295,6 +302,9 @@ func (t *wtx) removeAt(parent Ino, name, path string, n node) error {
 			return err
 		}
 	}
+	if err := t.trash(path, n.ino, n.kind, TrashDelete); err != nil {
+		return err
+	}
 	if err := t.removeDirent(parent, name); err != nil {
 		return err
 	}
@@ -311,6 +321,11 @@ func (t *wtx) setContent(n node, m chunkstore.Manifest, mtime int64) error {
 	old, err := n.decodeManifest()
 	if err != nil {
 		return err
+	}
+	if !slices.Equal(old, m) {
+		if err := t.trashNames(n.ino, TrashOverwrite); err != nil {
+			return err
+		}
 	}
 	t.addRefs(m)
 	t.dropRefs(old)

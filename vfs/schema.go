@@ -21,6 +21,7 @@ var migrations = []sqlitemigrate.Step{
 	migrateV5,
 	migrateV6,
 	migrateV7,
+	migrateV8,
 }
 
 // SchemaVersion is the schema version this build writes.
@@ -158,6 +159,37 @@ func migrateV7(ctx context.Context, tx *sql.Tx) error {
 		UNION ALL SELECT 'usage_entries', count(*) FROM nodes WHERE ino != ?`, KindFile, RootIno)
 	if err != nil {
 		return fmt.Errorf("v7: %w", err)
+	}
+	return nil
+}
+
+// migrateV8 adds the trash (trash.go): one row per path whose content
+// a delete or an overwrite replaced, holding the old manifest (and a
+// reference on each of its chunks) until it expires, is purged, evicted
+// or restored; meta keeps its running totals.
+func migrateV8(ctx context.Context, tx *sql.Tx) error {
+	stmts := []string{
+		`CREATE TABLE trash(
+			id INTEGER PRIMARY KEY AUTOINCREMENT,
+			path TEXT NOT NULL,
+			kind INTEGER NOT NULL,
+			mode INTEGER NOT NULL,
+			size INTEGER NOT NULL,
+			mtime INTEGER NOT NULL,
+			manifest BLOB,
+			target TEXT,
+			at INTEGER NOT NULL,
+			op TEXT NOT NULL,
+			origin TEXT NOT NULL
+		)`,
+		`CREATE INDEX trash_path ON trash(path, at)`,
+		`CREATE INDEX trash_at ON trash(at)`,
+		`INSERT OR IGNORE INTO meta(key, value) VALUES('trash_bytes', 0), ('trash_entries', 0)`,
+	}
+	for _, s := range stmts {
+		if _, err := tx.ExecContext(ctx, s); err != nil {
+			return fmt.Errorf("trash schema: %w", err)
+		}
 	}
 	return nil
 }

@@ -39,7 +39,10 @@ type Options struct {
 	// DefaultGroupWindow, negative commits every mutation before it
 	// returns. An in-memory store never groups.
 	GroupWindow time.Duration
-	Logger      *slog.Logger
+	// Trash keeps what deletes and overwrites replace (trash.go); nil
+	// keeps nothing (a container's store).
+	Trash  *TrashOptions
+	Logger *slog.Logger
 }
 
 // Store is one workspace's VFS: a SQLite database of nodes, directory
@@ -392,6 +395,15 @@ type wtx struct {
 	grown     int64
 	own       int64
 	unlimited bool
+	// origin names who mutates, for the trash rows it writes ("sync",
+	// "restore", "local"; "" is a path operation of the files API);
+	// trashBytes and trashEntries are what its rows add to the trash's
+	// totals, written at commit (trash.go).
+	origin       string
+	trashBytes   int64
+	trashEntries int64
+	// created counts the entries of an Apply that took a free path.
+	created int
 }
 
 // update runs fn in one write transaction of its own and commits it
@@ -460,6 +472,10 @@ func (s *Store) begin(ctx context.Context) (*wtx, error) {
 }
 
 func (t *wtx) commit() error {
+	if err := t.settleTrash(); err != nil {
+		t.rollback()
+		return fmt.Errorf("commit: %w", err)
+	}
 	if err := t.flushRefs(); err != nil {
 		t.rollback()
 		return fmt.Errorf("commit: %w", err)

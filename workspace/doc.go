@@ -122,6 +122,19 @@
 // A pull the workspace's quota stopped is pending in the quota state
 // (quota.go): not retried on a timer, resumed when SetQuota changes it.
 //
+// A pull that would delete more than Options.MassDelete allows (half the
+// workspace's live paths and at least 1,000, by default) stops before its
+// first deletion (massdelete.go) and leaves its record paused
+// (PendingPaused): not retried in the background, fencing writes to the
+// container like a failed one, until a pull with
+// PullOptions.AllowMassDelete applies it.
+//
+// # Trash
+//
+// Each workspace store keeps a trash (Options.Trash, trash.go): what a pull
+// or the files API deleted or overwrote, restorable for the retention with
+// TrashRestore as new server changes that the next push carries.
+//
 // # Conflicts
 //
 // The server's store detects conflicts in the apply of a pull and settles

@@ -48,6 +48,12 @@ var (
 	// pull owed for them failed again. The container was not written; the
 	// error wraps the pull's.
 	ErrPendingPull = errors.New("a pull is pending: the container has changes the server has not pulled, and pulling them failed; nothing was pushed")
+	// ErrMassDelete: a pull was paused before its first deletion because
+	// it would delete more of the workspace than the server allows
+	// (MassDeleteOptions); nothing of its deletions was applied. Confirm
+	// with a pull that allows it (pull --allow-mass-delete). See
+	// *MassDeleteError.
+	ErrMassDelete = errors.New("pull paused: it would delete too much of the workspace")
 	// ErrBusy: the workspace has too many calls in flight; retry later.
 	ErrBusy = errors.New("workspace busy: too many calls in flight")
 	// ErrExecBusy: computerd already runs as many commands as it allows;
@@ -134,6 +140,7 @@ type apiCode struct {
 // names the pull it waits for, whatever that pull failed with.
 var apiCodes = []apiCode{
 	{code: "EPENDING", status: http.StatusConflict, err: ErrPendingPull},
+	{code: "EMASS_DELETE", status: http.StatusConflict, err: ErrMassDelete},
 	{code: "EFBIG", status: http.StatusRequestEntityTooLarge, err: ErrTooLarge, alias: []error{vfs.ErrFileTooBig}, match: tooLarge},
 	{code: "EDQUOT", status: http.StatusRequestEntityTooLarge, err: vfs.ErrQuota},
 	{code: "ECANCELED", status: http.StatusInternalServerError, alias: []error{context.Canceled, context.DeadlineExceeded}},

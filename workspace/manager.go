@@ -79,7 +79,14 @@ type Options struct {
 	// Events bounds the retention of each workspace's event log (zero:
 	// the defaults of package events).
 	Events events.Options
-	Logger *slog.Logger
+	// Trash configures each workspace store's trash (zero fields: vfs's
+	// defaults, 24 hours and 10 GiB); NoTrash keeps none (trash.go).
+	Trash   vfs.TrashOptions
+	NoTrash bool
+	// MassDelete is the deletion safety of pulls (zero fields: the
+	// defaults; massdelete.go).
+	MassDelete MassDeleteOptions
+	Logger     *slog.Logger
 }
 
 // Manager owns the workspaces of one server: their registry, their stores
@@ -146,6 +153,9 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 		if err := checkToken(opts.DefaultToken); err != nil {
 			return nil, fmt.Errorf("open workspaces: default computerd: %w", err)
 		}
+	}
+	if err := opts.MassDelete.check(); err != nil {
+		return nil, fmt.Errorf("open workspaces: %w", err)
 	}
 	if _, err := vfs.ParseConflictPolicy(string(opts.DefaultConflictPolicy)); err != nil {
 		return nil, fmt.Errorf("open workspaces: default workspace: %w", err)

@@ -36,6 +36,10 @@ var (
 		Name: "wsync_workspace_exec_pulls_skipped_total",
 		Help: "Exec brackets that made no pull: the container's head after the command was already fetched.",
 	})
+	metricMassDeletes = promauto.NewCounter(prometheus.CounterOpts{
+		Name: "wsync_workspace_mass_delete_pauses_total",
+		Help: "Pulls paused before their first deletion because they would delete too much of the workspace.",
+	})
 	metricPending = promauto.NewGauge(prometheus.GaugeOpts{
 		Name: "wsync_workspace_pending_pulls",
 		Help: "Runtimes that owe a pull: failed, deferred after a command, or with slices to go.",

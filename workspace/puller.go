@@ -36,8 +36,16 @@ const (
 	// PendingQuota: the last attempt stopped before a batch the
 	// workspace's quota has no room for (quota.go). It is not retried on
 	// a timer: SetQuota restarts it, and so does the next sync or exec.
-	PendingQuota = "quota"
+	PendingQuota  = "quota"
+	PendingPaused = "paused" // a mass delete held back until confirmed (massdelete.go); not retried
 )
+
+// waitsForCaller reports whether the pull waits for someone to act (a
+// quota raised, a mass delete confirmed) rather than for a retry: the
+// background puller leaves it alone.
+func (p *PendingPull) waitsForCaller() bool {
+	return p.State == PendingQuota || p.State == PendingPaused
+}
 
 // slicedPull pulls from rs in slices, each in a FIFO turn of its own, until
 // the container's feed is drained, a slice fails, or ctx ends between two
@@ -89,7 +97,7 @@ func (w *Workspace) slicedPull(ctx context.Context, rs *runtimeState, r Remote, 
 // state, so the fence holds and a restart resumes it. A slice that
 // recorded conflicts pushes in the same turn (pullSettling).
 func (w *Workspace) pullSliceSettling(ctx context.Context, rs *runtimeState, r Remote, owed PendingPull) (SyncReport, error) {
-	rep, err := w.pullBudget(ctx, rs, r, owed, w.m.opts.PullSlice)
+	rep, err := w.pullBudget(ctx, rs, r, owed, w.m.opts.PullSlice, PullOptions{})
 	if err == nil && rep.Conflicts > 0 {
 		w.push(ctx, rs, r)
 	}
@@ -115,7 +123,7 @@ func (w *Workspace) owe(rs *runtimeState, owed PendingPull) error {
 func (w *Workspace) kick(rs *runtimeState) {
 	w.stateMu.Lock()
 	defer w.stateMu.Unlock()
-	if rs.pulling || rs.pending == nil || w.bgCtx.Err() != nil {
+	if rs.pulling || rs.pending == nil || rs.pending.State == PendingPaused || w.bgCtx.Err() != nil {
 		return
 	}
 	rs.pulling = true
@@ -136,7 +144,7 @@ func (w *Workspace) backgroundPull(ctx context.Context, rs *runtimeState) {
 	defer func() {
 		w.stateMu.Lock()
 		rs.pulling = false
-		again := rs.pending != nil && rs.pending.State != PendingQuota && ctx.Err() == nil && w.runtimes[rs.rt.Name] == rs
+		again := rs.pending != nil && !rs.pending.waitsForCaller() && ctx.Err() == nil && w.runtimes[rs.rt.Name] == rs
 		w.stateMu.Unlock()
 		if again { // owed again after the loop saw it settled
 			w.kick(rs)
@@ -147,7 +155,7 @@ func (w *Workspace) backgroundPull(ctx context.Context, rs *runtimeState) {
 		w.stateMu.Lock()
 		owed, attached := clonePtr(rs.pending), w.runtimes[rs.rt.Name] == rs
 		w.stateMu.Unlock()
-		if owed == nil || !attached || owed.State == PendingQuota {
+		if owed == nil || !attached || owed.waitsForCaller() {
 			return
 		}
 		if owed.State == PendingFailed || owed.State == "" {

@@ -111,6 +111,21 @@ type SyncOptions struct {
 	// never after the call returned. It must not block for long: the sync
 	// waits for it.
 	Progress func(Progress)
+	// Guard, for a pull, is its deletion safety: the pull counts the
+	// deletes of live paths its feed holds before it applies the first,
+	// and stops there with the error Guard.Refuse returns (massdelete.go).
+	// Nil: no check. A push ignores it.
+	Guard DeleteGuard
+}
+
+// DeleteGuard decides whether a pull may apply the deletions its feed
+// holds (SyncOptions.Guard). Paths are store form ("src/a.go").
+type DeleteGuard interface {
+	// Live returns how many of paths name a live node of the server.
+	Live(ctx context.Context, paths []string) (int, error)
+	// Refuse returns the error that pauses a pull that deletes deletes
+	// live paths, or nil while it may go on.
+	Refuse(ctx context.Context, deletes int) error
 }
 
 // Budget bounds one pull call: it stops after the first committed batch

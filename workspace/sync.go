@@ -118,11 +118,21 @@ func (t Target) Push(ctx context.Context) (SyncReport, error) {
 // command with a pending pull clears it; one that recorded conflicts
 // pushes in the same turn (pullSettling).
 func (t Target) Pull(ctx context.Context) (SyncReport, error) {
+	return t.PullWith(ctx, PullOptions{})
+}
+
+// PullWith is Pull with opts: a pull that may delete more than the
+// server's deletion safety allows (the confirmation of a paused one), or
+// with its own bounds.
+func (t Target) PullWith(ctx context.Context, opts PullOptions) (SyncReport, error) {
+	if err := opts.MassDelete.check(); err != nil {
+		return SyncReport{}, fmt.Errorf("pull: %w", err)
+	}
 	var rep SyncReport
 	var rs *runtimeState
 	err := t.w.inTurn(ctx, "", t.name, func(s *runtimeState, r Remote) (err error) {
 		rs = s
-		rep, err = t.w.pullSettling(ctx, rs, r, PendingPull{})
+		rep, err = t.w.pullSettling(ctx, rs, r, PendingPull{}, opts)
 		return err
 	})
 	if err == nil {
@@ -332,15 +342,38 @@ func (w *Workspace) push(ctx context.Context, rs *runtimeState, r Remote) (SyncR
 // follows a command) that fences pushes to the runtime until a pull from
 // it succeeds; a successful one settles the record.
 func (w *Workspace) pull(ctx context.Context, rs *runtimeState, r Remote, owed PendingPull) (SyncReport, error) {
-	return w.pullBudget(ctx, rs, r, owed, Budget{})
+	return w.pullBudget(ctx, rs, r, owed, Budget{}, PullOptions{})
 }
 
 // pullBudget is pull bounded by budget: one that stops on it with more to
 // fetch keeps the runtime owing a pull (a pending record in the running
 // state, which fences pushes like a failed one) instead of settling it.
-func (w *Workspace) pullBudget(ctx context.Context, rs *runtimeState, r Remote, owed PendingPull, budget Budget) (SyncReport, error) {
+//
+// Unless po allows it, the pull carries the deletion guard (massdelete.go):
+// one that would delete too much stops before its first deletion, and its
+// pending record is paused (PendingPaused) until a pull that allows it.
+func (w *Workspace) pullBudget(ctx context.Context, rs *runtimeState, r Remote, owed PendingPull, budget Budget, po PullOptions) (SyncReport, error) {
 	ctx, sp := w.beginSync(ctx, rs, "pull")
-	rep, err := r.Pull(ctx, SyncOptions{Ignore: w.IgnoreList(), Budget: budget, Progress: w.progress(ctx, rs)})
+	opts := SyncOptions{Ignore: w.IgnoreList(), Budget: budget, Progress: w.progress(ctx, rs)}
+	if !po.AllowMassDelete {
+		md := po.MassDelete
+		if md == (MassDeleteOptions{}) {
+			// A pull paused under a call's own bounds stays paused under
+			// them, whoever pulls next (a push settling it, the next exec).
+			w.stateMu.Lock()
+			if p := rs.pending; p != nil && p.State == PendingPaused && p.MassDelete != nil {
+				md = *p.MassDelete
+			}
+			w.stateMu.Unlock()
+		}
+		g, err := w.deleteGuard(ctx, md)
+		if err != nil {
+			sp.finish(SyncReport{}, err)
+			return SyncReport{}, err
+		}
+		opts.Guard = g
+	}
+	rep, err := r.Pull(ctx, opts)
 	w.record(rs, "pull", sp.start, rep, err)
 	sp.finish(rep, err)
 	if owed.RuntimeID == "" {
@@ -351,9 +384,14 @@ func (w *Workspace) pullBudget(ctx context.Context, rs *runtimeState, r Remote, 
 		// Cut short by its caller or a shutdown, nothing failed: the
 		// background puller resumes it without waiting.
 		owed.State = PendingRunning
+		var md *MassDeleteError
 		switch {
 		case errors.Is(err, vfs.ErrQuota):
 			owed.State, owed.Error = PendingQuota, err.Error()
+		case errors.As(err, &md):
+			// Paused until confirmed: not retried in the background.
+			owed.State, owed.Error, owed.Deletes = PendingPaused, err.Error(), md.Deletes
+			owed.MassDelete = &MassDeleteOptions{Share: md.Share, Min: md.Min}
 		case ctx.Err() == nil:
 			owed.State, owed.Error = PendingFailed, err.Error()
 		}
@@ -383,8 +421,8 @@ func (w *Workspace) pullBudget(ctx context.Context, rs *runtimeState, r Remote, 
 // sync. That push failing does not fail the pull: it is recorded (and
 // logged) as the runtime's last push, and the next push sends the same.
 // A tick needs none of it: its pushes follow its pulls.
-func (w *Workspace) pullSettling(ctx context.Context, rs *runtimeState, r Remote, owed PendingPull) (SyncReport, error) {
-	rep, err := w.pull(ctx, rs, r, owed)
+func (w *Workspace) pullSettling(ctx context.Context, rs *runtimeState, r Remote, owed PendingPull, po PullOptions) (SyncReport, error) {
+	rep, err := w.pullBudget(ctx, rs, r, owed, Budget{}, po)
 	if err == nil && rep.Conflicts > 0 {
 		w.push(ctx, rs, r)
 	}

@@ -123,7 +123,7 @@ func (w *Workspace) Store(ctx context.Context) (*vfs.Store, error) {
 		if err := os.MkdirAll(w.dir, 0o700); err != nil {
 			return nil, fmt.Errorf("workspace %q: %w", w.cfg.Name, err)
 		}
-		s, err := vfs.Open(ctx, filepath.Join(w.dir, "store.db"), vfs.Options{NoSync: w.m.opts.NoSync, Logger: w.log, GC: vfs.DefaultGC})
+		s, err := vfs.Open(ctx, filepath.Join(w.dir, "store.db"), vfs.Options{NoSync: w.m.opts.NoSync, Logger: w.log, GC: vfs.DefaultGC, Trash: w.m.trashOptions()})
 		if err != nil {
 			return nil, fmt.Errorf("workspace %q: %w", w.cfg.Name, err)
 		}
@@ -213,6 +213,12 @@ type PendingPull struct {
 	// the attempts that failed.
 	Pulled   int `json:"pulled,omitempty"`
 	Attempts int `json:"attempts,omitempty"`
+	// Deletes is how many live paths a paused pull (PendingPaused) would
+	// delete, net of the new paths it creates.
+	Deletes int `json:"deletes,omitempty"`
+	// MassDelete are the bounds that paused it; the pulls that follow use
+	// them until one confirms.
+	MassDelete *MassDeleteOptions `json:"mass_delete,omitempty"`
 }
 
 // SyncRecord is the outcome of the last push or pull.
@@ -244,8 +250,10 @@ type Status struct {
 	Queued int `json:"queued"`
 	// Conflicts counts the workspace's open conflicts (see
 	// Workspace.Conflicts), whichever runtime's pull found them.
-	Conflicts int             `json:"conflicts"`
-	Runtimes  []RuntimeStatus `json:"runtimes"`
+	Conflicts int `json:"conflicts"`
+	// Trash is what the workspace's trash holds.
+	Trash    TrashUsage      `json:"trash"`
+	Runtimes []RuntimeStatus `json:"runtimes"`
 }
 
 // RuntimeSync is one runtime's sync state.
@@ -303,6 +311,9 @@ func (t Target) Status(ctx context.Context) (Status, error) {
 	st.Store = StoreStatus{StoreID: s.ID(), CurrentRev: s.CurrentRev()}
 	st.Quota = quotaStatus(s)
 	if st.Conflicts, err = s.OpenConflicts(ctx); err != nil {
+		return st, err
+	}
+	if st.Trash, err = w.TrashUsage(ctx); err != nil {
 		return st, err
 	}
 	w.stateMu.Lock()

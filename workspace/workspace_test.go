@@ -33,6 +33,7 @@ type harness struct {
 	slice   workspace.Budget
 	// maxExecs and execHistory are the exec limits (0: the defaults).
 	maxExecs, execHistory int
+	massDelete            workspace.MassDeleteOptions
 }
 
 func newHarness(t *testing.T, run workspacetest.RunFunc) *harness {
@@ -54,6 +55,7 @@ func (h *harness) open(t *testing.T) *workspace.Manager {
 		PullSlice:       h.slice,
 		MaxExecs:        h.maxExecs,
 		ExecHistory:     h.execHistory,
+		MassDelete:      h.massDelete,
 	})
 	if err != nil {
 		t.Fatal(err)

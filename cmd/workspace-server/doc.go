@@ -44,6 +44,17 @@
 // the CLI tests replace with a fake remote and a computerd that is not
 // there.
 //
+// # Trash and deletion safety
+//
+// trash.go is `trash ls|restore|purge` over the workspace's trash (what a
+// pull or the files API deleted or overwrote, kept for serve's
+// --trash-retention within --trash-max-bytes and --trash-max-entries);
+// `trash ls` prints each version's time to the nanosecond, which `trash
+// restore --at` takes as printed (or a duration ago). serve_trash.go holds
+// serve's trash and deletion-safety flags (--mass-delete-share,
+// --mass-delete-min, with their WSYNC_* twins); `pull --allow-mass-delete`
+// confirms a pull they paused, and `status` shows it PAUSED.
+//
 // # Tests
 //
 // The tests run the verbs in-process against an httptest server over a

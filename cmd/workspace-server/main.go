@@ -35,6 +35,9 @@ Verbs (clients of a running server):
   conflicts [--all] [--json] conflicts resolve PATH --keep server|container|both
                              conflicts policy [keep-both|server-wins|container-wins]
   events [--json] [--after ID] [--types LIST]   (follows until interrupted)
+  trash ls [--json] [PATH]   trash restore PATH [--at TIME] [--force]
+                             trash purge [PATH] [--older-than 24h]
+  pull --allow-mass-delete   (confirms a pull paused for deleting more than half the workspace)
 
 Client flags (after the verb), with their environment twins:
   --server URL       WSYNC_SERVER      (default http://127.0.0.1:8080)
@@ -78,6 +81,7 @@ var verbs = map[string]verb{
 	"runtimes":   runRuntimes,
 	"conflicts":  runConflicts,
 	"events":     runEvents,
+	"trash":      runTrash,
 }
 
 func main() {

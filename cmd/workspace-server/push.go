@@ -19,10 +19,18 @@ func runPush(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 }
 
 func runPull(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	return runSync(ctx, "pull", "fetch the container's changes (and retry a pending pull)", true, args, stdout, stderr,
-		func(ctx context.Context, ws *client.Workspace) (any, string, error) {
-			rep, err := ws.Pull(ctx)
-			return rep, "pulled " + describe(rep), err
+	return runSyncWith(ctx, "pull", "fetch the container's changes (and retry a pending pull)", true, args, stdout, stderr,
+		"[--allow-mass-delete] [--mass-delete-share F] [--mass-delete-min N] ",
+		"  workspace-server pull --allow-mass-delete    # confirm a pull paused for deleting too much (see: status)\n",
+		func(c *command) func(context.Context, *client.Workspace) (any, string, error) {
+			var opts workspace.PullOptions
+			c.fs.BoolVar(&opts.AllowMassDelete, "allow-mass-delete", false, "apply the pull's deletions however many: confirms a pull paused by the deletion safety")
+			c.fs.Float64Var(&opts.MassDelete.Share, "mass-delete-share", 0, "pause this pull if it would delete more than this share of the workspace (0: the server's --mass-delete-share)")
+			c.fs.IntVar(&opts.MassDelete.Min, "mass-delete-min", 0, "... and at least this many paths (0: the server's --mass-delete-min)")
+			return func(ctx context.Context, ws *client.Workspace) (any, string, error) {
+				rep, err := ws.PullWith(ctx, opts)
+				return rep, "pulled " + describe(rep), err
+			}
 		})
 }
 
@@ -30,13 +38,22 @@ func runPull(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 // perRuntime: the call syncs with one runtime, which --runtime names.
 func runSync(ctx context.Context, name, what string, perRuntime bool, args []string, stdout, stderr io.Writer,
 	call func(context.Context, *client.Workspace) (any, string, error)) int {
-	synopsis, example := name+" [--json] [--quiet]", "  workspace-server "+name+"    # "+what+"\n"
+	return runSyncWith(ctx, name, what, perRuntime, args, stdout, stderr, "", "",
+		func(*command) func(context.Context, *client.Workspace) (any, string, error) { return call })
+}
+
+// runSyncWith is runSync with flags of the verb's own: setup registers
+// them (synopsis and example tell of them) and returns the call.
+func runSyncWith(ctx context.Context, name, what string, perRuntime bool, args []string, stdout, stderr io.Writer,
+	synopsisFlags, moreExample string, setup func(*command) func(context.Context, *client.Workspace) (any, string, error)) int {
+	synopsis, example := name+" "+synopsisFlags+"[--json] [--quiet]", "  workspace-server "+name+"    # "+what+"\n"
 	if perRuntime {
-		synopsis = name + " [--runtime NAME] [--json] [--quiet]"
+		synopsis = name + " " + synopsisFlags + "[--runtime NAME] [--json] [--quiet]"
 		example += "  workspace-server " + name + " --runtime gpu\n"
 	}
-	example += "  workspace-server " + name + " --json 2>/dev/null | jq .    # progress goes to stderr: entries, bytes, rate\n"
+	example += "  workspace-server " + name + " --json 2>/dev/null | jq .    # progress goes to stderr: entries, bytes, rate\n" + moreExample
 	c := newCommand(name, synopsis, example, stdout, stderr)
+	call := setup(c)
 	cf := c.clientFlags()
 	if perRuntime {
 		c.runtimeFlag(cf)

@@ -37,7 +37,7 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			"\nEvery flag has an environment twin: WSYNC_LISTEN, WSYNC_DATA, WSYNC_COMPUTERD,\n"+
 			"WSYNC_COMPUTERD_TOKEN_FILE, WSYNC_TOKEN_FILE, WSYNC_MOUNT, WSYNC_LOG_LEVEL, WSYNC_ALLOW_ENDPOINT\n"+
 			"(comma-separated patterns), WSYNC_CONFLICT_POLICY, WSYNC_MAX_EXECS, ...\n"+
-			"Without --token-file the API token is kept in DATA/token (created 0600 on first start).\n", stdout, stderr)
+			"Without --token-file the API token is kept in DATA/token (created 0600 on first start).\n"+safetyHelp, stdout, stderr)
 	listen := c.fs.String("listen", env("WSYNC_LISTEN", "127.0.0.1:8080"), "HTTP API listen address")
 	data := c.fs.String("data", env("WSYNC_DATA", "./data"), "data dir: workspace stores and the registry")
 	computerd := c.fs.String("computerd", env("WSYNC_COMPUTERD", ""), "the default workspace's computerd sync URL; empty runs one in this process")
@@ -53,6 +53,7 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	pullSlice := c.fs.String("pull-slice", env("WSYNC_PULL_SLICE", workspace.DefaultPullSlice.Wall.String()), "longest FIFO turn of one slice of the pull after a command; the rest goes on in later turns (env WSYNC_PULL_SLICE)")
 	maxExecs := c.fs.Int("max-execs", envInt("WSYNC_MAX_EXECS", workspace.DefaultMaxExecs), "most commands one workspace runs at once, foreground and detached; more are refused with EEXEC_BUSY (env WSYNC_MAX_EXECS)")
 	retry := c.fs.String("retry-backoff", env("WSYNC_RETRY_BACKOFF", workspace.DefaultRetryBackoff.String()), "first wait before the background puller retries a failed pull; it doubles up to 60 times this (env WSYNC_RETRY_BACKOFF)")
+	safety := c.safetyFlags()
 	pos, code, ok := c.parse(args, true)
 	if !ok {
 		return code
@@ -73,6 +74,10 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	}
 	if _, err := vfs.ParseConflictPolicy(*policy); err != nil {
 		return c.usageError("--conflict-policy: %v", err)
+	}
+	var safe workspace.Options
+	if err := safety.apply(&safe); err != nil {
+		return c.usageError("%v", err)
 	}
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
@@ -102,7 +107,7 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	}
 	factory := newRemote(root)
 
-	code = serve(ctx, c, root, *listen, token, workspace.Options{
+	opts := workspace.Options{
 		DataDir:               *data,
 		DefaultEndpoint:       endpoint,
 		DefaultTokenFile:      *ctokenFile,
@@ -115,7 +120,9 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		RetryBackoff:          backoff,
 		MaxExecs:              *maxExecs,
 		Logger:                root,
-	}, tokenPath)
+	}
+	opts.Trash, opts.NoTrash, opts.MassDelete = safe.Trash, safe.NoTrash, safe.MassDelete
+	code = serve(ctx, c, root, *listen, token, opts, tokenPath)
 	if err := stopEmbedded(); err != nil {
 		log.Error("embedded computerd shutdown", "err", err)
 		if code == exitOK {

@@ -79,6 +79,9 @@ func printStatus(w io.Writer, st workspace.Status) {
 	if st.Conflicts > 0 {
 		fmt.Fprintf(w, "conflicts:  %d open (see: workspace-server conflicts)\n", st.Conflicts)
 	}
+	if st.Trash.Entries > 0 {
+		fmt.Fprintf(w, "trash:      %d entries, %s (see: workspace-server trash ls)\n", st.Trash.Entries, humanBytes(st.Trash.Bytes))
+	}
 	if st.Queued > 0 {
 		fmt.Fprintf(w, "queued:     %d sync calls waiting\n", st.Queued)
 	}
@@ -102,6 +105,8 @@ func describePending(p *workspace.PendingPull) string {
 	case workspace.PendingQuota:
 		return fmt.Sprintf("%s stopped %s ago by the workspace's quota%s; the container keeps the rest: %s (raise it: `workspace-server workspaces set-quota`)",
 			what, since(p.Since), done, p.Error)
+	case workspace.PendingPaused:
+		return fmt.Sprintf("%s PAUSED %s ago%s, pushes and execs held back: %s", what, since(p.Since), done, p.Error)
 	}
 	return fmt.Sprintf("%s failed %s ago (%d attempts%s), retried in the background: %s (or run `workspace-server pull`)",
 		what, since(p.Since), max(p.Attempts, 1), done, p.Error)

@@ -91,6 +91,9 @@ var routes = []struct{ method, path, body string }{
 	{"PUT", "/v1/workspaces/default/conflict-policy", `{"policy":"keep-both"}`},
 	{"GET", "/v1/workspaces/default/quota", ""},
 	{"PUT", "/v1/workspaces/default/quota", `{"max_bytes":1000}`},
+	{"GET", "/v1/workspaces/default/trash", ""},
+	{"POST", "/v1/workspaces/default/trash/restore", `{"path":"/a"}`},
+	{"POST", "/v1/workspaces/default/trash/purge", `{}`},
 	{"GET", "/v1/workspaces/default/events?after=not-an-id", ""}, // a stream with a good one: it would not end
 	{"POST", "/v1/workspaces/default/execs", `{"argv":["echo","hi"]}`},
 	{"GET", "/v1/workspaces/default/execs", ""},

@@ -127,7 +127,7 @@ func (s *Server) routes() {
 	mux.HandleFunc("POST "+ws+"/execs/{id}/kill", s.withWS(s.killExec))
 	mux.HandleFunc("GET "+ws+"/execs/{id}/wait", s.withWS(s.waitExec))
 	mux.HandleFunc("POST "+ws+"/push", s.withWS(syncing(workspace.Target.Push)))
-	mux.HandleFunc("POST "+ws+"/pull", s.withWS(syncing(workspace.Target.Pull)))
+	mux.HandleFunc("POST "+ws+"/pull", s.withWS(s.pull))
 	mux.HandleFunc("POST "+ws+"/tick", s.withWS(s.tick))
 	mux.HandleFunc("GET "+ws+"/status", s.withWS(onRuntime(workspace.Target.Status)))
 	mux.HandleFunc("POST "+ws+"/verify", s.withWS(s.verify))
@@ -140,6 +140,9 @@ func (s *Server) routes() {
 	mux.HandleFunc("GET "+ws+"/quota", s.withWS(s.getQuota))
 	mux.HandleFunc("PUT "+ws+"/quota", s.withWS(s.setQuota))
 	mux.HandleFunc("GET "+ws+"/events", s.withWS(s.events))
+	mux.HandleFunc("GET "+ws+"/trash", s.withWS(s.listTrash))
+	mux.HandleFunc("POST "+ws+"/trash/restore", s.withWS(s.restoreTrash))
+	mux.HandleFunc("POST "+ws+"/trash/purge", s.withWS(s.purgeTrash))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fmt.Errorf("no route for %s %s: %w", r.Method, r.URL.Path, vfs.ErrNotExist))
 	})

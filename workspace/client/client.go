@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/workspace"
@@ -359,6 +360,47 @@ func (w *Workspace) Push(ctx context.Context) (workspace.SyncReport, error) {
 // telling the observer on ctx, if any, as batches commit (see Push).
 func (w *Workspace) Pull(ctx context.Context) (workspace.SyncReport, error) {
 	return synced[workspace.SyncReport](ctx, w, "/pull", w.onRuntime(nil))
+}
+
+// PullWith is Pull with opts: AllowMassDelete confirms a pull the
+// deletion safety paused; MassDelete replaces the server's bounds for
+// this pull.
+func (w *Workspace) PullWith(ctx context.Context, opts workspace.PullOptions) (workspace.SyncReport, error) {
+	q := url.Values{}
+	if opts.AllowMassDelete {
+		q.Set("allow_mass_delete", "1")
+	}
+	if opts.MassDelete.Share != 0 {
+		q.Set("mass_delete_share", strconv.FormatFloat(opts.MassDelete.Share, 'g', -1, 64))
+	}
+	if opts.MassDelete.Min != 0 {
+		q.Set("mass_delete_min", strconv.Itoa(opts.MassDelete.Min))
+	}
+	return synced[workspace.SyncReport](ctx, w, "/pull", w.onRuntime(q))
+}
+
+// TrashList lists the versions in the trash at path or below it ("" or
+// "/": all), newest first, at most limit (0: the server's bound).
+func (w *Workspace) TrashList(ctx context.Context, path string, limit int) ([]workspace.TrashEntry, error) {
+	q := url.Values{}
+	if path != "" {
+		q.Set("path", path)
+	}
+	if limit != 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	return decoded[[]workspace.TrashEntry](ctx, w, http.MethodGet, "/trash", q, nil)
+}
+
+// TrashRestore brings req.Path back from the trash, with what it held.
+func (w *Workspace) TrashRestore(ctx context.Context, req workspace.RestoreRequest) (workspace.RestoreReport, error) {
+	return decoded[workspace.RestoreReport](ctx, w, http.MethodPost, "/trash/restore", nil, req)
+}
+
+// TrashPurge deletes the versions at path or below it trashed more than
+// olderThan ago (0: all).
+func (w *Workspace) TrashPurge(ctx context.Context, path string, olderThan time.Duration) (workspace.PurgeReport, error) {
+	return decoded[workspace.PurgeReport](ctx, w, http.MethodPost, "/trash/purge", nil, api.PurgeRequest{Path: path, OlderThan: olderThan})
 }
 
 // Tick pulls from every runtime, then pushes to every runtime, telling

@@ -54,6 +54,10 @@ type Remote struct {
 	// event comes on it reports the container's head: that session was
 	// reconciled, so the fetch cursor follows the feed the head is of.
 	pushed atomic.Pointer[rpc.Session]
+
+	// checked is how far the deletes of the pull in progress (in slices)
+	// were counted; inside the driver's FIFO only.
+	checked syncwire.GuardState
 }
 
 var _ workspace.Remote = (*Remote)(nil)
@@ -209,7 +213,11 @@ func Observe(x *syncwire.Exchange, fn func(workspace.Progress)) {
 // its ignore list and budget.
 func PullOptions(opts workspace.SyncOptions) syncwire.PullOptions {
 	b := opts.Budget
-	return syncwire.PullOptions{Ignore: opts.Ignore, Budget: syncwire.Budget{Entries: b.Entries, Bytes: b.Bytes, Wall: b.Wall}}
+	po := syncwire.PullOptions{Ignore: opts.Ignore, Budget: syncwire.Budget{Entries: b.Entries, Bytes: b.Bytes, Wall: b.Wall}}
+	if opts.Guard != nil {
+		po.Guard = opts.Guard
+	}
+	return po
 }
 
 // Push sends the server's changes. A container whose store is empty (a
@@ -287,7 +295,16 @@ func (r *Remote) Pull(ctx context.Context, opts workspace.SyncOptions) (workspac
 	var res syncwire.Result
 	err := r.drv.Do(ctx, func(ctx context.Context, x *syncwire.Exchange) (err error) {
 		Observe(x, opts.Progress)
-		res, err = x.PullWith(ctx, PullOptions(opts))
+		po := PullOptions(opts)
+		if po.Guard != nil {
+			// The slices of one pull count its deletes once (syncwire
+			// guard.go); the driver's FIFO serialises r.checked.
+			po.Checked = r.checked
+		}
+		res, err = x.PullWith(ctx, po)
+		if po.Guard != nil || !res.More && err == nil {
+			r.checked = res.Checked
+		}
 		return err
 	})
 	return Report(res, start, r.runtimeID(ctx)), r.note(err)
