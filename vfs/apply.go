@@ -46,6 +46,10 @@ type ApplyOptions struct {
 	// change after it (other than the peer's own entries, in its bounce
 	// run) is not applied but listed in ApplyResult.Deferred.
 	Fence *watermark.Cursor
+	// Ignore leaves out the entries it ignores (Ignore.IgnoresEntry), and
+	// a delete whose path holds a directory it excludes: the pulls' apply
+	// on the server, with the same list the peer's feed was asked with.
+	Ignore Ignore
 }
 
 // ApplyResult reports what a batch did.
@@ -60,6 +64,8 @@ type ApplyResult struct {
 	// Deferred are the paths of the entries the fence held back
 	// (ApplyOptions.Fence), in batch order.
 	Deferred []string
+	// Ignored counts the entries ApplyOptions.Ignore left out.
+	Ignored int
 }
 
 // Apply applies a batch of entries in one transaction, each entry stamped
@@ -103,8 +109,13 @@ func (s *Store) Apply(ctx context.Context, entries []ChangeEntry, opts ApplyOpti
 			return err
 		}
 		bulk := &bulkRows{t: t}
+		t.ignore = opts.Ignore
 		for i := range entries {
 			e := &entries[i]
+			if opts.Ignore.IgnoresEntry(*e) {
+				res.Ignored++
+				continue
+			}
 			t.nextMutation()
 			if t.fence != nil {
 				if !t.fence.quiet() {
@@ -168,6 +179,7 @@ func (s *Store) Apply(ctx context.Context, entries []ChangeEntry, opts ApplyOpti
 			res.Conflicts = t.cf.found
 		}
 		inval = t.inval
+		res.Ignored += t.ignored
 		return nil
 	})
 	if err != nil {
@@ -199,6 +211,10 @@ func (t *wtx) applyEntry(e *ChangeEntry) (bool, error) {
 	exists := err == nil
 	if err != nil && !errors.Is(err, ErrNotExist) {
 		return false, err
+	}
+	if e.Kind == EntryDelete && exists && cur.kind == KindDir && t.ignore.Excludes(e.Path, true) {
+		t.ignored++ // the delete of an ignored directory: ours stays
+		return false, nil
 	}
 	if t.cf != nil {
 		done, changed, err := t.detect(e, parent, name, &cur, &exists)

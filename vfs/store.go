@@ -372,6 +372,10 @@ type wtx struct {
 	// (ApplyOptions.Conflicts and Fence).
 	cf    *conflictSet
 	fence *fenceSet
+	// ignore is an Apply batch's ApplyOptions.Ignore; ignored counts the
+	// deletes it kept from removing a directory.
+	ignore  Ignore
+	ignored int
 }
 
 // update runs fn in one write transaction of its own and commits it

@@ -321,7 +321,12 @@ func (w *Workspace) verify(ctx context.Context, rs *runtimeState, repair bool) (
 
 func (w *Workspace) push(ctx context.Context, rs *runtimeState, r Remote) (SyncReport, error) {
 	ctx, sp := w.beginSync(ctx, rs, "push")
-	rep, err := r.Push(ctx, SyncOptions{Progress: w.progress(ctx, rs)})
+	ignore, err := w.Patterns(ctx)
+	if err != nil {
+		sp.finish(SyncReport{}, err)
+		return SyncReport{}, err
+	}
+	rep, err := r.Push(ctx, SyncOptions{Ignore: ignore, Progress: w.progress(ctx, rs)})
 	w.record(rs, "push", sp.start, rep, err)
 	sp.finish(rep, err)
 	return rep, err
@@ -340,7 +345,11 @@ func (w *Workspace) pull(ctx context.Context, rs *runtimeState, r Remote, owed P
 // state, which fences pushes like a failed one) instead of settling it.
 func (w *Workspace) pullBudget(ctx context.Context, rs *runtimeState, r Remote, owed PendingPull, budget Budget) (SyncReport, error) {
 	ctx, sp := w.beginSync(ctx, rs, "pull")
-	rep, err := r.Pull(ctx, SyncOptions{Ignore: w.IgnoreList(), Budget: budget, Progress: w.progress(ctx, rs)})
+	ignore, err := w.Patterns(ctx)
+	var rep SyncReport
+	if err == nil {
+		rep, err = r.Pull(ctx, SyncOptions{Ignore: ignore, Budget: budget, Progress: w.progress(ctx, rs)})
+	}
 	w.record(rs, "pull", sp.start, rep, err)
 	sp.finish(rep, err)
 	if owed.RuntimeID == "" {
