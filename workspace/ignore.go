@@ -103,7 +103,7 @@ func (w *Workspace) patterns(ctx context.Context) ([]string, vfs.Ignore, error) 
 	if fileErr != "" && fileErr != st.fileErr {
 		w.log.Warn("ignore file not fully used", "err", fileErr)
 	}
-	*st = ignoreState{rev: rev, cfg: cfg, valid: true, list: list, ig: vfs.NewIgnore(list), fileErr: fileErr}
+	st.rev, st.cfg, st.valid, st.list, st.ig, st.fileErr = rev, cfg, true, list, vfs.NewIgnore(list), fileErr
 	return st.list, st.ig, nil
 }
 

@@ -26,11 +26,12 @@ Verbs (clients of a running server):
   mkdir [-p] PATH            rm [-r] PATH
   mv SRC DST                 symlink TARGET PATH
   push | pull | tick | status [--json] | verify [--json]
-  workspaces [--json]        workspaces create NAME [--computerd URL] [--computerd-token-file FILE] [--conflict-policy P]
+  workspaces [--json]        workspaces create NAME [--computerd URL] [--computerd-token-file FILE] [--ignore PATTERNS] [--conflict-policy P]
   runtimes [--json]          runtimes attach NAME --endpoint URL [--computerd-token-file FILE]
                              runtimes detach NAME
   conflicts [--all] [--json] conflicts resolve PATH --keep server|container|both
                              conflicts policy [keep-both|server-wins|container-wins]
+  ignore [--json]            ignore [--default | --none | PATTERN...]   (gitignore patterns; /.wsyncignore adds)
   events [--json] [--after ID] [--types LIST]   (follows until interrupted)
 
 Client flags (after the verb), with their environment twins:
@@ -72,6 +73,7 @@ var verbs = map[string]verb{
 	"workspaces": runWorkspaces,
 	"runtimes":   runRuntimes,
 	"conflicts":  runConflicts,
+	"ignore":     runIgnore,
 	"events":     runEvents,
 }
 

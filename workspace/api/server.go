@@ -131,6 +131,8 @@ func (s *Server) routes() {
 	mux.HandleFunc("GET "+ws+"/conflicts", s.withWS(s.listConflicts))
 	mux.HandleFunc("POST "+ws+"/conflicts/resolve", s.withWS(s.resolveConflict))
 	mux.HandleFunc("PUT "+ws+"/conflict-policy", s.withWS(s.setConflictPolicy))
+	mux.HandleFunc("GET "+ws+"/ignore", s.withWS(s.getIgnore))
+	mux.HandleFunc("PUT "+ws+"/ignore", s.withWS(s.setIgnore))
 	mux.HandleFunc("GET "+ws+"/events", s.withWS(s.events))
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fmt.Errorf("no route for %s %s: %w", r.Method, r.URL.Path, vfs.ErrNotExist))
