@@ -11,8 +11,10 @@
 // name, the kind, mode & 07777, and a content hash (sha256 of the file's
 // encoded manifest, sha256 of a symlink's target, or the child directory's
 // own hash). Mtimes, owners and inode numbers are not part of it: they are
-// not synced. Ignored names (vfs.Ignore, whole segment) are left out at
-// every level with their subtrees, by the same list on both sides. The
+// not synced. Ignored names (vfs.Ignore, gitignore patterns, asked top
+// down with each name's path and kind) are left out at every level with
+// their subtrees, by the same list on both sides: the initiator sends its
+// list with Root and Node. The
 // root's hash is the tree's root. Special files (FIFOs, sockets, device
 // nodes: vfs.Kind.Special) are local to the store that holds them:
 // vfs.Store.ScanTree leaves them out, so they are in no root, never a

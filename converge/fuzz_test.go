@@ -80,6 +80,7 @@ func seedRequests() [][]byte {
 		appendNodeRequest(nil, nodeRequest{Path: "", Limit: 1024}),
 		appendNodeRequest(nil, nodeRequest{Path: "src/a", After: "m", Limit: 3, Ignore: []string{"node_modules"}}),
 		appendNodeRequest(nil, nodeRequest{Path: "../x", Limit: 1, Ignore: []string{}}),
+		appendNodeRequest(nil, nodeRequest{Path: "web", Limit: 8, Ignore: []string{"dist/", "*.log", "!keep.log", "**/.cache/"}}),
 	}
 }
 
@@ -283,7 +284,7 @@ func TestDecodersFailWithErrMalformed(t *testing.T) {
 			return err
 		},
 		"node request bad ignore": func() error {
-			_, err := decodeNodeRequest(appendNodeRequest(nil, nodeRequest{Limit: 1, Ignore: []string{"a/b"}}))
+			_, err := decodeNodeRequest(appendNodeRequest(nil, nodeRequest{Limit: 1, Ignore: []string{"a/[b"}}))
 			return err
 		},
 		"node request ignore flag": func() error { _, err := decodeNodeRequest([]byte{0, 0, 1, 2}); return err },

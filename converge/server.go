@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/wsync/wsync/syncwire"
@@ -59,14 +58,9 @@ func Register(srv *syncwire.Server, store *vfs.Store, log *slog.Logger) *Respond
 	return r
 }
 
-func ignoreKey(list []string) string {
-	if list == nil {
-		return "\x00default"
-	}
-	l := slices.Clone(list)
-	slices.Sort(l)
-	return strings.Join(l, "/")
-}
+// ignoreKey keys a cached tree: the list in order (gitignore patterns
+// override each other in order, so two orders are two lists).
+func ignoreKey(list []string) string { return vfs.IgnoreKey(list) }
 
 // Tree returns the store's Merkle tree for ignore, reusing the cached one
 // while the store's rev has not moved. Writes that bypass the store (a

@@ -70,9 +70,6 @@ func BuildTree(ctx context.Context, s *vfs.Store, ignore vfs.Ignore) (*Tree, err
 func buildTree(ctx context.Context, s *vfs.Store, ignore vfs.Ignore, full bool) (*Tree, error) {
 	kids := make(map[vfs.Ino][]node)
 	rev, err := s.ScanTree(ctx, func(r *vfs.TreeRow) error {
-		if ignore.MatchName(r.Name) {
-			return nil
-		}
 		n := node{Child: Child{Name: r.Name, Kind: r.Kind, Mode: r.Mode & 0o7777}, mtime: r.Mtime}
 		switch r.Kind {
 		case vfs.KindFile:
@@ -103,13 +100,21 @@ func buildTree(ctx context.Context, s *vfs.Store, ignore vfs.Ignore, full bool) 
 		return nil, err
 	}
 	t := &Tree{Rev: rev}
-	var build func(ino vfs.Ino, depth int) (*dir, error)
-	build = func(ino vfs.Ino, depth int) (*dir, error) {
+	// Ignored names are dropped top down, where their paths are known (the
+	// scan is in inode order): a dropped directory is never entered, so
+	// what is below it is out whatever the patterns say of it.
+	var build func(ino vfs.Ino, path string, depth int) (*dir, error)
+	build = func(ino vfs.Ino, path string, depth int) (*dir, error) {
 		if depth > vfs.MaxPathLen/2 {
 			return nil, fmt.Errorf("build tree: %w: directory cycle at inode %d", vfs.ErrLoop, ino)
 		}
 		d := &dir{children: kids[ino]}
 		delete(kids, ino)
+		if !ignore.Empty() {
+			d.children = slices.DeleteFunc(d.children, func(c node) bool {
+				return ignore.Excludes(joinPath(path, c.Name), c.Kind == vfs.KindDir)
+			})
+		}
 		// The scan is in (parent, name) order already; SQLite's BINARY
 		// collation is bytewise, as Go's string order.
 		for i := range d.children {
@@ -117,7 +122,7 @@ func buildTree(ctx context.Context, s *vfs.Store, ignore vfs.Ignore, full bool) 
 			if c.Kind != vfs.KindDir {
 				continue
 			}
-			sub, err := build(vfs.Ino(binary.LittleEndian.Uint64(c.Hash[:])), depth+1)
+			sub, err := build(vfs.Ino(binary.LittleEndian.Uint64(c.Hash[:])), joinPath(path, c.Name), depth+1)
 			if err != nil {
 				return nil, err
 			}
@@ -127,7 +132,7 @@ func buildTree(ctx context.Context, s *vfs.Store, ignore vfs.Ignore, full bool) 
 		t.n += len(d.children)
 		return d, nil
 	}
-	if t.root, err = build(vfs.RootIno, 0); err != nil {
+	if t.root, err = build(vfs.RootIno, "", 0); err != nil {
 		return nil, err
 	}
 	t.Root = dirHash(t.root.children)

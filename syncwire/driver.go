@@ -137,6 +137,13 @@ type PullOptions struct {
 	Checked GuardState
 }
 
+// PushOptions configures one push of the local feed.
+type PushOptions struct {
+	// Ignore is the list of patterns whose paths stay here: nil means
+	// vfs.DefaultIgnore, an empty non-nil list sends everything.
+	Ignore []string
+}
+
 // Budget bounds one pull: it stops after the first batch that reaches a
 // bound that is set (zero or negative: unbounded), so a pull applies at
 // least one batch, and reports Result.More when the feed goes on.
@@ -256,6 +263,9 @@ type Exchange struct {
 	s        Peer
 	epoch    uint64 // the session's, from rpc.Client.Session
 	progress func(op string, total Result)
+	// ignore is the running pull's list (PullWith), for its applies;
+	// pushIgnore the running push's (PushWith), for its feed.
+	ignore, pushIgnore vfs.Ignore
 }
 
 // OnProgress makes every transfer of the exchange from now on call fn
@@ -280,9 +290,18 @@ func (x *Exchange) Session() *rpc.Session { return x.sess }
 // Peer names the local watermarks the exchange keeps for the peer.
 func (x *Exchange) Peer() string { return x.d.peer }
 
-// Push sends every local change after the push cursor to the peer.
+// Push sends every local change after the push cursor to the peer,
+// ignoring nothing.
 func (x *Exchange) Push(ctx context.Context) (Result, error) {
+	return x.PushWith(ctx, PushOptions{Ignore: []string{}})
+}
+
+// PushWith is Push with opts: the paths its ignore list matches stay
+// here, as a pull with the same list leaves them in the peer.
+func (x *Exchange) PushWith(ctx context.Context, opts PushOptions) (Result, error) {
 	var res Result
+	x.pushIgnore = vfs.NewIgnore(opts.Ignore)
+	defer func() { x.pushIgnore = vfs.Ignore{} }()
 	err := x.transfer(ctx, &res, x.push)
 	return res, x.d.observe("push", err)
 }
@@ -298,6 +317,8 @@ func (x *Exchange) Pull(ctx context.Context) (Result, error) {
 func (x *Exchange) PullWith(ctx context.Context, opts PullOptions) (Result, error) {
 	var res Result
 	start := time.Now()
+	x.ignore = vfs.NewIgnore(opts.Ignore)
+	defer func() { x.ignore = vfs.Ignore{} }()
 	err := x.transfer(ctx, &res, func(ctx context.Context, res *Result) error {
 		res.Checked = opts.Checked
 		retried := false
@@ -446,7 +467,7 @@ func (x *Exchange) pushFeed(ctx context.Context, res *Result) error {
 	if err != nil {
 		return err
 	}
-	return x.send(ctx, d.local.Changes(ctx, run.Skip(ws.Push), through, vfs.Ignore{}), through, true, &ws, res)
+	return x.send(ctx, d.local.Changes(ctx, run.Skip(ws.Push), through, x.pushIgnore), through, true, &ws, res)
 }
 
 // send is the send path. entries are the feed from ws.Push through
@@ -627,6 +648,9 @@ func (x *Exchange) pullFeed(ctx context.Context, opts PullOptions, start time.Ti
 	if err != nil {
 		return err
 	}
+	if err := x.followIgnore(ctx, opts.Ignore, &ws, res); err != nil {
+		return err
+	}
 	cs, err := x.s.FetchChanges(ctx, FetchRequest{After: ws.Fetch, Ignore: opts.Ignore})
 	if err != nil {
 		return err
@@ -687,6 +711,29 @@ func (x *Exchange) pullFeed(ctx context.Context, opts PullOptions, start time.Ti
 		}
 	}
 	return x.settleBounce(ctx, &ws)
+}
+
+// followIgnore re-baselines the fetch cursor when the pull's ignore list
+// is not the one the feed up to it was filtered with: the entries a pattern
+// no longer ignores were skipped, and a full re-read is what brings them
+// (idempotent apply skips the rest). A newly ignored path needs nothing:
+// it stops coming. The list is recorded with the reset cursor in one
+// transaction; a store that has none recorded (older than patterns, whose
+// plain names meant what they mean now) records it without a reset.
+func (x *Exchange) followIgnore(ctx context.Context, list []string, ws *watermark.Set, res *Result) error {
+	d := x.d
+	key := vfs.IgnoreKey(list)
+	seen, err := d.local.FeedIgnore(ctx, d.peer)
+	if err != nil || seen == key {
+		return err
+	}
+	if seen != "" && ws.Fetch != (watermark.Cursor{}) {
+		d.log.Info("ignore list changed; re-reading the peer's feed", "fetch", ws.Fetch)
+		ws.Fetch = watermark.Cursor{}
+		res.Resets++
+		metricResets.WithLabelValues("ignore").Inc()
+	}
+	return d.local.SetFeedIgnore(ctx, d.peer, key, *ws)
 }
 
 // settleBounce ends a receive: the revs our applies stamped (the bounce
@@ -884,7 +931,7 @@ func (x *Exchange) applyBatch(ctx context.Context, f *fetchedBatch, feed bool, w
 		last := f.batch[len(f.batch)-1]
 		ws.Fetch = watermark.Within(last.Rev, last.Path)
 	}
-	ar, err := x.d.local.Apply(ctx, f.batch, vfs.ApplyOptions{Source: vfs.Upstream, Stage: f.stage, Peer: x.d.peer, Watermarks: ws, Bounce: true, Conflicts: x.d.conflicts.Load(), Quota: true})
+	ar, err := x.d.local.Apply(ctx, f.batch, vfs.ApplyOptions{Source: vfs.Upstream, Stage: f.stage, Peer: x.d.peer, Watermarks: ws, Bounce: true, Conflicts: x.d.conflicts.Load(), Quota: true, Ignore: x.ignore})
 	if err != nil {
 		return fmt.Errorf("apply received batch: %w", err)
 	}

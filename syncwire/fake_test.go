@@ -27,6 +27,7 @@ type fakeBackend struct {
 	feed    []vfs.ChangeEntry
 	chunks  map[chunkstore.Hash][]byte
 	marks   map[string]watermark.Set
+	ignores map[string]string // FeedIgnore by peer
 	applied [][]vfs.ChangeEntry
 	flushes int
 	cs      *chunkstore.Store
@@ -71,7 +72,7 @@ func (f *fakeBackend) Changes(ctx context.Context, after, through watermark.Curs
 			return cmp.Or(cmp.Compare(a.Rev, b.Rev), strings.Compare(a.Path, b.Path))
 		})
 		for _, e := range feed {
-			if !after.Admits(e.Rev, e.Path) || e.Rev > through.Rev || ig.Match(e.Path) {
+			if !after.Admits(e.Rev, e.Path) || e.Rev > through.Rev || ig.IgnoresEntry(e) {
 				continue
 			}
 			if !yield(e, nil) {
@@ -137,6 +138,23 @@ func (f *fakeBackend) Watermarks(ctx context.Context, peer string) (watermark.Se
 func (f *fakeBackend) SetWatermarks(ctx context.Context, peer string, set watermark.Set) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.marks[peer] = set
+	return nil
+}
+
+func (f *fakeBackend) FeedIgnore(ctx context.Context, peer string) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ignores[peer], nil
+}
+
+func (f *fakeBackend) SetFeedIgnore(ctx context.Context, peer, key string, set watermark.Set) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ignores == nil {
+		f.ignores = make(map[string]string)
+	}
+	f.ignores[peer] = key
 	f.marks[peer] = set
 	return nil
 }

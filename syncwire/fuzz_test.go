@@ -75,6 +75,8 @@ func seedMessages() [][]byte {
 	e.PutString("x: " + chunkstore.ErrUnknownHash.Error())
 	out = append(out, e.Bytes())
 	out = append(out, PushObjectsRequest{Stage: 5, Hashes: []chunkstore.Hash{chunkstore.Sum([]byte("a"))}}.appendTo(nil), PushObjectsResponse{Chunks: 3, Bytes: 1 << 20}.appendTo(nil))
+	// Gitignore patterns (protocol version 5), last so the older seeds keep their files.
+	add(FetchRequest{Ignore: []string{"# build output", "dist/", "*.log", "!keep.log", "/build", "**/.cache/"}}.appendTo(nil))
 	return out
 }
 
@@ -345,8 +347,12 @@ func TestDecodersRejectBadInput(t *testing.T) {
 			return err
 		},
 		"bitmap bits past n": func() error { _, err := DecodeBitmap([]byte{0xff}, 3); return err },
-		"ignore segment with a slash": func() error {
-			_, err := DecodeFetchRequest(mustAppend(FetchRequest{Ignore: []string{"a/b"}}.appendTo(nil)))
+		"ignore pattern malformed": func() error {
+			_, err := DecodeFetchRequest(mustAppend(FetchRequest{Ignore: []string{"src/[z-"}}.appendTo(nil)))
+			return err
+		},
+		"ignore pattern with a line break": func() error {
+			_, err := DecodeFetchRequest(mustAppend(FetchRequest{Ignore: []string{"a\nb"}}.appendTo(nil)))
 			return err
 		},
 		"ignore count past the message": func() error {

@@ -216,7 +216,8 @@ func DecodeFetchRequest(p []byte) (FetchRequest, error) {
 
 // AppendIgnore appends an ignore list as FetchRequest and converge's Root
 // and Node requests carry it: 0 for nil (the default list), otherwise 1,
-// the count and the segments (an empty list disables ignoring).
+// the count and the gitignore patterns in order (an empty list disables
+// ignoring).
 func AppendIgnore(e *rpc.Encoder, list []string) {
 	if list == nil {
 		e.PutByte(0)
@@ -229,9 +230,10 @@ func AppendIgnore(e *rpc.Encoder, list []string) {
 	}
 }
 
-// DecodeIgnore reads what AppendIgnore wrote: at most vfs.MaxIgnore segments,
-// each "" or a valid name. A bad list is d's failure, so each protocol
-// reports it with its own malformed-message error.
+// DecodeIgnore reads what AppendIgnore wrote: at most vfs.MaxIgnore
+// patterns, each one vfs.ValidateIgnorePattern accepts. A bad list is d's
+// failure, so each protocol reports it with its own malformed-message
+// error.
 func DecodeIgnore(d *rpc.Decoder) []string {
 	switch d.Byte() {
 	case 0:
@@ -241,13 +243,13 @@ func DecodeIgnore(d *rpc.Decoder) []string {
 		d.Fail("bad ignore flag")
 		return nil
 	}
-	n := d.Count("ignore entries", vfs.MaxIgnore, 1)
+	n := d.Count("ignore patterns", vfs.MaxIgnore, 1)
 	list := make([]string, 0, n)
 	for range n {
-		s := d.String("ignore segment", vfs.MaxNameLen)
-		if d.Err() == nil && s != "" {
-			if err := vfs.ValidateName(s); err != nil {
-				d.Fail("ignore segment: %v", err)
+		s := d.String("ignore pattern", vfs.MaxIgnorePatternLen)
+		if d.Err() == nil {
+			if err := vfs.ValidateIgnorePattern(s); err != nil {
+				d.Fail("%v", err)
 			}
 		}
 		list = append(list, s)

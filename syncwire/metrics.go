@@ -26,7 +26,7 @@ var (
 	}, []string{"direction"})
 	metricResets = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "wsync_syncwire_watermark_resets_total",
-		Help: "Watermarks reset to re-baseline a peer, by cause (invariant, reconcile).",
+		Help: "Watermarks reset to re-baseline a peer, by cause (invariant, reconcile, ignore: the pull's ignore list changed).",
 	}, []string{"cause"})
 	metricSyncErrors = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "wsync_syncwire_sync_errors_total",

@@ -27,6 +27,11 @@ type Backend interface {
 	Chunks() *chunkstore.Store
 	Watermarks(ctx context.Context, peer string) (watermark.Set, error)
 	SetWatermarks(ctx context.Context, peer string, set watermark.Set) error
+	// FeedIgnore is the ignore list key (vfs.IgnoreKey) the peer's feed
+	// was last pulled with, "" when none was recorded; SetFeedIgnore
+	// records one with the watermarks, in one transaction.
+	FeedIgnore(ctx context.Context, peer string) (string, error)
+	SetFeedIgnore(ctx context.Context, peer, key string, set watermark.Set) error
 	// Delivered is SetWatermarks after a push batch the peer acknowledged,
 	// with the merge bases of what it applied (bases) and new revs for
 	// what its fence deferred, in one transaction.

@@ -50,6 +50,10 @@ type ApplyOptions struct {
 	// the server): a batch that would grow the usage past it fails as a
 	// whole with a *QuotaError. Other batches apply whatever the quota.
 	Quota bool
+	// Ignore leaves out the entries it ignores (Ignore.IgnoresEntry), and
+	// a delete whose path holds a directory it excludes: the pulls' apply
+	// on the server, with the same list the peer's feed was asked with.
+	Ignore Ignore
 }
 
 // ApplyResult reports what a batch did.
@@ -67,6 +71,8 @@ type ApplyResult struct {
 	// Created counts the applied entries whose path held nothing before
 	// (a pull's deletion safety weighs deletes against them).
 	Created int
+	// Ignored counts the entries ApplyOptions.Ignore left out.
+	Ignored int
 }
 
 // Apply applies a batch of entries in one transaction, each entry stamped
@@ -112,8 +118,13 @@ func (s *Store) Apply(ctx context.Context, entries []ChangeEntry, opts ApplyOpti
 			return err
 		}
 		bulk := &bulkRows{t: t}
+		t.ignore = opts.Ignore
 		for i := range entries {
 			e := &entries[i]
+			if opts.Ignore.IgnoresEntry(*e) {
+				res.Ignored++
+				continue
+			}
 			t.nextMutation()
 			if t.fence != nil {
 				if !t.fence.quiet() {
@@ -181,6 +192,7 @@ func (s *Store) Apply(ctx context.Context, entries []ChangeEntry, opts ApplyOpti
 		}
 		inval = t.inval
 		res.Created += t.created
+		res.Ignored += t.ignored
 		return nil
 	})
 	if err != nil {
@@ -212,6 +224,10 @@ func (t *wtx) applyEntry(e *ChangeEntry) (bool, error) {
 	exists := err == nil
 	if err != nil && !errors.Is(err, ErrNotExist) {
 		return false, err
+	}
+	if e.Kind == EntryDelete && exists && cur.kind == KindDir && t.ignore.Excludes(e.Path, true) {
+		t.ignored++ // the delete of an ignored directory: ours stays
+		return false, nil
 	}
 	if t.cf != nil {
 		done, changed, err := t.detect(e, parent, name, &cur, &exists)

@@ -30,6 +30,16 @@
 // past through and is delivered by the next feed. Cursors are
 // watermark.Cursor values, resumable in the middle of a rev.
 //
+// # Ignore patterns
+//
+// Ignore is a compiled list of gitignore(5) patterns relative to the
+// root (ignore.go says which library matches them and how they compose):
+// Match(path, isDir) asks about a path and its directories, Excludes about
+// one level for walkers that go top down, IgnoresEntry about a change
+// entry. The feed leaves ignored entries out (asking each page's
+// directories once), Apply with ApplyOptions.Ignore leaves them out and
+// keeps a directory that an incoming delete names but the list ignores.
+//
 // # Apply
 //
 // Apply takes a batch of entries in one transaction (a savepoint per entry,

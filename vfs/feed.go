@@ -17,7 +17,7 @@ const feedPage = 256
 // Changes streams the coalesced feed: one entry per path touched after
 // `after`, up to and including rev through.Rev, ordered by (rev, path), each
 // materialised from the path's current state (a live node wins over a
-// tombstone). Paths matching ig are left out. The feed reads a page of rows
+// tombstone). Paths ig ignores are left out (Ignore.IgnoresEntry). The feed reads a page of rows
 // per read transaction and never holds one while the consumer runs, so
 // memory stays flat and writers are never blocked; a path rewritten while
 // the feed runs moves past `through` and is delivered by a later feed.
@@ -82,14 +82,19 @@ func (s *Store) feedPage(ctx context.Context, after watermark.Cursor, through in
 		return pg, false, fmt.Errorf("changes: %w", err)
 	}
 	res := newResolver(ctx, q)
+	memo := ignoreMemo{ig: ig}
 	for _, r := range rs {
 		pg.last = watermark.Within(r.rev, r.path)
-		if ig.Match(r.path) {
-			continue
+		parent, _ := splitPath(r.path)
+		if memo.dir(parent) {
+			continue // below an ignored directory: not even materialised
 		}
 		e, err := res.entry(r.path, r.rev)
 		if err != nil {
 			return pg, false, fmt.Errorf("changes: materialise %q: %w", r.path, err)
+		}
+		if memo.match(e.Path, entryIsDir(e)) { // Ignore.IgnoresEntry
+			continue
 		}
 		pg.entries = append(pg.entries, e)
 	}

@@ -404,6 +404,10 @@ type wtx struct {
 	trashEntries int64
 	// created counts the entries of an Apply that took a free path.
 	created int
+	// ignore is an Apply batch's ApplyOptions.Ignore; ignored counts the
+	// deletes it kept from removing a directory.
+	ignore  Ignore
+	ignored int
 }
 
 // update runs fn in one write transaction of its own and commits it

@@ -200,7 +200,7 @@ func (w *Workspace) ResolveConflict(ctx context.Context, path, keep string) (Con
 	default:
 		return ConflictInfo{}, fmt.Errorf("resolve: %w: keep %q (want server, container or both)", vfs.ErrInvalid, keep)
 	}
-	s, sp, err := w.onStore(ctx, "resolve", path, nil)
+	s, sp, err := w.onStore(ctx, "resolve", path, existing, nil)
 	if err != nil {
 		return ConflictInfo{}, err
 	}

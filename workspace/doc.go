@@ -168,10 +168,15 @@
 //
 // # Ignored paths
 //
-// The ignore list (default ["node_modules"], a workspace's own list
-// replaces it, an empty list ignores nothing) is given to every pull and
-// applied by the files API: ignored paths are invisible (readdir omits
-// them, stat and read give ENOENT) and cannot be written.
+// The ignore patterns (gitignore syntax, vfs.Ignore) in force are
+// Workspace.Patterns: the configured list (default ["node_modules"], a
+// workspace's own list replaces it, an empty list ignores nothing; Create
+// and SetIgnore set it) followed by the lines of the server store's
+// IgnoreFile (/.wsyncignore). They are given to every push, pull, verify
+// and repair, which send them on the wire, and applied by the files API:
+// ignored paths are invisible (readdir omits them, stat and read give
+// ENOENT) and cannot be written. ignore.go says when a change takes
+// effect and why it loses nothing.
 //
 // # Errors
 //

@@ -1,12 +1,14 @@
 package workspace
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/wsync/wsync/vfs"
@@ -36,23 +38,31 @@ type FileInfo struct {
 // rather than grow without bound.
 const MaxList = 1 << 20
 
-// clean turns a workspace path into store form and refuses ignored paths.
-func (w *Workspace) clean(op, p string) (string, error) {
+// clean turns a workspace path into store form.
+func clean(op, p string) (string, error) {
 	sp, err := vfs.CleanAPIPath(p)
 	if err != nil {
 		return "", &vfs.PathError{Op: op, Path: p, Err: err}
 	}
-	if sp != "" && w.ignore.Match(sp) {
-		return "", &vfs.PathError{Op: op, Path: "/" + sp, Err: ErrIgnored}
-	}
 	return sp, nil
 }
 
+// What a path is to the ignore check (refuseIgnored): what stands there
+// (asked of the store), or what the call makes there.
+type pathKind int
+
+const (
+	existing pathKind = iota
+	makesFile
+	makesDir
+)
+
 // onStore cleans path for op and returns the workspace's store and the
-// path's store form. check (nil: none) may refuse the cleaned path before
-// the store is opened.
-func (w *Workspace) onStore(ctx context.Context, op, path string, check func(sp string) error) (*vfs.Store, string, error) {
-	sp, err := w.clean(op, path)
+// path's store form, refusing an ignored path (kind: what it is to the
+// check). check (nil: none) may refuse the cleaned path before the store
+// is opened.
+func (w *Workspace) onStore(ctx context.Context, op, path string, kind pathKind, check func(sp string) error) (*vfs.Store, string, error) {
+	sp, err := clean(op, path)
 	if err != nil {
 		return nil, "", err
 	}
@@ -65,7 +75,45 @@ func (w *Workspace) onStore(ctx context.Context, op, path string, check func(sp 
 	if err != nil {
 		return nil, "", err
 	}
+	if err := w.refuseIgnored(ctx, s, op, sp, kind); err != nil {
+		return nil, "", err
+	}
 	return s, sp, nil
+}
+
+// refuseIgnored fails with ErrIgnored when the patterns in force ignore sp:
+// a directory above it is ignored, or sp itself is excluded as what it is
+// (a directory-only pattern needs to know; the store is asked only then).
+func (w *Workspace) refuseIgnored(ctx context.Context, s *vfs.Store, op, sp string, kind pathKind) error {
+	if sp == "" {
+		return nil
+	}
+	ig, err := w.Matcher(ctx)
+	if err != nil {
+		return err
+	}
+	ignored := false
+	if i := strings.LastIndexByte(sp, '/'); i > 0 {
+		ignored = ig.Match(sp[:i], true)
+	}
+	if !ignored {
+		asFile, asDir := ig.Excludes(sp, false), ig.Excludes(sp, true)
+		ignored = asFile
+		if asFile != asDir {
+			isDir := kind == makesDir
+			if kind == existing {
+				a, err := s.Stat(ctx, sp)
+				isDir = err == nil && a.Kind == vfs.KindDir
+			}
+			if isDir {
+				ignored = asDir
+			}
+		}
+	}
+	if ignored {
+		return &vfs.PathError{Op: op, Path: "/" + sp, Err: ErrIgnored}
+	}
+	return nil
 }
 
 // refuseRoot is the check of a call that cannot act on the root: op
@@ -82,7 +130,7 @@ func refuseRoot(op string, err error) func(sp string) error {
 // Stat returns the node at path; with hash, a file's SHA256 is computed by
 // reading it.
 func (w *Workspace) Stat(ctx context.Context, path string, hash bool) (FileInfo, error) {
-	s, sp, err := w.onStore(ctx, "stat", path, nil)
+	s, sp, err := w.onStore(ctx, "stat", path, existing, nil)
 	if err != nil {
 		return FileInfo{}, err
 	}
@@ -164,7 +212,11 @@ func (w *Workspace) List(ctx context.Context, path string, recursive, hash bool)
 // server hold it (the API streams a listing this way). An error from yield
 // ends the walk and is returned.
 func (w *Workspace) Walk(ctx context.Context, path string, recursive, hash bool, yield func(FileInfo) error) error {
-	s, sp, err := w.onStore(ctx, "list", path, nil)
+	s, sp, err := w.onStore(ctx, "list", path, existing, nil)
+	if err != nil {
+		return err
+	}
+	ig, err := w.Matcher(ctx)
 	if err != nil {
 		return err
 	}
@@ -182,12 +234,12 @@ func (w *Workspace) Walk(ctx context.Context, path string, recursive, hash bool,
 			return err
 		}
 		for _, e := range ents {
-			if w.ignore.MatchName(e.Name) {
-				continue
-			}
 			child := e.Name
 			if dir != "" {
 				child = dir + "/" + e.Name
+			}
+			if ig.Excludes(child, e.Kind == vfs.KindDir) {
+				continue // its parent is not ignored: the walk never enters an ignored directory
 			}
 			fi, err := w.info(ctx, s, child, hash)
 			if errors.Is(err, vfs.ErrNotExist) {
@@ -212,7 +264,7 @@ func (w *Workspace) Walk(ctx context.Context, path string, recursive, hash bool,
 
 // Open returns a reader over the file at path as it is now.
 func (w *Workspace) Open(ctx context.Context, path string) (io.ReaderAt, FileInfo, error) {
-	s, sp, err := w.onStore(ctx, "open", path, nil)
+	s, sp, err := w.onStore(ctx, "open", path, existing, nil)
 	if err != nil {
 		return nil, FileInfo{}, err
 	}
@@ -235,9 +287,20 @@ func (w *Workspace) Open(ctx context.Context, path string) (io.ReaderAt, FileInf
 // transaction: readers see the old content or the new. A nil mode keeps an
 // existing file's mode and gives a new one 0644.
 func (w *Workspace) WriteFile(ctx context.Context, path string, r io.Reader, mode *uint32) (FileInfo, error) {
-	s, sp, err := w.onStore(ctx, "write", path, refuseRoot("write", vfs.ErrIsDir))
+	s, sp, err := w.onStore(ctx, "write", path, makesFile, refuseRoot("write", vfs.ErrIsDir))
 	if err != nil {
 		return FileInfo{}, err
+	}
+	if sp == IgnoreFile {
+		// Refused whole rather than used in part (see Patterns).
+		b, err := io.ReadAll(io.LimitReader(r, MaxIgnoreFile+1))
+		if err != nil {
+			return FileInfo{}, &vfs.PathError{Op: "write", Path: "/" + sp, Err: err}
+		}
+		if err := checkIgnoreFile(b); err != nil {
+			return FileInfo{}, &vfs.PathError{Op: "write", Path: "/" + sp, Err: err}
+		}
+		r = bytes.NewReader(b)
 	}
 	m := uint32(0o644)
 	if mode != nil {
@@ -253,7 +316,7 @@ func (w *Workspace) WriteFile(ctx context.Context, path string, r io.Reader, mod
 
 // Mkdir makes a directory (with parents, mkdir -p).
 func (w *Workspace) Mkdir(ctx context.Context, path string, mode uint32, parents bool) error {
-	s, sp, err := w.onStore(ctx, "mkdir", path, nil)
+	s, sp, err := w.onStore(ctx, "mkdir", path, makesDir, nil)
 	if err != nil {
 		return err
 	}
@@ -265,7 +328,7 @@ func (w *Workspace) Mkdir(ctx context.Context, path string, mode uint32, parents
 
 // Remove removes the node at path; a non-empty directory needs recursive.
 func (w *Workspace) Remove(ctx context.Context, path string, recursive bool) error {
-	s, sp, err := w.onStore(ctx, "remove", path, refuseRoot("remove", vfs.ErrInvalid))
+	s, sp, err := w.onStore(ctx, "remove", path, existing, refuseRoot("remove", vfs.ErrInvalid))
 	if err != nil {
 		return err
 	}
@@ -274,11 +337,16 @@ func (w *Workspace) Remove(ctx context.Context, path string, recursive bool) err
 
 // Rename moves src to dst with rename(2)'s rules.
 func (w *Workspace) Rename(ctx context.Context, src, dst string) error {
-	ss, err := w.clean("rename", src)
+	s, ss, err := w.onStore(ctx, "rename", src, existing, nil)
 	if err != nil {
 		return err
 	}
-	s, ds, err := w.onStore(ctx, "rename", dst, func(ds string) error {
+	// The destination is what the source is.
+	kind := makesFile
+	if a, err := s.Stat(ctx, ss); err == nil && a.Kind == vfs.KindDir {
+		kind = makesDir
+	}
+	_, ds, err := w.onStore(ctx, "rename", dst, kind, func(ds string) error {
 		if ss == "" || ds == "" {
 			return &vfs.PathError{Op: "rename", Path: "/", Err: vfs.ErrInvalid}
 		}
@@ -287,13 +355,18 @@ func (w *Workspace) Rename(ctx context.Context, src, dst string) error {
 	if err != nil {
 		return err
 	}
+	if ds == IgnoreFile && ss != IgnoreFile {
+		if err := w.checkIgnoreFileAt(ctx, s, ss); err != nil {
+			return &vfs.PathError{Op: "rename", Path: "/" + ds, Err: err}
+		}
+	}
 	return s.RenamePath(ctx, ss, ds)
 }
 
 // Symlink makes a symlink at path pointing to target. The target is data:
 // it is stored as given and never followed on the server.
 func (w *Workspace) Symlink(ctx context.Context, target, path string) error {
-	s, sp, err := w.onStore(ctx, "symlink", path, func(sp string) error {
+	s, sp, err := w.onStore(ctx, "symlink", path, makesFile, func(sp string) error {
 		if sp == "" {
 			return &vfs.PathError{Op: "symlink", Path: "/", Err: vfs.ErrExist}
 		}
@@ -310,9 +383,30 @@ func (w *Workspace) Symlink(ctx context.Context, target, path string) error {
 
 // Chmod sets the permission bits of the node at path.
 func (w *Workspace) Chmod(ctx context.Context, path string, mode uint32) error {
-	s, sp, err := w.onStore(ctx, "chmod", path, nil)
+	s, sp, err := w.onStore(ctx, "chmod", path, existing, nil)
 	if err != nil {
 		return err
 	}
 	return s.ChmodPath(ctx, sp, mode&0o7777)
+}
+
+// checkIgnoreFileAt checks the file at sp as the IgnoreFile it is about to
+// become (a file of another kind is not read as one: Patterns says so).
+func (w *Workspace) checkIgnoreFileAt(ctx context.Context, s *vfs.Store, sp string) error {
+	a, err := s.Stat(ctx, sp)
+	if err != nil || a.Kind != vfs.KindFile {
+		return nil // the rename reports what is wrong with the source
+	}
+	if a.Size > MaxIgnoreFile {
+		return fmt.Errorf("%w: %s of %d bytes (at most %d)", vfs.ErrInvalid, IgnoreFile, a.Size, MaxIgnoreFile)
+	}
+	r, size, err := s.OpenReader(ctx, sp)
+	if err != nil {
+		return err
+	}
+	b := make([]byte, size)
+	if _, err := r.ReadAt(b, 0); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return checkIgnoreFile(b)
 }

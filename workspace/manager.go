@@ -212,7 +212,6 @@ func (m *Manager) newWorkspace(c Config) *Workspace {
 		m:        m,
 		cfg:      c,
 		dir:      filepath.Join(m.opts.DataDir, c.Name),
-		ignore:   vfs.NewIgnore(c.Ignore),
 		log:      m.log.With("workspace", c.Name),
 		runtimes: make(map[string]*runtimeState, 1+len(attached)),
 		events:   events.New(m.opts.Events),
@@ -296,8 +295,11 @@ type CreateOptions struct {
 	// ComputerdToken is the bearer token of Endpoint's computerd, by value.
 	// It is written to <data>/<name>/computerd.token (mode 0600, temp +
 	// fsync + rename), never echoed, logged or put in the registry.
-	ComputerdToken string   `json:"computerd_token,omitempty"`
-	Ignore         []string `json:"ignore"`
+	ComputerdToken string `json:"computerd_token,omitempty"`
+	// Ignore is the workspace's gitignore patterns (vfs.Ignore): null or
+	// absent for the default ["node_modules"], [] for none. The
+	// IgnoreFile's lines add to them.
+	Ignore []string `json:"ignore"`
 	// ConflictPolicy is how the server settles a path both sides changed:
 	// keep-both (the default, "" too), server-wins or container-wins.
 	ConflictPolicy vfs.ConflictPolicy `json:"conflict_policy,omitempty"`
@@ -328,13 +330,8 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Workspace, erro
 	if err := o.Quota.Validate(); err != nil {
 		return nil, fmt.Errorf("create workspace %q: %w", o.Name, err)
 	}
-	if len(o.Ignore) > vfs.MaxIgnore {
-		return nil, fmt.Errorf("create workspace %q: %w: %d ignore entries (at most %d)", o.Name, vfs.ErrInvalid, len(o.Ignore), vfs.MaxIgnore)
-	}
-	for _, seg := range o.Ignore {
-		if err := vfs.ValidateName(seg); err != nil {
-			return nil, fmt.Errorf("create workspace %q: ignore entry %q: %w", o.Name, seg, err)
-		}
+	if err := CheckIgnore(o.Ignore); err != nil {
+		return nil, fmt.Errorf("create workspace %q: ignore: %w", o.Name, err)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -379,7 +376,8 @@ func placeToken(path, token string) error {
 }
 
 // MaxTokenLen bounds a computerd token given by value. (A create
-// request's ignore list is bounded by vfs.MaxIgnore.)
+// request's ignore list is bounded by vfs.MaxIgnore and
+// vfs.MaxIgnorePatternLen.)
 const MaxTokenLen = 4096
 
 // checkToken accepts a bearer token given by value: 1 to MaxTokenLen

@@ -40,8 +40,9 @@ type Config struct {
 	// value at creation and kept in <dir>/computerd.token (mode 0600). The
 	// registry never holds the token, nor a path anyone could name.
 	HasToken bool `json:"computerd_token,omitempty"`
-	// Ignore is the pull ignore list: nil means the default
-	// ["node_modules"], an empty list ignores nothing.
+	// Ignore is the configured gitignore patterns: nil means the default
+	// ["node_modules"], an empty list ignores nothing; the IgnoreFile's
+	// lines add to it.
 	Ignore  []string  `json:"ignore"`
 	Created time.Time `json:"created"`
 	// ConflictPolicy says how the server settles a path both sides

@@ -26,16 +26,20 @@ type Remote interface {
 	// (seed Lifecycle step 1) and returns once the container has committed
 	// them and the push watermark is persisted. On error nothing the server
 	// holds is lost; the next Push resends what was not acknowledged.
-	// opts.Progress, when set, is told after each committed batch; a push
-	// ignores opts.Ignore and opts.Budget.
+	// opts.Progress, when set, is told after each committed batch. The
+	// paths opts.Ignore matches stay on the server (the workspace gives
+	// the patterns in force: nil would mean the default); a push ignores
+	// opts.Budget.
 	Push(ctx context.Context, opts SyncOptions) (SyncReport, error)
 
 	// Pull fetches the container's changes after the fetch cursor and
 	// applies them to the server store (steps 4-6), checkpointing the cursor
 	// per committed batch, so an error or a crash resumes where it stopped.
-	// opts.Ignore is the list of path segments left in the container; nil
-	// means the default ["node_modules"], an empty non-nil list ignores
-	// nothing. A pull stops after the batch that reaches opts.Budget and
+	// opts.Ignore is the gitignore patterns (vfs.Ignore) whose paths stay
+	// in the container; nil means the default ["node_modules"], an empty
+	// non-nil list ignores nothing. The remote sends the list with the
+	// fetch and applies it to what arrives, so the container and the
+	// server match by one list. A pull stops after the batch that reaches opts.Budget and
 	// reports More: the rest of the feed waits for the next pull.
 	Pull(ctx context.Context, opts SyncOptions) (SyncReport, error)
 
@@ -102,7 +106,8 @@ type RemoteFactory func(ws *Workspace, rt Runtime) (Remote, error)
 
 // SyncOptions are the options of one push or pull call.
 type SyncOptions struct {
-	// Ignore is a pull's ignore list (see Remote.Pull).
+	// Ignore is the ignore patterns of a push or a pull (see Remote.Pull):
+	// the workspace gives its Patterns.
 	Ignore []string
 	// Budget bounds one pull; its zero value bounds nothing.
 	Budget Budget

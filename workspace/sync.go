@@ -331,7 +331,12 @@ func (w *Workspace) verify(ctx context.Context, rs *runtimeState, repair bool) (
 
 func (w *Workspace) push(ctx context.Context, rs *runtimeState, r Remote) (SyncReport, error) {
 	ctx, sp := w.beginSync(ctx, rs, "push")
-	rep, err := r.Push(ctx, SyncOptions{Progress: w.progress(ctx, rs)})
+	ignore, err := w.Patterns(ctx)
+	if err != nil {
+		sp.finish(SyncReport{}, err)
+		return SyncReport{}, err
+	}
+	rep, err := r.Push(ctx, SyncOptions{Ignore: ignore, Progress: w.progress(ctx, rs)})
 	w.record(rs, "push", sp.start, rep, err)
 	sp.finish(rep, err)
 	return rep, err
@@ -354,7 +359,12 @@ func (w *Workspace) pull(ctx context.Context, rs *runtimeState, r Remote, owed P
 // pending record is paused (PendingPaused) until a pull that allows it.
 func (w *Workspace) pullBudget(ctx context.Context, rs *runtimeState, r Remote, owed PendingPull, budget Budget, po PullOptions) (SyncReport, error) {
 	ctx, sp := w.beginSync(ctx, rs, "pull")
-	opts := SyncOptions{Ignore: w.IgnoreList(), Budget: budget, Progress: w.progress(ctx, rs)}
+	ignore, err := w.Patterns(ctx)
+	if err != nil {
+		sp.finish(SyncReport{}, err)
+		return SyncReport{}, err
+	}
+	opts := SyncOptions{Ignore: ignore, Budget: budget, Progress: w.progress(ctx, rs)}
 	if !po.AllowMassDelete {
 		md := po.MassDelete
 		if md == (MassDeleteOptions{}) {

@@ -82,7 +82,7 @@ func (w *Workspace) TrashList(ctx context.Context, path string, limit int) ([]Tr
 	if limit < 0 || limit > MaxTrashList {
 		return nil, fmt.Errorf("trash list: %w: limit %d (0 to %d)", vfs.ErrInvalid, limit, MaxTrashList)
 	}
-	s, sp, err := w.onStore(ctx, "trash list", path, nil)
+	s, sp, err := w.onStore(ctx, "trash list", path, existing, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -90,9 +90,13 @@ func (w *Workspace) TrashList(ctx context.Context, path string, limit int) ([]Tr
 	if err != nil {
 		return nil, err
 	}
+	ig, err := w.Matcher(ctx)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]TrashEntry, 0, len(es))
 	for _, e := range es {
-		if w.ignore.Match(e.Path) {
+		if ig.Match(e.Path, e.Kind == vfs.KindDir) {
 			continue
 		}
 		out = append(out, TrashEntry{ID: e.ID, Path: "/" + e.Path, Type: e.Kind.String(), Mode: e.Mode, Size: e.Size,
@@ -104,7 +108,7 @@ func (w *Workspace) TrashList(ctx context.Context, path string, limit int) ([]Tr
 // TrashRestore brings back req.Path and what the trash holds below it
 // (vfs.Store.RestoreTrash), as new changes of the server's store.
 func (w *Workspace) TrashRestore(ctx context.Context, req RestoreRequest) (RestoreReport, error) {
-	s, sp, err := w.onStore(ctx, "trash restore", req.Path, nil)
+	s, sp, err := w.onStore(ctx, "trash restore", req.Path, existing, nil)
 	if err != nil {
 		return RestoreReport{}, err
 	}
@@ -122,7 +126,7 @@ func (w *Workspace) TrashPurge(ctx context.Context, path string, olderThan time.
 	if olderThan < 0 {
 		return PurgeReport{}, fmt.Errorf("trash purge: %w: negative age %v", vfs.ErrInvalid, olderThan)
 	}
-	s, sp, err := w.onStore(ctx, "trash purge", path, nil)
+	s, sp, err := w.onStore(ctx, "trash purge", path, existing, nil)
 	if err != nil {
 		return PurgeReport{}, err
 	}

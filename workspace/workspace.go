@@ -21,11 +21,11 @@ import (
 // with its remote), the FIFO that serialises their sync phases, and what
 // the last syncs did.
 type Workspace struct {
-	m      *Manager
-	cfg    Config // Runtimes and pending pulls live in runtimes
-	dir    string
-	ignore vfs.Ignore
-	log    *slog.Logger
+	m   *Manager
+	cfg Config // Runtimes and pending pulls live in runtimes
+	dir string
+	ign ignoreState // the patterns in force (ignore.go)
+	log *slog.Logger
 
 	q fifo.Queue
 
@@ -71,11 +71,13 @@ func (w *Workspace) Info() Info { return w.Config().Info() }
 // Dir is the workspace's directory under the data dir.
 func (w *Workspace) Dir() string { return w.dir }
 
-// IgnoreList is the list given to Remote.Pull: nil for the default.
-func (w *Workspace) IgnoreList() []string { return slices.Clone(w.cfg.Ignore) }
-
-// Ignore is the matcher of the files API.
-func (w *Workspace) Ignore() vfs.Ignore { return w.ignore }
+// IgnoreList is the configured ignore list: nil for the default. The
+// patterns in force add the IgnoreFile's lines (Patterns).
+func (w *Workspace) IgnoreList() []string {
+	w.stateMu.Lock()
+	defer w.stateMu.Unlock()
+	return slices.Clone(w.cfg.Ignore)
+}
 
 // Token returns the bearer token for the computerd of the workspace's
 // default runtime: the one given by value at creation (kept in the
@@ -239,11 +241,14 @@ type StoreStatus struct {
 // unless the call named another), as they did before a workspace had
 // several; Runtimes describes each.
 type Status struct {
-	Workspace string      `json:"workspace"`
-	Runtime   string      `json:"runtime"`
-	Endpoint  string      `json:"endpoint,omitempty"`
-	Ignore    []string    `json:"ignore"`
-	Store     StoreStatus `json:"store"`
+	Workspace string `json:"workspace"`
+	Runtime   string `json:"runtime"`
+	Endpoint  string `json:"endpoint,omitempty"`
+	// Ignore is the patterns in force (Workspace.Patterns), in order;
+	// IgnoreFileError says what of the IgnoreFile was left out.
+	Ignore          []string    `json:"ignore"`
+	IgnoreFileError string      `json:"ignore_file_error,omitempty"`
+	Store           StoreStatus `json:"store"`
 	// Quota is the store's usage against the workspace's quota.
 	Quota *QuotaStatus `json:"quota,omitempty"`
 	RuntimeSync
@@ -302,12 +307,15 @@ func (t Target) Status(ctx context.Context) (Status, error) {
 	if err != nil {
 		return Status{}, err
 	}
-	st := Status{Workspace: w.cfg.Name, Runtime: target.rt.Name, Endpoint: target.rt.Endpoint, Ignore: w.ignore.List(), Queued: w.q.Queued()}
-	slices.Sort(st.Ignore)
+	st := Status{Workspace: w.cfg.Name, Runtime: target.rt.Name, Endpoint: target.rt.Endpoint, Queued: w.q.Queued()}
 	s, err := w.Store(ctx)
 	if err != nil {
 		return st, err
 	}
+	if st.Ignore, err = w.Patterns(ctx); err != nil {
+		return st, err
+	}
+	st.IgnoreFileError = w.IgnoreFileError()
 	st.Store = StoreStatus{StoreID: s.ID(), CurrentRev: s.CurrentRev()}
 	st.Quota = quotaStatus(s)
 	if st.Conflicts, err = s.OpenConflicts(ctx); err != nil {

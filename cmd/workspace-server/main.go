@@ -27,13 +27,14 @@ Verbs (clients of a running server):
   mkdir [-p] PATH            rm [-r] PATH
   mv SRC DST                 symlink TARGET PATH
   push | pull | tick | status [--json] | verify [--json]
-  workspaces [--json]        workspaces create NAME [--computerd URL] [--computerd-token-file FILE] [--conflict-policy P]
+  workspaces [--json]        workspaces create NAME [--computerd URL] [--computerd-token-file FILE] [--ignore PATTERNS] [--conflict-policy P]
                              [--max-bytes SIZE] [--max-entries N] [--max-file-size SIZE]
                              workspaces set-quota NAME [--max-bytes 10GiB] [--max-entries N] [--max-file-size 1GiB]
   runtimes [--json]          runtimes attach NAME --endpoint URL [--computerd-token-file FILE]
                              runtimes detach NAME
   conflicts [--all] [--json] conflicts resolve PATH --keep server|container|both
                              conflicts policy [keep-both|server-wins|container-wins]
+  ignore [--json]            ignore [--default | --none | PATTERN...]   (gitignore patterns; /.wsyncignore adds)
   events [--json] [--after ID] [--types LIST]   (follows until interrupted)
   trash ls [--json] [PATH]   trash restore PATH [--at TIME] [--force]
                              trash purge [PATH] [--older-than 24h]
@@ -80,6 +81,7 @@ var verbs = map[string]verb{
 	"workspaces": runWorkspaces,
 	"runtimes":   runRuntimes,
 	"conflicts":  runConflicts,
+	"ignore":     runIgnore,
 	"events":     runEvents,
 	"trash":      runTrash,
 }

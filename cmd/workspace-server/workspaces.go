@@ -43,7 +43,7 @@ func runWorkspaces(ctx context.Context, args []string, stdin io.Reader, stdout, 
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tCOMPUTERD\tIGNORE")
 	for _, w := range list {
-		ig := "[node_modules] (default)"
+		ig := "[node_modules] (default)" // what /.wsyncignore adds: workspace-server ignore
 		if w.Ignore != nil {
 			ig = "[" + strings.Join(w.Ignore, ", ") + "]"
 		}
@@ -61,11 +61,12 @@ func runWorkspacesCreate(ctx context.Context, args []string, stdout, stderr io.W
 	c := newCommand("workspaces create", "workspaces create NAME [--computerd URL] [--computerd-token-file FILE] [--ignore a,b] [--conflict-policy POLICY]\n"+
 		"                             [--max-bytes SIZE] [--max-entries N] [--max-file-size SIZE]",
 		"  workspace-server workspaces create proj --computerd ws://10.0.0.7:45678/sync --computerd-token-file /etc/wsync/proj.token\n"+
-			"  workspace-server workspaces create proj --max-bytes 10GiB --max-entries 200000 --max-file-size 1GiB\n", stdout, stderr)
+			"  workspace-server workspaces create proj --max-bytes 10GiB --max-entries 200000 --max-file-size 1GiB\n"+
+			"  workspace-server workspaces create web --computerd ws://10.0.0.8:45678/sync --ignore 'node_modules,dist/,*.log,!keep.log'\n", stdout, stderr)
 	cf := c.clientFlags()
 	endpoint := c.fs.String("computerd", "", "the workspace's computerd sync URL (ws://HOST:45678/sync)")
 	token := c.computerdTokenFlag()
-	ignore := c.fs.String("ignore", "", `comma-separated ignore list replacing the default "node_modules" ("-" ignores nothing)`)
+	ignore := c.fs.String("ignore", "", `comma-separated gitignore patterns replacing the default "node_modules" ("-" ignores nothing; change them later with "workspace-server ignore")`)
 	policy := c.fs.String("conflict-policy", "", "keep-both (the default), server-wins or container-wins")
 	qf := c.quotaFlags(true)
 	pos, code, ok := c.parse(args, true)
@@ -96,6 +97,9 @@ func runWorkspacesCreate(ctx context.Context, args []string, stdout, stderr io.W
 		o.Ignore = []string{}
 	default:
 		o.Ignore = strings.Split(*ignore, ",")
+		if err := vfs.ValidateIgnore(o.Ignore); err != nil {
+			return c.usageError("--ignore: %v", err)
+		}
 	}
 	cl, err := cf.client()
 	if err != nil {

@@ -20,11 +20,14 @@ const ProtocolName = "wsync"
 // (issue 12): an exec's exit event may carry the container's feed head, so
 // the caller skips the pull after a command that changed nothing; a
 // version 3 caller would refuse that event, and one version spoken keeps
-// the event's encoding free of a version switch, so 4 is the only one
-// spoken.
+// the event's encoding free of a version switch, so 4 was the only one
+// spoken. Version 5 (issue 14): ignore lists are gitignore patterns, in
+// order, each up to vfs.MaxIgnorePatternLen bytes; a version 4 peer would
+// read "*.log" as a literal name and filter its feed and Merkle tree by
+// other rules than ours without saying so, so 5 is the only one spoken.
 const (
-	ProtocolMinVersion = 4
-	ProtocolMaxVersion = 4
+	ProtocolMinVersion = 5
+	ProtocolMaxVersion = 5
 )
 
 // RuntimeID identifies this process start in every handshake.

@@ -152,7 +152,7 @@ func TestWatchdogFailsASilentPeer(t *testing.T) {
 func TestVersionMismatchFailsBothSides(t *testing.T) {
 	a, b := Pipe()
 	ca := testConfig()
-	ca.MinVersion, ca.MaxVersion = 3, 3 // a peer from before version 4 (exit events with the feed head)
+	ca.MinVersion, ca.MaxVersion = 4, 4 // a peer from before version 5 (gitignore patterns)
 	sa := NewSession(a, true, ca, nil)
 	sb := NewSession(b, false, testConfig(), nil)
 	ctx := testutil.Context(t, 10*time.Second)
@@ -161,8 +161,8 @@ func TestVersionMismatchFailsBothSides(t *testing.T) {
 	go func() { errc <- sb.Handshake(ctx) }()
 	for range 2 {
 		err := <-errc
-		if !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), "3..3") || !strings.Contains(err.Error(), "4..4") {
-			t.Errorf("err = %v, want ErrVersion naming 3..3 and 4..4", err)
+		if !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), "4..4") || !strings.Contains(err.Error(), "5..5") {
+			t.Errorf("err = %v, want ErrVersion naming 4..4 and 5..5", err)
 		}
 	}
 }
@@ -171,11 +171,11 @@ func TestVersionMismatchOverWebSocket(t *testing.T) {
 	srv := testServer(t, ServerOptions{})
 	hs := testutil.WSServer(t, srv, "/rpc")
 	cfg := testConfig()
-	cfg.MinVersion, cfg.MaxVersion = 5, 6
+	cfg.MinVersion, cfg.MaxVersion = 6, 7
 	c := NewClient(ClientOptions{Config: cfg, URL: hs})
 	defer c.Close()
 	_, _, err := c.Session(testutil.Context(t, 10*time.Second))
-	if !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), "5..6") {
+	if !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), "6..7") {
 		t.Errorf("err = %v, want ErrVersion", err)
 	}
 	// The server keeps serving good sessions.

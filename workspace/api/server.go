@@ -139,6 +139,8 @@ func (s *Server) routes() {
 	mux.HandleFunc("PUT "+ws+"/conflict-policy", s.withWS(s.setConflictPolicy))
 	mux.HandleFunc("GET "+ws+"/quota", s.withWS(s.getQuota))
 	mux.HandleFunc("PUT "+ws+"/quota", s.withWS(s.setQuota))
+	mux.HandleFunc("GET "+ws+"/ignore", s.withWS(s.getIgnore))
+	mux.HandleFunc("PUT "+ws+"/ignore", s.withWS(s.setIgnore))
 	mux.HandleFunc("GET "+ws+"/events", s.withWS(s.events))
 	mux.HandleFunc("GET "+ws+"/trash", s.withWS(s.listTrash))
 	mux.HandleFunc("POST "+ws+"/trash/restore", s.withWS(s.restoreTrash))

@@ -33,7 +33,7 @@ const Peer = workspace.DefaultPeer
 type Remote struct {
 	store  *vfs.Store
 	rt     workspace.Runtime
-	ignore []string // the workspace's ignore list: verify and repair compare under it
+	ignore func(context.Context) ([]string, error) // the patterns in force: verify and repair compare under them
 	client *rpc.Client
 	drv    *syncwire.Driver
 	log    *slog.Logger
@@ -77,7 +77,7 @@ func Factory(log *slog.Logger) workspace.RemoteFactory {
 		if err != nil {
 			return nil, err
 		}
-		return New(store, Options{Runtime: rt, Token: token, Ignore: ws.IgnoreList(), Conflicts: ws.ConflictOptions(rt),
+		return New(store, Options{Runtime: rt, Token: token, Ignore: ws.Patterns, Conflicts: ws.ConflictOptions(rt),
 			Logger: log.With("workspace", ws.Name(), "runtime", rt.Name)}), nil
 	}
 }
@@ -90,9 +90,10 @@ type Options struct {
 	Runtime workspace.Runtime
 	// Token is the computerd's bearer token ("" for none).
 	Token string
-	// Ignore is the workspace's ignore list (nil: the default): verify and
-	// repair compare both trees under it.
-	Ignore []string
+	// Ignore gives the workspace's patterns in force (Workspace.Patterns)
+	// at each verify and repair, which compare both trees under them; nil
+	// compares under the default list.
+	Ignore func(context.Context) ([]string, error)
 	// Conflicts turns on conflict detection in the pulls
 	// (syncwire.DriverOptions.Conflicts): Factory gives the workspace's
 	// (Workspace.ConflictOptions). Nil: the container's version wins a pull.
@@ -234,7 +235,7 @@ func (r *Remote) Push(ctx context.Context, opts workspace.SyncOptions) (workspac
 			return err
 		}
 		Observe(x, opts.Progress)
-		res, err := x.Push(ctx)
+		res, err := x.PushWith(ctx, syncwire.PushOptions{Ignore: opts.Ignore})
 		rep = Report(res, start, x.Session().Peer().RuntimeID.String())
 		if err == nil {
 			r.pushed.Store(x.Session())
@@ -524,10 +525,13 @@ func (r *Remote) Status(ctx context.Context) (workspace.RemoteStatus, error) {
 // It runs in the driver's FIFO, so no transfer changes a tree mid-walk.
 func (r *Remote) Verify(ctx context.Context) (workspace.VerifyReport, error) {
 	var rep converge.Report
-	err := r.drv.Do(ctx, func(ctx context.Context, x *syncwire.Exchange) (err error) {
-		rep, err = converge.Verify(ctx, r.store, x.Session(), r.ignore)
-		return err
-	})
+	ignore, err := r.patterns(ctx)
+	if err == nil {
+		err = r.drv.Do(ctx, func(ctx context.Context, x *syncwire.Exchange) (err error) {
+			rep, err = converge.Verify(ctx, r.store, x.Session(), ignore)
+			return err
+		})
+	}
 	if err != nil {
 		return workspace.VerifyReport{}, r.note(fmt.Errorf("verify: %w", err))
 	}
@@ -542,17 +546,28 @@ func (r *Remote) Verify(ctx context.Context) (workspace.VerifyReport, error) {
 // the container, "push" for what goes to it).
 func (r *Remote) Repair(ctx context.Context, opts workspace.SyncOptions) (workspace.VerifyReport, error) {
 	var rr converge.RepairReport
-	err := r.drv.Do(ctx, func(ctx context.Context, x *syncwire.Exchange) (err error) {
-		Observe(x, opts.Progress)
-		rr, err = converge.Repair(ctx, r.store, x, converge.RepairOptions{Ignore: r.ignore})
-		return err
-	})
+	ignore, err := r.patterns(ctx)
+	if err == nil {
+		err = r.drv.Do(ctx, func(ctx context.Context, x *syncwire.Exchange) (err error) {
+			Observe(x, opts.Progress)
+			rr, err = converge.Repair(ctx, r.store, x, converge.RepairOptions{Ignore: ignore})
+			return err
+		})
+	}
 	if err != nil {
 		return workspace.VerifyReport{}, r.note(fmt.Errorf("repair: %w", err))
 	}
 	r.log.Info("repaired drift", "paths", len(rr.Before.Differences), "server_wins", rr.LocalWins,
 		"container_wins", rr.PeerWins, "pushed", rr.Pushed, "pulled", rr.Pulled, "converged", rr.After.Converged)
 	return Verdict(rr.After), r.note(nil)
+}
+
+// patterns is the list verify and repair compare under.
+func (r *Remote) patterns(ctx context.Context) ([]string, error) {
+	if r.ignore == nil {
+		return nil, nil
+	}
+	return r.ignore(ctx)
 }
 
 // Verdict is a convergence report as the workspace API shows it.

@@ -33,7 +33,8 @@ type RunFunc func(ctx context.Context, container *vfs.Store, spec workspace.Exec
 type Fake struct {
 	Server    *vfs.Store
 	Container *vfs.Store
-	// Ignore is the workspace's ignore list (nil: the default): Verify
+	// Ignore is the workspace's patterns when the fake was built (nil: the
+	// default): Verify
 	// compares under it, as the real remote does.
 	Ignore []string
 
@@ -207,7 +208,7 @@ func (f *Fake) Push(ctx context.Context, opts workspace.SyncOptions) (workspace.
 	var res syncwire.Result
 	err := f.drv.Do(ctx, func(ctx context.Context, x *syncwire.Exchange) (err error) {
 		remote.Observe(x, opts.Progress)
-		res, err = x.Push(ctx)
+		res, err = x.PushWith(ctx, syncwire.PushOptions{Ignore: opts.Ignore})
 		return err
 	})
 	return remote.Report(res, start, f.runtime), err
@@ -513,7 +514,7 @@ func (r *Remotes) Factory(ws *workspace.Workspace, rt workspace.Runtime) (worksp
 	if r.Runtime != "" {
 		f.runtime = r.Runtime
 	}
-	f.Ignore = ws.IgnoreList()
+	f.Ignore, _ = ws.Patterns(ctx)
 	r.fakes[key] = f
 	return f, nil
 }
