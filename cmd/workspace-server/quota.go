@@ -149,15 +149,9 @@ func runWorkspacesSetQuota(ctx context.Context, args []string, stdout, stderr io
 	cf := c.clientFlags()
 	qf := c.quotaFlags(false)
 	asJSON := c.fs.Bool("json", false, "print the quota and usage as JSON")
-	pos, code, ok := c.parse(args, true)
+	pos, code, ok := c.checkArgs(args, oneWorkspaceName)
 	if !ok {
 		return code
-	}
-	if len(pos) != 1 {
-		return c.usageError("want NAME")
-	}
-	if err := workspace.ValidateName(pos[0]); err != nil {
-		return c.usageError("%v", err)
 	}
 	if len(qf.given()) == 0 {
 		return c.usageError("want at least one of --max-bytes, --max-entries, --max-file-size")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -69,15 +70,9 @@ func runWorkspacesCreate(ctx context.Context, args []string, stdout, stderr io.W
 	ignore := c.fs.String("ignore", "", `comma-separated gitignore patterns replacing the default "node_modules" ("-" ignores nothing; change them later with "workspace-server ignore")`)
 	policy := c.fs.String("conflict-policy", "", "keep-both (the default), server-wins or container-wins")
 	qf := c.quotaFlags(true)
-	pos, code, ok := c.parse(args, true)
+	pos, code, ok := c.checkArgs(args, oneWorkspaceName)
 	if !ok {
 		return code
-	}
-	if len(pos) != 1 {
-		return c.usageError("want NAME")
-	}
-	if err := workspace.ValidateName(pos[0]); err != nil {
-		return c.usageError("%v", err)
 	}
 	if _, err := vfs.ParseConflictPolicy(*policy); err != nil {
 		return c.usageError("--conflict-policy: %v", err)
@@ -109,4 +104,12 @@ func runWorkspacesCreate(ctx context.Context, args []string, stdout, stderr io.W
 		return c.fail(err)
 	}
 	return exitOK
+}
+
+// oneWorkspaceName is the check of a verb that takes one workspace NAME.
+func oneWorkspaceName(pos []string) error {
+	if len(pos) != 1 {
+		return errors.New("want NAME")
+	}
+	return workspace.ValidateName(pos[0])
 }
