@@ -236,7 +236,10 @@ func TestChmodFromServerReachesContainer(t *testing.T) {
 
 func TestInterruptedExecKillsTheCommand(t *testing.T) {
 	p := newPair(t, pairOpts{})
-	cmd := exec.Command(bin.server, "exec", "--", "sh", "-c", "echo started > started; exec sleep 300")
+	// A duration no other process on the machine runs: the check below
+	// looks for it machine-wide.
+	sleep := fmt.Sprintf("sleep %d", 300000+os.Getpid()%100000)
+	cmd := exec.Command(bin.server, "exec", "--", "sh", "-c", "echo started > started; exec "+sleep)
 	cmd.Env = append(os.Environ(), p.env...)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -252,7 +255,7 @@ func TestInterruptedExecKillsTheCommand(t *testing.T) {
 		t.Errorf("interrupted exec exited %v, want 130", err)
 	}
 	waitFor(t, "the sleep to be killed", time.Minute, func() bool {
-		out, _ := exec.Command("pgrep", "-f", "sleep 300").Output()
+		out, _ := exec.Command("pgrep", "-fx", sleep).Output()
 		return len(strings.TrimSpace(string(out))) == 0
 	})
 }
