@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	itestutil "github.com/wsync/wsync/internal/testutil"
 	"math/rand/v2"
 	"path/filepath"
 	"sync"
@@ -270,7 +271,8 @@ func TestTrashPurge(t *testing.T) {
 	must(t, s.RemovePath(ctx, "a", true))
 	must(t, s.RemovePath(ctx, "ab", false))
 	cut := time.Now()
-	time.Sleep(2 * time.Millisecond) // the trash's clock must move past cut
+	// b's row must be stamped after cut: wait for the clock, not a time.
+	itestutil.WaitFor(t, "the clock to pass cut", time.Second, func() bool { return time.Now().After(cut) })
 	must(t, s.RemovePath(ctx, "b", false))
 	u, err := s.PurgeTrash(ctx, "a", time.Time{})
 	must(t, err)

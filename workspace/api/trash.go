@@ -85,7 +85,7 @@ func pullOptions(r *http.Request) (workspace.PullOptions, error) {
 	}
 	if v := q.Get("mass_delete_share"); v != "" {
 		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || f <= 0 || f > 1 {
+		if err != nil || !(f > 0 && f <= 1) { // NaN fails too
 			return o, fmt.Errorf("pull: %w: mass_delete_share %q (above 0, at most 1)", vfs.ErrInvalid, v)
 		}
 		o.MassDelete.Share = f

@@ -108,6 +108,7 @@ func TestMassDeletePauseAndTrashRoutes(t *testing.T) {
 		{"bad path", "GET", ws + "/trash?path=/a/../b", ""},
 		{"bad allow", "POST", ws + "/pull?allow_mass_delete=yes", ""},
 		{"bad share", "POST", ws + "/pull?mass_delete_share=2", ""},
+		{"NaN share", "POST", ws + "/pull?mass_delete_share=NaN", ""},
 		{"bad min", "POST", ws + "/pull?mass_delete_min=-3", ""},
 		{"restore of a bad path", "POST", ws + "/trash/restore", `{"path":"a//b"}`},
 		{"restore unknown field", "POST", ws + "/trash/restore", `{"path":"/a","when":1}`},
