@@ -87,23 +87,13 @@ func (r *Runner) prepare(s Spec) (*command, error) {
 			return nil, fmt.Errorf("NUL byte in argument: %w", ErrBadSpec)
 		}
 	}
-	timeout := s.Timeout
-	switch {
-	case timeout < 0:
-		return nil, fmt.Errorf("negative timeout %v: %w", timeout, ErrBadSpec)
-	case timeout == 0:
-		timeout = r.opts.DefaultTimeout
-	case timeout > r.opts.MaxTimeout:
-		return nil, fmt.Errorf("timeout %v above the maximum %v: %w", timeout, r.opts.MaxTimeout, ErrBadSpec)
+	timeout, err := bounded("timeout", s.Timeout, r.opts.DefaultTimeout, r.opts.MaxTimeout)
+	if err != nil {
+		return nil, err
 	}
-	logCap := s.LogCap
-	switch {
-	case logCap < 0:
-		return nil, fmt.Errorf("negative log cap %d: %w", logCap, ErrBadSpec)
-	case logCap == 0:
-		logCap = r.opts.LogCap
-	case logCap > r.opts.LogCap:
-		return nil, fmt.Errorf("log cap %d above the maximum %d: %w", logCap, r.opts.LogCap, ErrBadSpec)
+	logCap, err := bounded("log cap", s.LogCap, r.opts.LogCap, r.opts.LogCap)
+	if err != nil {
+		return nil, err
 	}
 	dir, err := r.resolveCwd(s.Cwd)
 	if err != nil {
@@ -250,4 +240,18 @@ func executable(p string) error {
 		return fs.ErrPermission
 	}
 	return nil
+}
+
+// bounded is a spec's limit v: def when it is 0, refused when negative or
+// above max.
+func bounded[T ~int64](what string, v, def, max T) (T, error) {
+	switch {
+	case v < 0:
+		return 0, fmt.Errorf("negative %s %v: %w", what, v, ErrBadSpec)
+	case v == 0:
+		return def, nil
+	case v > max:
+		return 0, fmt.Errorf("%s %v above the maximum %v: %w", what, v, max, ErrBadSpec)
+	}
+	return v, nil
 }
