@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -748,4 +749,24 @@ func (t Target) WaitExec(ctx context.Context, id string) (ExecInfo, error) {
 	}
 	info.State, info.Result = ExecStateOf(res), &res
 	return info, nil
+}
+
+// MaxExecOffset bounds an output offset a caller gives: what the wire
+// carries.
+const MaxExecOffset = 1 << 62
+
+// ParseExecFrom reads an output offset as callers write it: a byte offset
+// from 0 to MaxExecOffset, "end" (ExecFromEnd), or "" (0).
+func ParseExecFrom(v string) (int64, error) {
+	switch v {
+	case "":
+		return 0, nil
+	case "end":
+		return ExecFromEnd, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 || n > MaxExecOffset {
+		return 0, fmt.Errorf("from %.32q: %w: want a byte offset from 0 to %d, or end", v, vfs.ErrInvalid, int64(MaxExecOffset))
+	}
+	return n, nil
 }

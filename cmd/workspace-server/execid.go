@@ -45,13 +45,9 @@ func runExecAttach(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if !ok {
 		return code
 	}
-	off := workspace.ExecFromEnd
-	if *from != "end" {
-		n, err := strconv.ParseInt(*from, 10, 64)
-		if err != nil || n < 0 {
-			return c.usageError("--from %q: want a byte offset (0 or more) or end", *from)
-		}
-		off = n
+	off, err := workspace.ParseExecFrom(*from)
+	if err != nil {
+		return c.usageError("--from: %v", err)
 	}
 	ws, err := cf.open()
 	if err != nil {

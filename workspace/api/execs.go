@@ -1,16 +1,10 @@
 package api
 
 import (
-	"fmt"
 	"net/http"
-	"strconv"
 
-	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/workspace"
 )
-
-// maxOffset bounds an output offset in a query: what the wire carries.
-const maxOffset = 1 << 62
 
 // startExec starts a detached command (POST .../execs): the push before
 // it, then the command, answered at once with its id (201). The workspace
@@ -85,7 +79,7 @@ func (s *Server) killExec(w http.ResponseWriter, r *http.Request, ws *workspace.
 // ordinary JSON error. A caller that goes away stops the stream, not the
 // command.
 func (s *Server) execOutput(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
-	from, err := parseFrom(r.URL.Query().Get("from"))
+	from, err := workspace.ParseExecFrom(r.URL.Query().Get("from"))
 	if err != nil {
 		writeError(w, err)
 		return
@@ -100,19 +94,4 @@ func (s *Server) execOutput(w http.ResponseWriter, r *http.Request, ws *workspac
 		fw.frame(ExecOutputFrame{Type: ev.Stream, Data: ev.Data, Offset: ev.Offset})
 	})
 	finish(fw, res, err)
-}
-
-// parseFrom reads ?from=: empty is 0, "end" is the end of the output.
-func parseFrom(v string) (int64, error) {
-	switch v {
-	case "":
-		return 0, nil
-	case "end":
-		return workspace.ExecFromEnd, nil
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 0 || n > maxOffset {
-		return 0, fmt.Errorf("from %.32q: %w: want a byte offset from 0 to %d, or end", v, vfs.ErrInvalid, int64(maxOffset))
-	}
-	return n, nil
 }
