@@ -140,6 +140,7 @@ type apiCode struct {
 // names the pull it waits for, whatever that pull failed with.
 var apiCodes = []apiCode{
 	{code: "EPENDING", status: http.StatusConflict, err: ErrPendingPull},
+	{code: "ENOT_OWNER", status: http.StatusTemporaryRedirect, err: ErrNotOwner},
 	{code: "EMASS_DELETE", status: http.StatusConflict, err: ErrMassDelete},
 	{code: "EFBIG", status: http.StatusRequestEntityTooLarge, err: ErrTooLarge, alias: []error{vfs.ErrFileTooBig}, match: tooLarge},
 	{code: "EDQUOT", status: http.StatusRequestEntityTooLarge, err: vfs.ErrQuota},

@@ -86,7 +86,11 @@ type Options struct {
 	// MassDelete is the deletion safety of pulls (zero fields: the
 	// defaults; massdelete.go).
 	MassDelete MassDeleteOptions
-	Logger     *slog.Logger
+	// Ownership, when set, shares the workspaces with other servers
+	// through an object store (ownership.go); nil keeps every workspace
+	// this server's alone.
+	Ownership Ownership
+	Logger    *slog.Logger
 }
 
 // Manager owns the workspaces of one server: their registry, their stores
@@ -98,6 +102,8 @@ type Manager struct {
 	mu     sync.Mutex // guards ws, order of the registry file, closed
 	ws     map[string]*Workspace
 	closed bool
+
+	claimMu sync.Mutex // one claim at a time (ownership.go)
 }
 
 // Open loads (or creates) the registry under opts.DataDir and binds the
@@ -175,9 +181,16 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 		m.log.Warn("registry named a token file outside the workspace's directory; it is not read: re-create the workspace with its token", "workspace", name)
 	}
 	cfg, ok := Config{Name: DefaultName, Created: time.Now().UTC()}, false
+	var reclaim []string
 	for _, c := range cfgs {
 		if c.Name == DefaultName {
 			cfg, ok = c, true // bound to the flags below
+			continue
+		}
+		if opts.Ownership != nil {
+			// The object store has the registration; the workspace is
+			// served again once claimed (ownership.go).
+			reclaim = append(reclaim, c.Name)
 			continue
 		}
 		m.ws[c.Name] = m.newWorkspace(c)
@@ -199,6 +212,9 @@ func Open(ctx context.Context, opts Options) (*Manager, error) {
 		w.resumeExecs()
 	}
 	trackUsage(m, true)
+	if len(reclaim) > 0 {
+		go m.claimOwned(reclaim)
+	}
 	return m, nil
 }
 
@@ -252,6 +268,7 @@ func (m *Manager) saveLocked() error {
 		c.PendingPulls = w.pendingPulls()
 		c.Execs = w.execRecords()
 		cfgs = append(cfgs, c)
+		m.publish(w, c)
 	}
 	return saveRegistry(m.opts.DataDir, cfgs)
 }
@@ -276,11 +293,25 @@ func (m *Manager) Workspace(name string) (*Workspace, error) {
 // Workspaces lists the registered workspaces by name, as the API shows
 // them: no tokens, no paths.
 func (m *Manager) Workspaces() []Info {
+	var shared []string
+	if own := m.opts.Ownership; own != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		var err error
+		if shared, err = own.Names(ctx); err != nil {
+			m.log.Warn("list the object store's workspaces", "err", err)
+		}
+		cancel()
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	out := make([]Info, 0, len(m.ws))
 	for _, w := range m.ws {
 		out = append(out, w.Info())
+	}
+	for _, name := range shared {
+		if _, ok := m.ws[name]; !ok {
+			out = append(out, Info{Name: name}) // served by another server
+		}
 	}
 	slices.SortFunc(out, func(a, b Info) int { return strings.Compare(a.Name, b.Name) })
 	return out
@@ -343,6 +374,12 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Workspace, erro
 	}
 	cfg := Config{Name: o.Name, Endpoint: o.Endpoint, HasToken: o.ComputerdToken != "", Ignore: o.Ignore, Created: time.Now().UTC(), ConflictPolicy: policy, Quota: o.Quota}
 	w := m.newWorkspace(cfg)
+	if own := m.opts.Ownership; own != nil {
+		name := o.Name
+		if err := own.Create(ctx, name, w.dir, func(err error) { m.drop(name, err) }); err != nil {
+			return nil, fmt.Errorf("create workspace %q: %w", name, err)
+		}
+	}
 	if err := os.MkdirAll(w.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create workspace %q: %w", o.Name, err)
 	}

@@ -302,6 +302,9 @@ func (w *Workspace) verify(ctx context.Context, rs *runtimeState, repair bool) (
 		if repair {
 			// A repair re-sends the server's side of differing paths: it
 			// writes to the container like a push.
+			if err := w.m.fence(w.cfg.Name); err != nil {
+				return err
+			}
 			if err := w.settlePending(ctx, rs, r); err != nil {
 				return err
 			}
@@ -330,6 +333,9 @@ func (w *Workspace) verify(ctx context.Context, rs *runtimeState, repair bool) (
 // push and pull run inside a FIFO turn.
 
 func (w *Workspace) push(ctx context.Context, rs *runtimeState, r Remote) (SyncReport, error) {
+	if err := w.m.fence(w.cfg.Name); err != nil {
+		return SyncReport{}, err
+	}
 	ctx, sp := w.beginSync(ctx, rs, "push")
 	ignore, err := w.Patterns(ctx)
 	if err != nil {

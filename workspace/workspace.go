@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -34,6 +35,7 @@ type Workspace struct {
 
 	storeMu sync.Mutex
 	store   *vfs.Store
+	beside  io.Closer // what runs beside the store (Ownership.Opened), closed first
 
 	stateMu  sync.Mutex
 	runtimes map[string]*runtimeState // by name; DefaultRuntime always
@@ -125,13 +127,26 @@ func (w *Workspace) Store(ctx context.Context) (*vfs.Store, error) {
 		if err := os.MkdirAll(w.dir, 0o700); err != nil {
 			return nil, fmt.Errorf("workspace %q: %w", w.cfg.Name, err)
 		}
-		s, err := vfs.Open(ctx, filepath.Join(w.dir, "store.db"), vfs.Options{NoSync: w.m.opts.NoSync, Logger: w.log, GC: vfs.DefaultGC, Trash: w.m.trashOptions()})
+		opts := vfs.Options{NoSync: w.m.opts.NoSync, Logger: w.log, GC: vfs.DefaultGC, Trash: w.m.trashOptions()}
+		own := w.m.opts.Ownership
+		if own != nil && w.cfg.Name != DefaultName {
+			own.StoreOptions(w.cfg.Name, &opts)
+		}
+		s, err := vfs.Open(ctx, filepath.Join(w.dir, "store.db"), opts)
 		if err != nil {
 			return nil, fmt.Errorf("workspace %q: %w", w.cfg.Name, err)
 		}
 		if err := s.SetQuota(w.Quota()); err != nil {
 			s.Close()
 			return nil, fmt.Errorf("workspace %q: %w", w.cfg.Name, err)
+		}
+		if own != nil && w.cfg.Name != DefaultName {
+			c, err := own.Opened(ctx, w.cfg.Name, s)
+			if err != nil {
+				s.Close()
+				return nil, fmt.Errorf("workspace %q: %w", w.cfg.Name, err)
+			}
+			w.beside = c
 		}
 		return s, nil
 	})
@@ -189,6 +204,10 @@ func (w *Workspace) close() error {
 		errs = append(errs, rs.close())
 	}
 	w.storeMu.Lock()
+	if w.beside != nil {
+		errs = append(errs, w.beside.Close())
+		w.beside = nil
+	}
 	if w.store != nil {
 		errs = append(errs, w.store.Close())
 		w.store = nil
@@ -249,6 +268,9 @@ type Status struct {
 	Ignore          []string    `json:"ignore"`
 	IgnoreFileError string      `json:"ignore_file_error,omitempty"`
 	Store           StoreStatus `json:"store"`
+	// Ownership is the workspace's owner and the replication of its store
+	// to the object store (serve --object-store); nil without one.
+	Ownership *OwnershipStatus `json:"ownership,omitempty"`
 	// Quota is the store's usage against the workspace's quota.
 	Quota *QuotaStatus `json:"quota,omitempty"`
 	RuntimeSync
@@ -317,6 +339,9 @@ func (t Target) Status(ctx context.Context) (Status, error) {
 	}
 	st.IgnoreFileError = w.IgnoreFileError()
 	st.Store = StoreStatus{StoreID: s.ID(), CurrentRev: s.CurrentRev()}
+	if own := w.m.opts.Ownership; own != nil && w.cfg.Name != DefaultName {
+		st.Ownership = own.Status(w.cfg.Name)
+	}
 	st.Quota = quotaStatus(s)
 	if st.Conflicts, err = s.OpenConflicts(ctx); err != nil {
 		return st, err

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -211,7 +212,13 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 // withWS resolves the {ws} path value.
 func (s *Server) withWS(h func(http.ResponseWriter, *http.Request, *workspace.Workspace)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		ws, err := s.m.Workspace(r.PathValue("ws"))
+		ws, err := s.m.Serve(r.Context(), r.PathValue("ws"))
+		var no *workspace.NotOwnerError
+		if errors.As(err, &no) && no.Address != "" {
+			// Another server owns the workspace: send the caller there,
+			// method and body kept (307).
+			w.Header().Set("Location", strings.TrimSuffix(no.Address, "/")+r.URL.RequestURI())
+		}
 		if err != nil {
 			writeError(w, err)
 			return
