@@ -24,6 +24,17 @@ import (
 // (TestCheckpointsKeepTheWALBounded): by then the background has copied
 // all but the last frames, the writer's own checkpoint copies those, and
 // its next transaction restarts the WAL. Close truncates it.
+//
+// Options.ExternalCheckpoint hands checkpoints to another owner of the
+// database: litestream (package replica), which holds a read transaction
+// to keep the WAL from restarting behind it and checkpoints itself after
+// it has copied the frames. Then no checkpointer runs, the writer's
+// wal_autocheckpoint is 0 (no backstop) and Close does not truncate the
+// WAL (a TRUNCATE would wait out the busy timeout on litestream's read
+// transaction); SQLite folds it when the last connection closes.
+// TestExternalCheckpointLeavesTheWAL checks that the store then never
+// checkpoints; package replica checks that its replica stays equal to
+// the database under many commits.
 
 // walBackstop is the writer's automatic checkpoint, in WAL pages (16 MiB
 // of 4 KiB pages).
@@ -39,8 +50,20 @@ type checkpointer struct {
 	wg   sync.WaitGroup
 }
 
-// startCheckpointer opens the checkpointer's connection (dsn) and starts it.
+// walAutocheckpoint is the writer's wal_autocheckpoint pragma.
+func (s *Store) walAutocheckpoint() int {
+	if s.opts.ExternalCheckpoint {
+		return 0
+	}
+	return walBackstop
+}
+
+// startCheckpointer opens the checkpointer's connection (dsn) and starts
+// it; with Options.ExternalCheckpoint it starts none (s.ckpt stays nil).
 func (s *Store) startCheckpointer(dsn string) error {
+	if s.opts.ExternalCheckpoint {
+		return nil
+	}
 	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return fmt.Errorf("open checkpointer: %w", err)

@@ -41,8 +41,13 @@ type Options struct {
 	GroupWindow time.Duration
 	// Trash keeps what deletes and overwrites replace (trash.go); nil
 	// keeps nothing (a container's store).
-	Trash  *TrashOptions
-	Logger *slog.Logger
+	Trash *TrashOptions
+	// ExternalCheckpoint leaves checkpoints to another owner of the
+	// database (litestream, package replica): no checkpointer runs, the
+	// writer's wal_autocheckpoint is 0 and Close does not fold the WAL
+	// (checkpoint.go).
+	ExternalCheckpoint bool
+	Logger             *slog.Logger
 }
 
 // Store is one workspace's VFS: a SQLite database of nodes, directory
@@ -149,7 +154,7 @@ func (s *Store) openDB() error {
 		base := "file:" + (&url.URL{Path: s.path}).EscapedPath()
 		q := "?_pragma=journal_mode(WAL)&_pragma=busy_timeout(10000)&_pragma=synchronous(" + sync + ")&_pragma=foreign_keys(0)"
 		// Checkpoints run off the writer (checkpoint.go).
-		w, err := sql.Open("sqlite", base+q+"&_pragma=wal_autocheckpoint("+strconv.Itoa(walBackstop)+")&_txlock=immediate")
+		w, err := sql.Open("sqlite", base+q+"&_pragma=wal_autocheckpoint("+strconv.Itoa(s.walAutocheckpoint())+")&_txlock=immediate")
 		if err != nil {
 			return fmt.Errorf("open store: %w", err)
 		}
@@ -288,7 +293,7 @@ func (s *Store) Close() error {
 	if s.ckpt != nil {
 		errs = append(errs, s.ckpt.close())
 	}
-	if !s.memory {
+	if !s.memory && !s.opts.ExternalCheckpoint {
 		// Fold the WAL back so the database file stands alone.
 		_, err := s.w.Exec(`PRAGMA wal_checkpoint(TRUNCATE)`)
 		errs = append(errs, err)

@@ -1,0 +1,34 @@
+package vfs
+
+import (
+	"context"
+	"fmt"
+)
+
+// Exclusive runs fn while holding the store's writer: the open group of
+// local mutations is committed first, and no write transaction (a
+// mutation, an apply, a GC step) can begin until fn returns, so fn sees
+// the database as of a commit boundary and nothing is committed while it
+// runs. Package replica's gate uses it to turn the WAL into what it ships
+// (litestream's DB.Sync) with no commit landing meanwhile.
+//
+// fn must not call back into the store's writes (they would deadlock);
+// reads on the readers' connections are fine. fn should be short: every
+// writer waits for it. A failure of the group commit is the group's (it
+// is logged and returned by the next Sync); fn runs anyway, on what is
+// committed.
+func (s *Store) Exclusive(ctx context.Context, fn func(context.Context) error) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("exclusive: %w", err)
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	s.commitGroup()
+	return fn(ctx)
+}
