@@ -37,7 +37,7 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 			"\nEvery flag has an environment twin: WSYNC_LISTEN, WSYNC_DATA, WSYNC_COMPUTERD,\n"+
 			"WSYNC_COMPUTERD_TOKEN_FILE, WSYNC_TOKEN_FILE, WSYNC_MOUNT, WSYNC_LOG_LEVEL, WSYNC_ALLOW_ENDPOINT\n"+
 			"(comma-separated patterns), WSYNC_CONFLICT_POLICY, WSYNC_MAX_EXECS, ...\n"+
-			"Without --token-file the API token is kept in DATA/token (created 0600 on first start).\n"+safetyHelp, stdout, stderr)
+			"Without --token-file the API token is kept in DATA/token (created 0600 on first start).\n"+safetyHelp+clusterHelp, stdout, stderr)
 	listen := c.fs.String("listen", env("WSYNC_LISTEN", "127.0.0.1:8080"), "HTTP API listen address")
 	data := c.fs.String("data", env("WSYNC_DATA", "./data"), "data dir: workspace stores and the registry")
 	computerd := c.fs.String("computerd", env("WSYNC_COMPUTERD", ""), "the default workspace's computerd sync URL; empty runs one in this process")
@@ -54,6 +54,7 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 	maxExecs := c.fs.Int("max-execs", envInt("WSYNC_MAX_EXECS", workspace.DefaultMaxExecs), "most commands one workspace runs at once, foreground and detached; more are refused with EEXEC_BUSY (env WSYNC_MAX_EXECS)")
 	retry := c.fs.String("retry-backoff", env("WSYNC_RETRY_BACKOFF", workspace.DefaultRetryBackoff.String()), "first wait before the background puller retries a failed pull; it doubles up to 60 times this (env WSYNC_RETRY_BACKOFF)")
 	safety := c.safetyFlags()
+	clf := c.clusterFlags()
 	pos, code, ok := c.parse(args, true)
 	if !ok {
 		return code
@@ -106,6 +107,14 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		log.Info("embedded computerd running", "mount", *mount, "endpoint", ep)
 	}
 	factory := newRemote(root)
+	cl, usage, err := clf.open(ctx, *data, *listen, root)
+	if err != nil {
+		stopEmbedded()
+		if usage {
+			return c.usageError("%v", err)
+		}
+		return c.fail(err)
+	}
 
 	opts := workspace.Options{
 		DataDir:               *data,
@@ -122,7 +131,19 @@ func runServe(ctx context.Context, args []string, stdin io.Reader, stdout, stder
 		Logger:                root,
 	}
 	opts.Trash, opts.NoTrash, opts.MassDelete = safe.Trash, safe.NoTrash, safe.MassDelete
+	if cl != nil {
+		opts.Ownership = cl
+	}
 	code = serve(ctx, c, root, *listen, token, opts, tokenPath)
+	if cl != nil {
+		// After the stores closed (their replication flushed): hand the
+		// leases back so another server takes over at once.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		if err := cl.Close(cctx); err != nil {
+			log.Error("release leases", "err", err)
+		}
+		cancel()
+	}
 	if err := stopEmbedded(); err != nil {
 		log.Error("embedded computerd shutdown", "err", err)
 		if code == exitOK {

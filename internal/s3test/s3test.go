@@ -128,11 +128,14 @@ func (s *Server) Env(t testing.TB) {
 	t.Setenv("AWS_SECRET_ACCESS_KEY", Secret)
 	t.Setenv("AWS_REGION", "us-east-1")
 	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	// The test server speaks plain HTTP; a CA bundle from the machine's
+	// environment only trips litestream's client (replica's doc).
+	t.Setenv("AWS_CA_BUNDLE", "")
 }
 
 // Environ is the same credentials as KEY=VALUE pairs for a child process.
 func (s *Server) Environ() []string {
-	return []string{"AWS_ACCESS_KEY_ID=" + Access, "AWS_SECRET_ACCESS_KEY=" + Secret, "AWS_REGION=us-east-1", "AWS_EC2_METADATA_DISABLED=true"}
+	return []string{"AWS_ACCESS_KEY_ID=" + Access, "AWS_SECRET_ACCESS_KEY=" + Secret, "AWS_REGION=us-east-1", "AWS_EC2_METADATA_DISABLED=true", "AWS_CA_BUNDLE="}
 }
 
 func freePort(t testing.TB) string {

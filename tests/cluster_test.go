@@ -1,0 +1,259 @@
+package tests
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/wsync/wsync/internal/s3test"
+	"github.com/wsync/wsync/internal/testutil"
+)
+
+// clusterPair is a separate computerd, a real S3-compatible server and two
+// workspace-servers (A and B) sharing it, each with its own data directory.
+type clusterPair struct {
+	a, b *pair
+	s3   *s3test.Server
+}
+
+const clusterTTL = "2s"
+
+func newClusterPair(t *testing.T) *clusterPair {
+	t.Helper()
+	s3 := s3test.Start(t)
+	s3.Env(t) // the servers inherit the credentials
+	args := []string{"--object-store", s3.URL("cluster"), "--lease-ttl", clusterTTL, "--replicate-every", "200ms"}
+	a := newPair(t, pairOpts{separate: "disk", serverArgs: args})
+	b := &pair{t: t, dir: a.dir, token: a.token, mount: a.mount, data: filepath.Join(t.TempDir(), "data-b"),
+		cd: a.cd, cdAddr: a.cdAddr, cdState: a.cdState, serverArgs: args,
+		env: []string{"WSYNC_TOKEN_FILE=" + a.tokenFile()}}
+	b.startServer()
+	c := &clusterPair{a: a, b: b, s3: s3}
+	a.ok("workspaces", "create", "proj", "--computerd", "ws://"+a.cdAddr+"/sync", "--computerd-token-file", a.tokenFile(), "--ignore", "")
+	a.env = append(a.env, "WSYNC_WORKSPACE=proj")
+	b.env = append(b.env, "WSYNC_WORKSPACE=proj")
+	return c
+}
+
+// ownership is status --json's view of a workspace's owner and replica.
+type ownership struct {
+	Ownership *struct {
+		Owner      string  `json:"owner"`
+		Address    string  `json:"address"`
+		Generation int64   `json:"generation"`
+		Lag        float64 `json:"replication_lag_seconds"`
+		Owed       int64   `json:"owed_chunk_uploads"`
+		Err        string  `json:"replication_error"`
+	} `json:"ownership"`
+	LastPull *struct {
+		Report struct {
+			Entries int `json:"entries"`
+		} `json:"report"`
+	} `json:"last_pull"`
+}
+
+func (p *pair) ownership(ws string) ownership {
+	p.t.Helper()
+	var o ownership
+	out := p.ok("status", "--json")
+	if err := json.Unmarshal([]byte(out), &o); err != nil {
+		p.t.Fatalf("status --json: %v\n%s", err, out)
+	}
+	return o
+}
+
+// caughtUp waits until the object store has everything the owner
+// committed: lag 0 and no chunk upload owed.
+func (p *pair) caughtUp(ws string) {
+	p.t.Helper()
+	testutil.WaitFor(p.t, "replication of "+ws+" to catch up", 30*time.Second, func() bool {
+		o := p.ownership(ws)
+		return o.Ownership != nil && o.Ownership.Lag == 0 && o.Ownership.Owed == 0 && o.Ownership.Err == ""
+	})
+}
+
+// TestTakeoverAfterSIGKILL: a workspace filled on server A (through the
+// API and by a command in the container) is served by server B within the
+// lease time after A is SIGKILLed: every file and every acknowledged sync,
+// and computerd catches up incrementally (the next pull moves only what is
+// new).
+func TestTakeoverAfterSIGKILL(t *testing.T) {
+	c := newClusterPair(t)
+	a, b := c.a, c.b
+	big := strings.Repeat("0123456789abcdef", 80<<10) // 1.25 MiB: three chunks, in the bucket
+	if r := a.cli(big, "write", "/big.bin", "-"); r.code != 0 {
+		t.Fatalf("write: %s", r.stderr)
+	}
+	if r := a.cli("from the api\n", "write", "/a.txt", "-"); r.code != 0 {
+		t.Fatalf("write: %s", r.stderr)
+	}
+	a.ok("exec", "--", "sh", "-c", "mkdir -p gen && for i in $(seq 1 200); do echo file $i > gen/f$i.txt; done; head -c 700000 /dev/urandom > gen/rand.bin")
+	if got := a.ok("read", "/gen/f7.txt"); got != "file 7\n" {
+		t.Fatalf("A serves f7 as %q", got)
+	}
+	rand := a.ok("read", "/gen/rand.bin")
+	a.caughtUp("proj")
+	if o := a.ownership("proj"); o.Ownership.Generation != 1 {
+		t.Fatalf("A's generation %d", o.Ownership.Generation)
+	}
+
+	// While A lives, B sends callers to A.
+	r := b.cli("", "read", "/a.txt")
+	if r.code != 0 || r.stdout != "from the api\n" {
+		t.Fatalf("B while A owns proj: exit %d %q %s", r.code, r.stdout, r.stderr)
+	}
+
+	a.server.kill()
+	start := time.Now()
+	testutil.WaitFor(t, "B to take proj over", 30*time.Second, func() bool {
+		return b.serves("proj")
+	})
+	took := time.Since(start)
+	t.Logf("B served proj %v after A's SIGKILL (lease ttl %s)", took.Round(time.Millisecond), clusterTTL)
+	if ttl, _ := time.ParseDuration(clusterTTL); took > ttl+5*time.Second {
+		t.Errorf("takeover took %v, lease %v", took, ttl)
+	}
+	if got := b.ok("read", "/big.bin"); got != big {
+		t.Fatalf("B's /big.bin: %d bytes, want %d", len(got), len(big))
+	}
+	if got := b.ok("read", "/gen/rand.bin"); got != rand {
+		t.Fatal("B's /gen/rand.bin differs from what A served")
+	}
+	for _, i := range []int{1, 100, 200} {
+		if got := b.ok("read", fmt.Sprintf("/gen/f%d.txt", i)); got != fmt.Sprintf("file %d\n", i) {
+			t.Fatalf("B's f%d: %q", i, got)
+		}
+	}
+	o := b.ownership("proj")
+	if o.Ownership == nil || o.Ownership.Generation != 2 || o.Ownership.Address != b.url {
+		t.Fatalf("B's ownership: %+v", o.Ownership)
+	}
+	// computerd catches up incrementally: the pull after B's first command
+	// moves the command's one file, not the workspace.
+	b.ok("exec", "--", "sh", "-c", "echo after > after.txt")
+	if got := b.ok("read", "/after.txt"); got != "after\n" {
+		t.Fatalf("after.txt through B: %q", got)
+	}
+	if o := b.ownership("proj"); o.LastPull == nil || o.LastPull.Report.Entries > 5 {
+		t.Fatalf("B's first pull after the takeover: %+v (want a handful of entries)", o.LastPull)
+	}
+	// A file B writes reaches the container.
+	if r := b.cli("from b\n", "write", "/b.txt", "-"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	if got := b.sh("cat b.txt a.txt"); got != "from b\nfrom the api\n" {
+		t.Fatalf("the container after B's write: %q", got)
+	}
+}
+
+// TestPausedOwnerIsFenced: server A, SIGSTOPped past its lease while B
+// takes the workspace over, finds it lost when it runs again: it sends
+// callers to B, writes nothing more to the bucket (its generation's replica
+// and the registration stay as they were) and pushes nothing to the
+// container; a third server restoring from the bucket gets B's state.
+func TestPausedOwnerIsFenced(t *testing.T) {
+	c := newClusterPair(t)
+	a, b := c.a, c.b
+	if r := a.cli("one\n", "write", "/x.txt", "-"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	a.ok("exec", "--", "true")
+	a.caughtUp("proj")
+	// A commit A has not shipped yet when it stops (most runs): its
+	// replicator wants to ship it when A runs again.
+	if r := a.cli("pending\n", "write", "/y.txt", "-"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	a.server.cmd.Process.Signal(syscall.SIGSTOP)
+	testutil.WaitFor(t, "B to take proj over from the paused A", 30*time.Second, func() bool {
+		return b.serves("proj")
+	})
+	if r := b.cli("two\n", "write", "/x.txt", "-"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	b.ok("exec", "--", "true") // pushes two to the container
+	b.caughtUp("proj")
+	before := c.objects(t, "cluster/workspaces/proj/db/gen-0000000000000001/")
+	a.server.cmd.Process.Signal(syscall.SIGCONT)
+	testutil.WaitFor(t, "A to find its lease lost", 30*time.Second, func() bool {
+		return strings.Contains(a.server.output(), "workspace lease lost")
+	})
+	// A sends proj's callers to B, the owner, without serving them.
+	status, _, hdr := rawGet(t, a, "/v1/workspaces/proj/files/x.txt")
+	if status != 307 || hdr.Get("Location") != b.url+"/v1/workspaces/proj/files/x.txt" {
+		t.Fatalf("A's answer for proj: %d, Location %q", status, hdr.Get("Location"))
+	}
+	if after := c.objects(t, "cluster/workspaces/proj/db/gen-0000000000000001/"); !maps.Equal(before, after) {
+		t.Fatalf("the fenced A changed its generation's replica:\nbefore %v\nafter  %v", before, after)
+	}
+	if got := b.sh("cat x.txt"); got != "two\n" {
+		t.Fatalf("the container's x.txt: %q", got)
+	}
+	if o := b.ownership("proj"); o.Ownership == nil || o.Ownership.Generation != 2 {
+		t.Fatalf("B's ownership after A came back: %+v", o.Ownership)
+	}
+	// A third server restoring from the bucket gets B's state.
+	b.caughtUp("proj")
+	cc := &pair{t: t, dir: a.dir, token: a.token, mount: a.mount, data: filepath.Join(t.TempDir(), "data-c"),
+		cd: a.cd, cdAddr: a.cdAddr, cdState: a.cdState, serverArgs: b.serverArgs,
+		env: []string{"WSYNC_TOKEN_FILE=" + a.tokenFile(), "WSYNC_WORKSPACE=proj"}}
+	cc.startServer()
+	b.server.kill()
+	testutil.WaitFor(t, "C to take proj over from B", 30*time.Second, func() bool {
+		return cc.serves("proj")
+	})
+	if got := cc.ok("read", "/x.txt"); got != "two\n" {
+		t.Fatalf("C restored x.txt as %q", got)
+	}
+}
+
+// objects lists the bucket's objects under prefix (a path below the
+// bucket), key to ETag, straight from the server's directory.
+func (c *clusterPair) objects(t *testing.T, prefix string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	root := filepath.Join(c.s3.Root, c.s3.Bucket)
+	filepath.WalkDir(filepath.Join(root, prefix), func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			fi, _ := d.Info()
+			rel, _ := filepath.Rel(root, p)
+			out[rel] = fmt.Sprint(fi.Size(), fi.ModTime().UnixNano())
+		}
+		return nil
+	})
+	return out
+}
+
+// serves is true when the server answers a status of the workspace
+// itself (not a redirect to its owner, which may hang when paused).
+func (p *pair) serves(ws string) bool {
+	status, _, _ := rawGet(p.t, p, "/v1/workspaces/"+ws+"/status")
+	return status == http.StatusOK
+}
+
+// rawGet is one API request that does not follow redirects; a transport
+// failure is status 0.
+func rawGet(t testing.TB, p *pair, path string) (int, []byte, http.Header) {
+	t.Helper()
+	req, err := http.NewRequest("GET", p.url+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+p.token)
+	hc := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return 0, nil, nil
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, resp.Header
+}
