@@ -14,7 +14,25 @@ import (
 // chunk's file or row. A stored chunk whose bytes are missing or short is
 // ErrCorrupt; a chunk the store has never seen is ErrUnknownHash. A hole
 // reads as zeros.
+//
+// With a Remote, bytes missing locally are fetched from it (checked
+// against the hash) and kept as a local chunk file for the next read.
 func (s *Store) ReadAt(ctx context.Context, q Querier, r Ref, p []byte, off int64) (int, error) {
+	n, err := s.readLocal(ctx, q, r, p, off)
+	if s.remote == nil || r.IsHole() || !remoteMiss(err) {
+		return n, err
+	}
+	data, ferr := s.fetch(ctx, r.Hash, int(r.Size))
+	if ferr != nil {
+		return 0, errors.Join(err, ferr)
+	}
+	if off >= int64(len(data)) {
+		return 0, io.EOF
+	}
+	return readSlice(data, p, off)
+}
+
+func (s *Store) readLocal(ctx context.Context, q Querier, r Ref, p []byte, off int64) (int, error) {
 	size := int64(r.Size)
 	if off < 0 {
 		return 0, fmt.Errorf("read chunk %s: negative offset %d", r.Hash, off)
@@ -149,8 +167,26 @@ func (s *Store) readFile(r Ref, p []byte, off int64) (n int, err error, ok bool)
 	return n, nil, true
 }
 
-// Get returns a copy of one whole chunk.
+// Get returns a copy of one whole chunk. With a Remote, a chunk whose
+// bytes are missing locally is fetched from it, when its row gives the
+// size.
 func (s *Store) Get(ctx context.Context, q Querier, h Hash) ([]byte, error) {
+	data, err := s.getLocal(ctx, q, h)
+	if s.remote == nil || !remoteMiss(err) {
+		return data, err
+	}
+	var size int
+	if qerr := q.QueryRowContext(ctx, "SELECT size FROM chunks WHERE hash = ?", h[:]).Scan(&size); qerr != nil {
+		return nil, err
+	}
+	data, ferr := s.fetch(ctx, h, size)
+	if ferr != nil {
+		return nil, errors.Join(err, ferr)
+	}
+	return append([]byte(nil), data...), nil
+}
+
+func (s *Store) getLocal(ctx context.Context, q Querier, h Hash) ([]byte, error) {
 	s.mu.Lock()
 	var staged []byte
 	var stagedFile bool

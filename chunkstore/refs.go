@@ -123,7 +123,10 @@ func (s *Store) batched(op string, refs []Ref, apply func([]refCount) error) err
 func (s *Store) addRefs(ctx context.Context, q Querier, counts []refCount) error {
 	found := make(map[Hash]storedRow, len(counts))
 	for n, group := range byCount(counts) {
-		if err := updateRefs(ctx, q, "refs + ?", n, group, found); err != nil {
+		// A row the remote has, referenced again after it had none, is
+		// owed again: the remote may have dropped bytes nothing referenced
+		// (sharedchunks' collector), and an upload verifies them.
+		if err := updateRefs(ctx, q, "refs + ?, remote = CASE WHEN remote = 2 AND refs <= 0 THEN 1 ELSE remote END", n, group, found); err != nil {
 			return fmt.Errorf("add refs: %w", err)
 		}
 	}
@@ -206,22 +209,25 @@ func (s *Store) addRefs(ctx context.Context, q Querier, counts []refCount) error
 		return fmt.Errorf("add refs: %w", err)
 	}
 
-	args := make([]any, 0, 6*len(missing))
+	args := make([]any, 0, 7*len(missing))
 	var sql strings.Builder
-	sql.WriteString("INSERT INTO chunks(hash, size, refs, data, pack, pack_off) VALUES ")
+	sql.WriteString("INSERT INTO chunks(hash, size, refs, data, pack, pack_off, remote) VALUES ")
 	for i, c := range missing {
 		if i > 0 {
 			sql.WriteByte(',')
 		}
-		sql.WriteString("(?,?,?,?,?,?)")
+		sql.WriteString("(?,?,?,?,?,?,?)")
 		var d, pack, off any // NULL for a file chunk
+		remote := remoteNone
 		if data[i] != nil {
 			d = data[i]
+		} else if s.remote != nil {
+			remote = remoteOwed
 		}
 		if locs[i].valid() {
 			pack, off = locs[i].pack, locs[i].off
 		}
-		args = append(args, c.Hash[:], c.Size, c.n, d, pack, off)
+		args = append(args, c.Hash[:], c.Size, c.n, d, pack, off, remote)
 	}
 	// The conflict clause only matters to a caller outside a transaction
 	// racing another writer; inside one, the UPDATE above saw every row.
@@ -297,7 +303,8 @@ func (s *Store) DropRefs(ctx context.Context, q Querier, refs []Ref) error {
 // Has returns the hashes whose bytes are present, in input order with
 // duplicates kept: a chunk a live stage holds, or a row whose bytes are
 // intact (inline data of the row's size, or a file of that size). A row
-// without its bytes counts as absent, so the sender ships it again.
+// without its bytes counts as absent, so the sender ships it again,
+// unless the store has a Remote that holds them (reads fetch them).
 //
 // HoleHash is always present: a hole has no bytes to fetch. Callers skip
 // holes before probing (Manifest.Hashes); this only keeps one that slipped
@@ -334,18 +341,19 @@ func (s *Store) Has(ctx context.Context, q Querier, hashes []Hash) ([]Hash, erro
 			args[i] = batch[i][:]
 		}
 		// length() of a blob reads the record header, not the bytes.
-		rows, err := q.QueryContext(ctx, "SELECT hash, size, length(data), pack, pack_off, refs FROM chunks WHERE hash IN ("+Placeholders(len(batch))+")", args...)
+		rows, err := q.QueryContext(ctx, "SELECT hash, size, length(data), pack, pack_off, refs, remote FROM chunks WHERE hash IN ("+Placeholders(len(batch))+")", args...)
 		if err != nil {
 			return nil, fmt.Errorf("has chunks: %w", err)
 		}
 		var files []Ref
 		var packed []packRef
-		var unreferenced []Hash // rows present only until a GC: see noteProbed
+		var unreferenced []Hash         // rows present only until a GC: see noteProbed
+		uploaded := make(map[Hash]bool) // rows whose bytes the remote has
 		for rows.Next() {
 			var hb []byte
-			var size, refs int64
+			var size, refs, remote int64
 			var dataLen, pack, off *int64
-			if err := rows.Scan(&hb, &size, &dataLen, &pack, &off, &refs); err != nil {
+			if err := rows.Scan(&hb, &size, &dataLen, &pack, &off, &refs, &remote); err != nil {
 				rows.Close()
 				return nil, fmt.Errorf("has chunks: %w", err)
 			}
@@ -356,6 +364,9 @@ func (s *Store) Has(ctx context.Context, q Querier, hashes []Hash) ([]Hash, erro
 			}
 			if refs <= 0 {
 				unreferenced = append(unreferenced, h)
+			}
+			if remote == remoteDone && s.remote != nil {
+				uploaded[h] = true
 			}
 			switch loc := nullLoc(pack, off); {
 			case dataLen != nil:
@@ -389,6 +400,10 @@ func (s *Store) Has(ctx context.Context, q Querier, hashes []Hash) ([]Hash, erro
 				continue
 			}
 			if loc := s.knownLoc(r.Hash); loc.valid() && s.intact(loc, int64(r.Size), sizes) {
+				present[r.Hash] = true
+				continue
+			}
+			if uploaded[r.Hash] { // reads fetch it from the remote
 				present[r.Hash] = true
 				continue
 			}

@@ -8,6 +8,8 @@ import (
 	"os"
 	"sync"
 
+	"golang.org/x/sync/singleflight"
+
 	"github.com/wsync/wsync/internal/sqlitemigrate"
 )
 
@@ -46,6 +48,10 @@ type Options struct {
 	InlineMax int
 	// NoSync skips fsync of chunk files (tests, tmpfs).
 	NoSync bool
+	// Remote, when set, is where non-inline chunks are uploaded (each is
+	// owed from its first reference until MarkUploaded) and where reads
+	// fetch bytes the local store lacks.
+	Remote Remote
 	Logger *slog.Logger
 }
 
@@ -114,6 +120,9 @@ type Store struct {
 
 	syncMu sync.Mutex // serialises syncDirs
 
+	remote  Remote             // nil: none
+	fetches singleflight.Group // one remote fetch per hash at a time
+
 	gc gcState // live collection's bookkeeping (gc.go)
 }
 
@@ -143,6 +152,7 @@ func New(opts Options) (*Store, error) {
 		dirtyDirs: make(map[string]struct{}),
 		locs:      make(map[Hash]packLoc),
 		packMax:   defaultPackMax,
+		remote:    opts.Remote,
 	}
 	if s.log == nil {
 		s.log = slog.Default()
@@ -219,9 +229,9 @@ func (s *Store) rememberLocLocked(h Hash, loc packLoc) {
 
 // Migrations are the chunk table's schema steps, in order. The table lives
 // in the caller's database: a caller with a schema of its own runs each
-// step as one of its own versioned steps (vfs: v1 and v3); Schema runs
+// step as one of its own versioned steps (vfs: v1, v3 and v9); Schema runs
 // them on a database the chunk store has to itself.
-var Migrations = []sqlitemigrate.Step{createChunks, addPackColumns}
+var Migrations = []sqlitemigrate.Step{createChunks, addPackColumns, addRemoteColumn}
 
 // Schema brings a database that holds only the chunk table to the current
 // layout, versioned by PRAGMA user_version.

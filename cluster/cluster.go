@@ -15,6 +15,7 @@ import (
 
 	"github.com/wsync/wsync/lease"
 	"github.com/wsync/wsync/objstore"
+	"github.com/wsync/wsync/sharedchunks"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/workspace"
 )
@@ -23,6 +24,7 @@ import (
 const (
 	DefaultLeaseTTL       = 15 * time.Second
 	DefaultReplicateEvery = time.Second
+	DefaultChunkGCEvery   = time.Hour
 )
 
 // Options configures a Cluster.
@@ -36,7 +38,14 @@ type Options struct {
 	Address        string
 	LeaseTTL       time.Duration
 	ReplicateEvery time.Duration
-	Logger         *slog.Logger
+	// ChunkGCEvery is how often this server tries to collect the bucket's
+	// unreferenced chunks (one server at a time, under the collector's
+	// lease); 0: DefaultChunkGCEvery, negative: never.
+	ChunkGCEvery time.Duration
+	// ChunkGCGrace is the collector's grace (sharedchunks.DefaultGrace
+	// when 0). Every server on a bucket must use the same.
+	ChunkGCGrace time.Duration
+	Logger       *slog.Logger
 }
 
 // Cluster is the workspace.Ownership of one server sharing an object store.
@@ -44,7 +53,9 @@ type Cluster struct {
 	opts Options
 	log  *slog.Logger
 
-	ctx    context.Context // background work: lease keepers, publishers
+	chunks *sharedchunks.Store
+
+	ctx    context.Context // background work: lease keepers, publishers, the collector
 	cancel context.CancelFunc
 	bg     sync.WaitGroup
 
@@ -65,6 +76,9 @@ type owned struct {
 	wake    chan struct{}
 	rep     replicator
 	store   *vfs.Store
+	// restored: the local store was restored from the bucket at the
+	// claim (its chunk bytes are the bucket's until read).
+	restored bool
 }
 
 var _ workspace.Ownership = (*Cluster)(nil)
@@ -80,11 +94,24 @@ func New(opts Options) (*Cluster, error) {
 	if opts.ReplicateEvery <= 0 {
 		opts.ReplicateEvery = DefaultReplicateEvery
 	}
+	if opts.ChunkGCEvery == 0 {
+		opts.ChunkGCEvery = DefaultChunkGCEvery
+	}
+	if opts.ChunkGCGrace <= 0 {
+		opts.ChunkGCGrace = sharedchunks.DefaultGrace
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	c := &Cluster{opts: opts, log: opts.Logger.With("component", "cluster"), ctx: ctx, cancel: cancel, owned: map[string]*owned{}}
+	c := &Cluster{opts: opts, log: opts.Logger.With("component", "cluster"), chunks: sharedchunks.New(opts.Store), ctx: ctx, cancel: cancel, owned: map[string]*owned{}}
+	if opts.ChunkGCEvery > 0 {
+		c.bg.Add(1)
+		go func() {
+			defer c.bg.Done()
+			c.collector(ctx)
+		}()
+	}
 	return c, nil
 }
 
@@ -149,7 +176,7 @@ func (c *Cluster) Create(ctx context.Context, name, dir string, lost func(error)
 	if err := writeOwner(dir, ownerFile{Server: c.opts.ServerID, Generation: l.Generation()}); err != nil {
 		return err
 	}
-	c.hold(name, l, etag, body, lost)
+	c.hold(name, l, etag, body, lost, false)
 	return nil
 }
 
@@ -187,6 +214,7 @@ func (c *Cluster) Claim(ctx context.Context, name, dir string, lost func(error))
 	dbPath := filepath.Join(dir, "store.db")
 	_, statErr := os.Stat(dbPath)
 	keep := local.Server == c.opts.ServerID && local.Generation == gen-1 && statErr == nil
+	restored := false
 	if !keep {
 		start := time.Now()
 		if err := clearStore(dir); err != nil {
@@ -203,13 +231,14 @@ func (c *Cluster) Claim(ctx context.Context, name, dir string, lost func(error))
 			_ = l.Release(context.WithoutCancel(ctx))
 			return workspace.Published{}, fmt.Errorf("claim workspace %q: restore: %w", name, err)
 		default:
+			restored = true
 			c.log.Info("workspace restored from the object store", "workspace", name, "from_generation", from, "generation", gen, "took", time.Since(start).Round(time.Millisecond))
 		}
 	}
 	if err := writeOwner(dir, ownerFile{Server: c.opts.ServerID, Generation: gen}); err != nil {
 		return workspace.Published{}, err
 	}
-	c.hold(name, l, obj.ETag, body, lost)
+	c.hold(name, l, obj.ETag, body, lost, restored)
 	return pub, nil
 }
 
@@ -225,9 +254,9 @@ func clearStore(dir string) error {
 }
 
 // hold starts keeping a lease and publishing the workspace's registration.
-func (c *Cluster) hold(name string, l *lease.Lease, etag string, body []byte, lost func(error)) {
+func (c *Cluster) hold(name string, l *lease.Lease, etag string, body []byte, lost func(error), restored bool) {
 	ctx, cancel := context.WithCancel(c.ctx)
-	o := &owned{name: name, lease: l, cancel: cancel, cfgETag: etag, cfgBody: body, wake: make(chan struct{}, 1)}
+	o := &owned{name: name, lease: l, cancel: cancel, cfgETag: etag, cfgBody: body, wake: make(chan struct{}, 1), restored: restored}
 	c.mu.Lock()
 	if old := c.owned[name]; old != nil {
 		old.cancel()
@@ -360,10 +389,17 @@ func (c *Cluster) flushRegistration(ctx context.Context, o *owned) {
 	}
 }
 
-// StoreOptions: an owned store's chunks go to the object store, and its
+// StoreOptions: an owned store's chunks go to the object store (a store
+// restored from it reads them from there until cached), and its
 // checkpoints are left to replication.
 func (c *Cluster) StoreOptions(name string, o *vfs.Options) {
 	o.ExternalCheckpoint = true
+	o.ChunkRemote = c.chunks
+	if w := c.get(name); w != nil {
+		w.mu.Lock()
+		o.DetachChunks = w.restored
+		w.mu.Unlock()
+	}
 }
 
 // Opened starts the store's replication under the lease's generation.
@@ -372,9 +408,25 @@ func (c *Cluster) Opened(ctx context.Context, name string, s *vfs.Store) (io.Clo
 	if o == nil {
 		return nil, fmt.Errorf("workspace %q: %w", name, workspace.ErrNotOwner)
 	}
+	o.mu.Lock()
+	restored := o.restored
+	o.restored = false // a later open keeps what this one cached
+	o.mu.Unlock()
+	if !restored {
+		// A store kept here may name chunks it verified in the bucket
+		// before a crash, in commits the bucket never got: the collector
+		// may have set them aside since. Verify them again.
+		n, err := s.ReoweUploads(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("workspace %q: %w", name, err)
+		}
+		if n > 0 {
+			c.log.Info("chunks to verify in the object store again", "workspace", name, "chunks", n)
+		}
+	}
 	rep, err := startReplica(c.ctx, replicaOptions{
 		store: c.opts.Store, prefix: replicaPrefix(name), gen: o.lease.Generation(), every: c.opts.ReplicateEvery,
-		vfs: s, fence: o.lease.Valid, log: c.log.With("workspace", name),
+		vfs: s, fence: o.lease.Valid, grace: c.opts.ChunkGCGrace, log: c.log.With("workspace", name),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("workspace %q: replication: %w", name, err)
@@ -433,7 +485,11 @@ func (c *Cluster) Status(name string) *workspace.OwnershipStatus {
 		}
 		st.LastShipped = rs.LastShip
 	}
-	_ = s
+	if s != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		st.OwedUploads, _ = s.OwedUploads(ctx)
+		cancel()
+	}
 	return st
 }
 

@@ -196,23 +196,32 @@ type Object struct {
 
 // Get reads a whole object (at most MaxObject bytes).
 func (s *Store) Get(ctx context.Context, key string) ([]byte, Object, error) {
+	return s.GetMax(ctx, key, MaxObject)
+}
+
+// GetMax reads a whole object of at most max bytes (and MaxObject); a
+// larger one is ErrInvalid, whatever the server sends.
+func (s *Store) GetMax(ctx context.Context, key string, max int64) ([]byte, Object, error) {
 	if err := checkKey(key); err != nil {
 		return nil, Object{}, err
+	}
+	if max < 0 || max > MaxObject {
+		max = MaxObject
 	}
 	out, err := s.client.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.cfg.Bucket, Key: aws.String(s.Key(key))})
 	if err != nil {
 		return nil, Object{}, s.wrap("get", key, err)
 	}
 	defer out.Body.Close()
-	if out.ContentLength != nil && *out.ContentLength > MaxObject {
-		return nil, Object{}, fmt.Errorf("object store get %s: %w: %d bytes, more than %d", key, ErrInvalid, *out.ContentLength, MaxObject)
+	if out.ContentLength != nil && *out.ContentLength > max {
+		return nil, Object{}, fmt.Errorf("object store get %s: %w: %d bytes, more than %d", key, ErrInvalid, *out.ContentLength, max)
 	}
-	b, err := io.ReadAll(io.LimitReader(out.Body, MaxObject+1))
+	b, err := io.ReadAll(io.LimitReader(out.Body, max+1))
 	if err != nil {
 		return nil, Object{}, s.wrap("get", key, err)
 	}
-	if len(b) > MaxObject {
-		return nil, Object{}, fmt.Errorf("object store get %s: %w: more than %d bytes", key, ErrInvalid, MaxObject)
+	if int64(len(b)) > max {
+		return nil, Object{}, fmt.Errorf("object store get %s: %w: more than %d bytes", key, ErrInvalid, max)
 	}
 	o := Object{Key: key, Size: int64(len(b)), ETag: aws.ToString(out.ETag)}
 	if out.LastModified != nil {

@@ -12,7 +12,8 @@ import (
 // runs. Package replica's gate uses it to turn the WAL into what it ships
 // (litestream's DB.Sync) with no commit landing meanwhile.
 //
-// fn must not call back into the store's writes (they would deadlock);
+// fn may write through the store only with the context it is given (its
+// writes run under the writer it holds; another context would deadlock);
 // reads on the readers' connections are fine. fn should be short: every
 // writer waits for it. A failure of the group commit is the group's (it
 // is logged and returned by the next Sync); fn runs anyway, on what is
@@ -30,5 +31,15 @@ func (s *Store) Exclusive(ctx context.Context, fn func(context.Context) error) e
 		return ErrClosed
 	}
 	s.commitGroup()
-	return fn(ctx)
+	return fn(context.WithValue(ctx, exclusiveKey{}, s))
+}
+
+// exclusiveKey marks a context Exclusive handed its fn: update runs under
+// the writer Exclusive holds instead of waiting for it.
+type exclusiveKey struct{}
+
+// holdsWriter reports whether ctx is an Exclusive fn's, of this store.
+func (s *Store) holdsWriter(ctx context.Context) bool {
+	held, _ := ctx.Value(exclusiveKey{}).(*Store)
+	return held == s
 }

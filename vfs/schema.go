@@ -12,7 +12,7 @@ import (
 // migrations are the schema steps: migrations[i] takes a database from
 // version i to i+1 (sqlitemigrate). The chunk table's steps
 // (chunkstore.Migrations) are steps of this list: v1 creates the table, v3
-// adds its pack columns.
+// adds its pack columns, v9 its remote column.
 var migrations = []sqlitemigrate.Step{
 	migrateV1,
 	migrateV2,
@@ -22,6 +22,7 @@ var migrations = []sqlitemigrate.Step{
 	migrateV6,
 	migrateV7,
 	migrateV8,
+	migrateV9,
 }
 
 // SchemaVersion is the schema version this build writes.
@@ -190,6 +191,15 @@ func migrateV8(ctx context.Context, tx *sql.Tx) error {
 		if _, err := tx.ExecContext(ctx, s); err != nil {
 			return fmt.Errorf("trash schema: %w", err)
 		}
+	}
+	return nil
+}
+
+// migrateV9 records, per chunk, whether an object store has its bytes
+// (chunk uploads of a shared workspace, remote.go).
+func migrateV9(ctx context.Context, tx *sql.Tx) error {
+	if err := chunkstore.Migrations[2](ctx, tx); err != nil {
+		return fmt.Errorf("v9: %w", err)
 	}
 	return nil
 }

@@ -47,7 +47,16 @@ type Options struct {
 	// writer's wal_autocheckpoint is 0 and Close does not fold the WAL
 	// (checkpoint.go).
 	ExternalCheckpoint bool
-	Logger             *slog.Logger
+	// ChunkRemote is a second home for the store's chunks (an object
+	// store): every non-inline chunk committed is owed to it until
+	// UploadOwed, and reads fetch from it what the local store lacks
+	// (remote.go). nil: none.
+	ChunkRemote chunkstore.Remote
+	// DetachChunks says the database was restored from a replica made on
+	// another machine: at open, every non-inline chunk is recorded as the
+	// remote's and fetched from it on first read (it needs ChunkRemote).
+	DetachChunks bool
+	Logger       *slog.Logger
 }
 
 // Store is one workspace's VFS: a SQLite database of nodes, directory
@@ -180,7 +189,7 @@ func (s *Store) openDB() error {
 	}
 	s.wc, s.rc = newStmtCache(s.w), newStmtCache(s.r)
 	s.rq = dbQuerier{s.rc}
-	cs, err := chunkstore.New(chunkstore.Options{Dir: chunkDir, InlineMax: s.opts.InlineMax, NoSync: s.opts.NoSync, Logger: s.opts.Logger})
+	cs, err := chunkstore.New(chunkstore.Options{Dir: chunkDir, InlineMax: s.opts.InlineMax, NoSync: s.opts.NoSync, Remote: s.opts.ChunkRemote, Logger: s.opts.Logger})
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
@@ -243,6 +252,13 @@ func (s *Store) initRows(ctx context.Context, tx *sql.Tx) error {
 // kept only for open handles, and chunk bytes no committed row references.
 func (s *Store) recover(ctx context.Context) error {
 	err := s.update(ctx, func(t *wtx) error {
+		if s.opts.DetachChunks {
+			n, err := s.chunks.Detach(ctx, t.tx)
+			if err != nil {
+				return err
+			}
+			s.log.Info("restored store: chunks are read from the remote until cached", "chunks", n)
+		}
 		rows, err := t.tx.QueryContext(ctx, `SELECT ino FROM nodes WHERE nlink = 0 AND ino != ?`, RootIno)
 		if err != nil {
 			return err
@@ -420,6 +436,9 @@ type wtx struct {
 func (s *Store) update(ctx context.Context, fn func(*wtx) error) error {
 	if s.closed.Load() && ctx.Value(closingKey{}) == nil {
 		return ErrClosed
+	}
+	if s.holdsWriter(ctx) {
+		return s.updateLocked(ctx, fn)
 	}
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
