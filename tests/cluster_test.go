@@ -257,3 +257,110 @@ func rawGet(t testing.TB, p *pair, path string) (int, []byte, http.Header) {
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, b, resp.Header
 }
+
+// chunkObjects lists the bucket's chunk objects (key to size) under the
+// cluster prefix, straight from the server's directory.
+func (c *clusterPair) chunkObjects(t *testing.T) map[string]string {
+	t.Helper()
+	return c.objects(t, "cluster/chunks/")
+}
+
+// TestIdenticalContentStoredOnce: two workspaces holding the same files
+// (and one workspace holding a file twice) store each chunk once in the
+// bucket.
+func TestIdenticalContentStoredOnce(t *testing.T) {
+	c := newClusterPair(t)
+	a := c.a
+	a.ok("workspaces", "create", "other", "--ignore", "")
+	big := strings.Repeat("fedcba9876543210", 80<<10) // 1.25 MiB: chunks of 512, 512 and 256 KiB
+	for _, ws := range []string{"proj", "other"} {
+		for _, name := range []string{"/one.bin", "/copy.bin"} {
+			if r := a.cli(big, "write", "--workspace", ws, name, "-"); r.code != 0 {
+				t.Fatalf("write %s%s: %s", ws, name, r.stderr)
+			}
+		}
+	}
+	a.caughtUpWorkspace("proj")
+	a.caughtUpWorkspace("other")
+	objs := c.chunkObjects(t)
+	if len(objs) != 2 { // the two 512 KiB chunks are the same bytes
+		t.Fatalf("the bucket holds %d chunk objects for one file's 2 distinct chunks written 4 times: %v", len(objs), objs)
+	}
+	if got := a.ok("read", "--workspace", "other", "/copy.bin"); got != big {
+		t.Fatalf("other's copy.bin: %d bytes", len(got))
+	}
+}
+
+// caughtUpWorkspace is caughtUp for a workspace other than the pair's own.
+func (p *pair) caughtUpWorkspace(ws string) {
+	p.t.Helper()
+	testutil.WaitFor(p.t, "replication of "+ws+" to catch up", 30*time.Second, func() bool {
+		var o ownership
+		r := p.cli("", "status", "--workspace", ws, "--json")
+		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &o) != nil {
+			return false
+		}
+		return o.Ownership != nil && o.Ownership.Lag == 0 && o.Ownership.Owed == 0 && o.Ownership.Err == ""
+	})
+}
+
+// TestObjectStoreOutage: while the object store is down, the workspace
+// keeps working on its server (files written, commands run and synced)
+// and status shows the replication falling behind; an outage longer than
+// the lease stops the server from serving the workspace (it cannot prove
+// it still owns it) with a clear error; when the store is back the server
+// takes the workspace back with its local store, replication catches up,
+// and a takeover afterwards finds every write made before the outage and
+// during it.
+func TestObjectStoreOutage(t *testing.T) {
+	c := newClusterPair(t)
+	a, b := c.a, c.b
+	if r := a.cli("before\n", "write", "/before.txt", "-"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	big := strings.Repeat("outage--", 90<<10) // 720 KiB: two chunks, uploaded after the outage
+	a.ok("exec", "--", "true")
+	a.caughtUp("proj")
+
+	c.s3.Stop()
+	if r := a.cli("during\n", "write", "/during.txt", "-"); r.code != 0 {
+		t.Fatalf("a write while the object store is down: %s", r.stderr)
+	}
+	if r := a.cli(big, "write", "/big.bin", "-"); r.code != 0 {
+		t.Fatalf("a write while the object store is down: %s", r.stderr)
+	}
+	if got := a.sh("cat during.txt; echo made > made.txt"); got != "during\n" {
+		t.Fatalf("the container during the outage: %q", got)
+	}
+	testutil.WaitFor(t, "status to show the replication behind", 30*time.Second, func() bool {
+		o := a.ownership("proj")
+		return o.Ownership != nil && o.Ownership.Lag > 0 && o.Ownership.Err != "" && o.Ownership.Owed > 0
+	})
+
+	// Past the lease: A can no longer prove it owns proj, so it stops
+	// serving it (another server may take it over once the store is back)
+	// and says why, rather than accept writes it may not keep.
+	testutil.WaitFor(t, "A to find its lease lost", 30*time.Second, func() bool {
+		return strings.Contains(a.server.output(), "workspace lease lost")
+	})
+	if r := a.cli("refused\n", "write", "/refused.txt", "-"); r.code == 0 {
+		t.Fatal("A accepted a write for a workspace whose lease it lost")
+	} else {
+		t.Logf("A's answer without its lease: exit %d: %s", r.code, strings.TrimSpace(r.stderr))
+	}
+
+	c.s3.Restart()
+	// A takes proj back and keeps its local store: nothing written during
+	// the outage is lost.
+	if got := a.ok("read", "/during.txt"); got != "during\n" {
+		t.Fatalf("A's during.txt after the outage: %q", got)
+	}
+	a.caughtUp("proj")
+	a.server.kill()
+	testutil.WaitFor(t, "B to take proj over", 30*time.Second, func() bool { return b.serves("proj") })
+	for path, want := range map[string]string{"/before.txt": "before\n", "/during.txt": "during\n", "/made.txt": "made\n", "/big.bin": big} {
+		if got := b.ok("read", path); got != want {
+			t.Errorf("B's %s: %d bytes, want %d", path, len(got), len(want))
+		}
+	}
+}
