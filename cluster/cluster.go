@@ -183,8 +183,11 @@ func (c *Cluster) Create(ctx context.Context, name, dir string, lost func(error)
 func (c *Cluster) acquire(ctx context.Context, name string) (*lease.Lease, error) {
 	l, err := lease.Acquire(ctx, c.opts.Store, leaseKey(name), c.opts.ServerID, c.opts.Address, c.opts.LeaseTTL)
 	var held *lease.HeldError
-	if errors.As(err, &held) {
+	switch {
+	case errors.As(err, &held):
 		return nil, &workspace.NotOwnerError{Name: name, Owner: held.Record.Owner, Address: held.Record.Address, Expires: held.Record.Expires}
+	case err != nil && !errors.Is(err, objstore.ErrInvalid):
+		return nil, fmt.Errorf("%w: %w", workspace.ErrOwnershipUnavailable, err)
 	}
 	return l, err
 }
@@ -199,7 +202,7 @@ func (c *Cluster) Claim(ctx context.Context, name, dir string, lost func(error))
 		return workspace.Published{}, fmt.Errorf("%w: %q", workspace.ErrNoWorkspace, name)
 	}
 	if err != nil {
-		return workspace.Published{}, fmt.Errorf("claim workspace %q: %w", name, err)
+		return workspace.Published{}, fmt.Errorf("claim workspace %q: %w: %w", name, workspace.ErrOwnershipUnavailable, err)
 	}
 	var pub workspace.Published
 	if err := json.Unmarshal(body, &pub); err != nil {

@@ -48,6 +48,7 @@ func TestAPIErrorRegistry(t *testing.T) {
 		{"busy", workspace.ErrBusy, "EBUSY", 429, []error{workspace.ErrBusy}},
 		{"no remote", workspace.ErrNoRemote, "ENOTCONN", 503, []error{workspace.ErrNoRemote}},
 		{"not supported", workspace.ErrNotSupported, "EOPNOTSUPP", 501, []error{workspace.ErrNotSupported}},
+		{"object store down", fmt.Errorf("claim: %w: %w", workspace.ErrOwnershipUnavailable, errors.New("dial tcp: refused")), "EOWNER_UNAVAILABLE", 503, []error{workspace.ErrOwnershipUnavailable}},
 		{"manager closed", workspace.ErrClosed, "ESHUTDOWN", 503, []error{workspace.ErrClosed}},
 		{"canceled", fmt.Errorf("push: %w", context.Canceled), "ECANCELED", 500, nil},
 		{"store full", syscall.ENOSPC, "ENOSPC", 500, nil},
