@@ -14,7 +14,25 @@
 //     (package replica), written only by the holder of generation G.
 //
 // and chunks/ holds the chunk bytes of every workspace, content-addressed
-// and shared.
+// and shared (package sharedchunks).
+//
+// # Chunks
+//
+// An owned store's chunks go to the bucket (StoreOptions gives it the
+// bucket as its chunkstore.Remote): each ship uploads what the store owes
+// before the replicated commits that name it (replica.go's gate), and a
+// chunk verified in the bucket more than half the collector's grace before
+// its commit shipped is verified again. A store restored here from the
+// bucket reads its chunks from there on first use; one kept across a
+// restart verifies its chunks again before its first ship.
+//
+// # Collection
+//
+// CollectChunks (every Options.ChunkGCEvery, under the lease
+// chunks-gc/lease so one server at a time) marks the chunks every
+// registered workspace's newest replica references and hands them to
+// sharedchunks.Collect. The argument that it deletes nothing a workspace
+// can still name is in docs/ARCHITECTURE.md, "Scaling out".
 //
 // # Claiming
 //

@@ -362,3 +362,34 @@ func TestObjectStoreOutage(t *testing.T) {
 		}
 	}
 }
+
+// TestTakeoverPullsTheLagWindowBack: a command's output pulled by A in the
+// last moments before A dies, never shipped to the object store (it hangs
+// meanwhile), is missing from the copy B restores; B pulls it back from the
+// container at once when it claims the workspace, without waiting for the
+// next command.
+func TestTakeoverPullsTheLagWindowBack(t *testing.T) {
+	c := newClusterPair(t)
+	a, b := c.a, c.b
+	a.ok("exec", "--", "sh", "-c", "echo early > early.txt")
+	a.caughtUp("proj")
+
+	c.s3.Pause() // nothing A commits from now on reaches the bucket
+	if got := a.sh("echo late > late.txt; cat early.txt"); got != "early\n" {
+		t.Fatalf("A's exec: %q", got)
+	}
+	if got := a.ok("read", "/late.txt"); got != "late\n" {
+		t.Fatalf("A's late.txt: %q", got)
+	}
+	a.server.kill()
+	c.s3.Resume()
+
+	testutil.WaitFor(t, "B to take proj over", 30*time.Second, func() bool { return b.serves("proj") })
+	testutil.WaitFor(t, "B to pull late.txt back from the container", 30*time.Second, func() bool {
+		r := b.cli("", "read", "/late.txt")
+		return r.code == 0 && r.stdout == "late\n"
+	})
+	if got := b.ok("read", "/early.txt"); got != "early\n" {
+		t.Fatalf("B's early.txt: %q", got)
+	}
+}

@@ -115,7 +115,11 @@
 // (written on every change), so it survives a restart and Status shows it.
 // A server that stopped while a command ran never recorded the pull it
 // owed, so the first push after a start (or exec, or repair) pulls first
-// in the same way. The record names the exec and the runtime that ran it:
+// in the same way. A claim of a shared workspace (serve --object-store)
+// owes a pull of every runtime at once (catchUp): the store it claimed
+// may be the object store's copy, a replication lag behind the old
+// owner's last pull, and the container still holds what that pull
+// brought. The record names the exec and the runtime that ran it:
 // if the container's runtime changed before the pull succeeded, the record
 // is reported as abandoned (the pull took whatever the new runtime holds).
 // A path the server changed too is a conflict of that pull (see below).

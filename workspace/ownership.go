@@ -141,6 +141,7 @@ func (m *Manager) Serve(ctx context.Context, name string) (*Workspace, error) {
 	m.log.Info("workspace claimed", "workspace", name)
 	w.resumePulls()
 	w.resumeExecs()
+	w.catchUp()
 	return w, nil
 }
 

@@ -229,6 +229,29 @@ func (w *Workspace) resumePulls() {
 	}
 }
 
+// catchUp owes a pull of every runtime with an endpoint that owes none
+// yet, made by the background puller at once: what a claim of a shared
+// workspace runs. The store it claimed may be the object store's copy,
+// which ends up to a replication lag before the old owner's last pull;
+// the container still holds what that pull brought, and this pull brings
+// it back without waiting for the next command.
+func (w *Workspace) catchUp() {
+	w.stateMu.Lock()
+	rss := w.sortedLocked()
+	w.stateMu.Unlock()
+	for _, rs := range rss {
+		w.stateMu.Lock()
+		owes := rs.pending != nil || rs.pulled || rs.rt.Endpoint == ""
+		w.stateMu.Unlock()
+		if owes {
+			continue
+		}
+		if err := w.owe(rs, PendingPull{}); err != nil {
+			rs.log.Warn("catch-up pull after a claim", "err", err)
+		}
+	}
+}
+
 // add adds o's counts to r (the slices of one pull).
 func (r *SyncReport) add(o SyncReport) {
 	r.Entries += o.Entries
