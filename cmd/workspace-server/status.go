@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -38,6 +39,10 @@ func printStatus(w io.Writer, st workspace.Status) {
 	fmt.Fprintf(w, "server:     rev %d (store %s)\n", st.Store.CurrentRev, st.Store.StoreID)
 	if q := st.Quota; q != nil {
 		fmt.Fprintf(w, "quota:      %s\n", describeQuota(*q))
+	}
+	if o := st.Ownership; o != nil {
+		fmt.Fprintf(w, "owner:      %s (server %s, lease generation %d)\n", cmp.Or(o.Address, "this server"), o.Owner, o.Generation)
+		fmt.Fprintf(w, "replica:    %s\n", describeReplica(*o))
 	}
 	switch r := st.Remote; {
 	case r != nil:
@@ -120,3 +125,20 @@ func cursor(c workspace.Cursor) string {
 }
 
 func since(t time.Time) string { return time.Since(t).Round(time.Second).String() }
+
+// describeReplica says how far the object store is behind the workspace.
+func describeReplica(o workspace.OwnershipStatus) string {
+	var s string
+	if o.LagSeconds == 0 && o.OwedUploads == 0 {
+		s = "caught up: the object store holds every commit"
+	} else {
+		s = fmt.Sprintf("%s behind, %d chunk uploads owed", time.Duration(o.LagSeconds*float64(time.Second)).Round(time.Millisecond), o.OwedUploads)
+	}
+	if !o.LastShipped.IsZero() {
+		s += fmt.Sprintf("; last shipped %s ago", time.Since(o.LastShipped).Round(time.Second))
+	}
+	if o.ReplicaError != "" {
+		s += "; last error: " + o.ReplicaError
+	}
+	return s
+}
