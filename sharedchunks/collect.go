@@ -47,8 +47,17 @@ type Report struct {
 // Collect runs one mark, grace and sweep over the bucket (package doc).
 // It stops at the first error, leaving the bucket in a state the next run
 // picks up from: every step is safe to repeat.
-func (s *Store) Collect(ctx context.Context, o CollectOptions) (Report, error) {
-	var rep Report
+func (s *Store) Collect(ctx context.Context, o CollectOptions) (rep Report, err error) {
+	defer func() {
+		metricCollected.WithLabelValues("trashed").Add(float64(rep.Trashed))
+		metricCollected.WithLabelValues("restored").Add(float64(rep.Restored))
+		metricCollected.WithLabelValues("purged").Add(float64(rep.Purged))
+		if err != nil {
+			metricCollections.WithLabelValues("error").Inc()
+		} else {
+			metricCollections.WithLabelValues("ok").Inc()
+		}
+	}()
 	if o.Grace <= 0 {
 		o.Grace = DefaultGrace
 	}

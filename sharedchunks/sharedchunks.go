@@ -61,8 +61,10 @@ func New(st *objstore.Store) *Store { return &Store{st: st} }
 func (s *Store) Has(ctx context.Context, h chunkstore.Hash) (bool, error) {
 	_, err := s.st.Head(ctx, Key(h))
 	if errors.Is(err, objstore.ErrNotFound) {
+		count("has", nil, true)
 		return false, nil
 	}
+	count("has", err, false)
 	if err != nil {
 		return false, fmt.Errorf("shared chunk %s: %w", h, err)
 	}
@@ -74,9 +76,12 @@ func (s *Store) Put(ctx context.Context, h chunkstore.Hash, data []byte) error {
 	if len(data) > chunkstore.ChunkSize {
 		return fmt.Errorf("put shared chunk %s: %w: %d bytes", h, objstore.ErrInvalid, len(data))
 	}
-	if _, err := s.st.Put(ctx, Key(h), data); err != nil {
+	_, err := s.st.Put(ctx, Key(h), data)
+	count("put", err, false)
+	if err != nil {
 		return fmt.Errorf("put shared chunk %s: %w", h, err)
 	}
+	metricBytes.WithLabelValues("put").Add(float64(len(data)))
 	return nil
 }
 
@@ -89,13 +94,21 @@ func (s *Store) Get(ctx context.Context, h chunkstore.Hash, size int) ([]byte, e
 		return nil, fmt.Errorf("get shared chunk %s: %w: size %d", h, objstore.ErrInvalid, size)
 	}
 	data, _, err := s.st.GetMax(ctx, Key(h), int64(size))
+	missing := errors.Is(err, objstore.ErrNotFound)
+	if missing {
+		count("get", nil, true)
+	} else {
+		count("get", err, false)
+	}
 	if err == nil {
+		metricBytes.WithLabelValues("get").Add(float64(len(data)))
 		return data, nil
 	}
-	if !errors.Is(err, objstore.ErrNotFound) {
+	if !missing {
 		return nil, fmt.Errorf("get shared chunk %s: %w", h, err)
 	}
 	data, _, terr := s.st.GetMax(ctx, TrashKey(h), int64(size))
+	count("get_trash", terr, errors.Is(terr, objstore.ErrNotFound))
 	if terr != nil {
 		if errors.Is(terr, objstore.ErrNotFound) {
 			return nil, fmt.Errorf("get shared chunk %s: %w", h, chunkstore.ErrRemoteMissing)
