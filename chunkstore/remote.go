@@ -216,8 +216,11 @@ func (s *Store) fetch(ctx context.Context, h Hash, size int) ([]byte, error) {
 		if got := Sum(data); got != h {
 			return nil, fmt.Errorf("%w: the remote's bytes hash to %s", ErrCorrupt, got)
 		}
+		// The local copy is a cache: a read does not fail for want of
+		// room to keep one (a full disk), it fetches again next time.
 		if err := s.writeFile(h, data); err != nil {
-			return nil, err
+			s.log.Warn("chunk fetched from the remote not kept locally", "hash", h, "err", err)
+			return data, nil
 		}
 		s.fds.forget(fdKey{hash: h})
 		s.forgetLoc(h, s.knownLoc(h))

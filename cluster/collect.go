@@ -19,6 +19,10 @@ import (
 // server at a time collects the bucket's chunks.
 const collectorLeaseKey = "chunks-gc/lease"
 
+// releaseTimeout bounds handing the collector's lease back (a bucket that
+// hangs must not hold a closing server).
+const releaseTimeout = 5 * time.Second
+
 // collector runs CollectChunks every ChunkGCEvery until the cluster
 // closes.
 func (c *Cluster) collector(ctx context.Context) {
@@ -61,7 +65,9 @@ func (c *Cluster) CollectChunks(ctx context.Context) (sharedchunks.Report, error
 	defer func() {
 		stop()
 		<-done
-		_ = l.Release(context.WithoutCancel(ctx))
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		_ = l.Release(rctx)
+		cancel()
 	}()
 	return c.chunks.Collect(kctx, sharedchunks.CollectOptions{
 		Grace: c.opts.ChunkGCGrace,

@@ -38,6 +38,10 @@ func restore(ctx context.Context, st *objstore.Store, prefix string, upTo int64,
 	return replica.Restore(ctx, st, prefix, upTo, dbPath)
 }
 
+// gateDrainTimeout bounds the uploads a ship makes while it holds the
+// store's writer.
+const gateDrainTimeout = 3 * time.Second
+
 // verified is the chunks one gate found in (or sent to) the bucket, not
 // yet named by a commit the bucket holds.
 type verified struct {
@@ -115,7 +119,13 @@ func startReplica(ctx context.Context, o replicaOptions) (replicator, error) {
 			return err
 		}
 		return s.Exclusive(ctx, func(ctx context.Context) error {
-			if err := drain(ctx); err != nil {
+			// What came since the first drain, with every writer waiting:
+			// bounded, so a bucket that hangs now costs writers at most
+			// gateDrainTimeout (the ship fails and the next one retries).
+			dctx, cancel := context.WithTimeout(ctx, gateDrainTimeout)
+			err := drain(dctx)
+			cancel()
+			if err != nil {
 				return err
 			}
 			if err := ship(ctx); err != nil {
