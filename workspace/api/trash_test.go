@@ -61,6 +61,7 @@ func TestMassDeletePauseAndTrashRoutes(t *testing.T) {
 	st, b, _ = e.req(t, "GET", ws+"/files/gen/f3", nil)
 	wantStatus(t, "gen/f3 after the confirmed pull", st, 404, b)
 	st, b, _ = e.req(t, "GET", ws+"/status", nil)
+	wantStatus(t, "status after the confirmed pull", st, 200, b)
 	var after workspace.Status
 	if err := json.Unmarshal(b, &after); err != nil || after.Pending != nil || after.Trash.Entries != 11 {
 		t.Fatalf("status after the confirmed pull: %s", b)
