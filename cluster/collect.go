@@ -12,6 +12,7 @@ import (
 
 	"github.com/wsync/wsync/chunkstore"
 	"github.com/wsync/wsync/lease"
+	"github.com/wsync/wsync/replica"
 	"github.com/wsync/wsync/sharedchunks"
 )
 
@@ -71,7 +72,7 @@ func (c *Cluster) CollectChunks(ctx context.Context) (sharedchunks.Report, error
 	}()
 	return c.chunks.Collect(kctx, sharedchunks.CollectOptions{
 		Grace: c.opts.ChunkGCGrace,
-		Marks: c.marks,
+		Marks: func(ctx context.Context) (sharedchunks.Marks, error) { return c.marks(ctx, l.Valid) },
 		Fence: l.Valid,
 	})
 }
@@ -80,7 +81,9 @@ func (c *Cluster) CollectChunks(ctx context.Context) (sharedchunks.Report, error
 // database and collects the chunks it references. A workspace with no
 // replica yet has no commit in the bucket: what it uploaded is younger
 // than the grace, or verified again before it ships (startReplica).
-func (c *Cluster) marks(ctx context.Context) (sharedchunks.Marks, error) {
+// Generations older than the one read are deleted on the way (no claim
+// restores them any more).
+func (c *Cluster) marks(ctx context.Context, fence func() error) (sharedchunks.Marks, error) {
 	names, err := c.Names(ctx)
 	if err != nil {
 		return nil, err
@@ -93,12 +96,17 @@ func (c *Cluster) marks(ctx context.Context) (sharedchunks.Marks, error) {
 	marks := sharedchunks.Marks{}
 	for i, name := range names {
 		path := filepath.Join(scratch, fmt.Sprintf("%d.db", i))
-		_, err := restore(ctx, c.opts.Store, replicaPrefix(name), math.MaxInt64, path)
+		gen, err := restore(ctx, c.opts.Store, replicaPrefix(name), math.MaxInt64, path)
 		if errors.Is(err, errNoReplica) {
 			continue
 		}
 		if err != nil {
 			return nil, fmt.Errorf("marks of workspace %q: %w", name, err)
+		}
+		if n, err := replica.Prune(ctx, c.opts.Store, replicaPrefix(name), gen, fence); err != nil {
+			return nil, fmt.Errorf("marks of workspace %q: %w", name, err)
+		} else if n > 0 {
+			c.log.Info("old replica generations deleted", "workspace", name, "kept", gen, "objects", n)
 		}
 		if err := referenced(ctx, path, marks); err != nil {
 			return nil, fmt.Errorf("marks of workspace %q: %w", name, err)

@@ -397,3 +397,59 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestCollectorPrunesOldGenerations: once a newer owner's generation holds
+// the workspace, a collection deletes the older generation's replica, and
+// the workspace still restores from the bucket with its files.
+func TestCollectorPrunesOldGenerations(t *testing.T) {
+	srv := s3test.Start(t)
+	srv.Env(t)
+	st := openBucket(t, srv, "gens")
+	a, b := newTestCluster(t, st, "server-a"), newTestCluster(t, st, "server-b")
+	ctx := testutil.Context(t, time.Minute)
+	w := create(t, a, "wa")
+	data := contents()[3]
+	if _, err := w.store.WriteFile(ctx, "f", data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	flush(t, a, w)
+	w.shutdown()
+	must(t, a.Close(ctx)) // hands the lease back
+	count := func(gen int64) int {
+		n := 0
+		for _, err := range st.List(ctx, replicaPrefix("wa")+"/"+replica.GenerationDir(gen)+"/") {
+			must(t, err)
+			n++
+		}
+		return n
+	}
+	if count(1) == 0 {
+		t.Fatal("generation 1 has no replica")
+	}
+
+	dir := filepath.Join(t.TempDir(), "wa")
+	if _, err := b.Claim(ctx, "wa", dir, func(error) {}); err != nil {
+		t.Fatal(err)
+	}
+	wb := open(t, b, "wa", dir)
+	flush(t, b, wb)
+	if got, err := wb.store.ReadFile(ctx, "f"); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("B's f after the claim: %v", err)
+	}
+	rep, err := b.CollectChunks(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Marked != 2 { // 600 KiB: two chunks
+		t.Fatalf("marks: %+v", rep)
+	}
+	if n := count(1); n != 0 {
+		t.Fatalf("generation 1 still has %d objects", n)
+	}
+	if count(2) == 0 {
+		t.Fatal("generation 2 was pruned")
+	}
+	if got := restoredFiles(t, st, "wa"); !bytes.Equal(got["f"], data) {
+		t.Fatal("the workspace no longer restores after the prune")
+	}
+}

@@ -109,3 +109,38 @@ func restoreGeneration(ctx context.Context, st *objstore.Store, dir, dbPath stri
 	}
 	return nil
 }
+
+// Prune deletes the objects of every generation under prefix older than
+// keep, which must hold a restorable database (Restore just read it):
+// no claim restores an older one while it exists. fence runs before
+// every delete (nil: none). It returns how many objects it deleted. A
+// fenced old owner writing late into its own generation recreates
+// objects no one reads; the next Prune takes them.
+func Prune(ctx context.Context, st *objstore.Store, prefix string, keep int64, fence func() error) (int, error) {
+	gens, err := Generations(ctx, st, prefix)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, g := range gens {
+		if g >= keep {
+			continue
+		}
+		dir := strings.Trim(prefix, "/") + "/" + GenerationDir(g) + "/"
+		for obj, err := range st.List(ctx, dir) {
+			if err != nil {
+				return n, fmt.Errorf("replica: prune %s: %w", dir, err)
+			}
+			if fence != nil {
+				if err := fence(); err != nil {
+					return n, fmt.Errorf("replica: prune %s: %w", dir, err)
+				}
+			}
+			if err := st.Delete(ctx, obj.Key); err != nil {
+				return n, fmt.Errorf("replica: prune %s: %w", dir, err)
+			}
+			n++
+		}
+	}
+	return n, nil
+}
