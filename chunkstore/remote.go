@@ -93,19 +93,28 @@ func (s *Store) OwedCount(ctx context.Context, q Querier) (int64, error) {
 	return n, nil
 }
 
-// Upload makes sure the remote has r's bytes: nothing is sent when it
-// already has them (another store wrote the same content). The bytes come
-// from the local store, read through q.
+// askFirstMin is the smallest chunk Upload asks the remote about before
+// sending: below it, a second request costs more than sending the bytes
+// again (a PUT of content-addressed bytes is idempotent).
+const askFirstMin = 64 << 10
+
+// Upload makes sure the remote has r's bytes. A chunk of askFirstMin
+// bytes or more is not sent when the remote already has it (another store
+// wrote the same content); a smaller one is sent without asking, one
+// request instead of two. The bytes come from the local store, read
+// through q.
 func (s *Store) Upload(ctx context.Context, q Querier, r Ref) error {
 	if s.remote == nil {
 		return fmt.Errorf("upload chunk %s: no remote", r.Hash)
 	}
-	ok, err := s.remote.Has(ctx, r.Hash)
-	if err != nil {
-		return fmt.Errorf("upload chunk %s: %w", r.Hash, err)
-	}
-	if ok {
-		return nil
+	if r.Size >= askFirstMin {
+		ok, err := s.remote.Has(ctx, r.Hash)
+		if err != nil {
+			return fmt.Errorf("upload chunk %s: %w", r.Hash, err)
+		}
+		if ok {
+			return nil
+		}
 	}
 	data, err := s.getLocal(ctx, q, r.Hash)
 	if err != nil {

@@ -17,6 +17,8 @@ type memRemote struct {
 	mu   sync.Mutex
 	objs map[Hash][]byte
 	gets int
+	puts int
+	has  int
 }
 
 func newMemRemote() *memRemote { return &memRemote{objs: map[Hash][]byte{}} }
@@ -24,6 +26,7 @@ func newMemRemote() *memRemote { return &memRemote{objs: map[Hash][]byte{}} }
 func (m *memRemote) Has(_ context.Context, h Hash) (bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.has++
 	_, ok := m.objs[h]
 	return ok, nil
 }
@@ -32,6 +35,7 @@ func (m *memRemote) Put(_ context.Context, h Hash, data []byte) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.objs[h] = append([]byte(nil), data...)
+	m.puts++
 	return nil
 }
 
@@ -126,11 +130,18 @@ func TestRemoteOwedLifecycle(t *testing.T) {
 	if n != 2 {
 		t.Fatalf("Reowe: %d rows, want 2", n)
 	}
-	// An upload of what the remote has sends nothing.
-	before := len(r.objs)
+	// An upload of a large chunk the remote has sends nothing.
+	r.puts = 0
 	uploadAll(t, s, db)
-	if len(r.objs) != before {
-		t.Fatal("a verified chunk was sent again")
+	if r.puts != 0 {
+		t.Fatalf("%d chunks the remote has sent again", r.puts)
+	}
+	// A small one is sent without asking first.
+	commitFile(t, s, db, 9, 10<<10)
+	r.has = 0
+	uploadAll(t, s, db)
+	if r.puts != 1 || r.has != 0 || len(r.objs) != 3 {
+		t.Fatalf("a small chunk's upload: %d puts, %d probes", r.puts, r.has)
 	}
 }
 

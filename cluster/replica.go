@@ -91,6 +91,7 @@ func startReplica(ctx context.Context, o replicaOptions) (replicator, error) {
 			return nil
 		}
 		at := time.Now()
+		metricReverified.Add(float64(len(stale)))
 		if err := s.VerifyRemote(ctx, stale); err != nil {
 			mu.Lock()
 			pending = append(pending, verified{at: time.Time{}, refs: stale}) // stale until verified
@@ -123,7 +124,9 @@ func startReplica(ctx context.Context, o replicaOptions) (replicator, error) {
 			// bounded, so a bucket that hangs now costs writers at most
 			// gateDrainTimeout (the ship fails and the next one retries).
 			dctx, cancel := context.WithTimeout(ctx, gateDrainTimeout)
+			start := time.Now()
 			err := drain(dctx)
+			metricGateDrainSeconds.Observe(time.Since(start).Seconds())
 			cancel()
 			if err != nil {
 				return err

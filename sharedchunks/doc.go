@@ -6,8 +6,9 @@
 //
 // A chunk's bytes are the object chunks/<h[0:2]>/<h> (h its sha256 in
 // hex), written once whatever the number of workspaces holding the same
-// content: an upload asks first (HEAD) and sends only what the bucket
-// lacks. chunks-trash/<h[0:2]>/<h> holds bytes the collector set aside;
+// content: an upload of a chunk of 64 KiB or more asks first (HEAD) and
+// sends only what the bucket lacks (chunkstore.Store.Upload); a smaller
+// one is sent again. chunks-trash/<h[0:2]>/<h> holds bytes the collector set aside;
 // a read that misses chunks/ looks there and puts what it finds back.
 //
 // # Collection: mark, grace, sweep

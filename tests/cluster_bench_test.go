@@ -6,8 +6,6 @@ import (
 	"crypto/rand"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -30,23 +28,6 @@ import (
 // clusterTTL, a ship to the bucket every 200 ms. Without versitygw they
 // skip, as the cluster tests do.
 
-// sharedArgs are serve's flags for a server sharing its workspaces through
-// s3, as newClusterPair gives them.
-func sharedArgs(s3 *s3test.Server) []string {
-	return []string{"--object-store", s3.URL("cluster"), "--lease-ttl", clusterTTL, "--replicate-every", "200ms"}
-}
-
-// projPair is a pair (a separate computerd on disk) serving workspace
-// proj, created as newClusterPair creates it; args are serve's extra
-// flags, nil for this server's disk alone.
-func projPair(b *testing.B, args []string) *pair {
-	b.Helper()
-	p := newPair(b, pairOpts{separate: "disk", serverArgs: args})
-	p.ok("workspaces", "create", "proj", "--computerd", "ws://"+p.cdAddr+"/sync", "--computerd-token-file", p.tokenFile(), "--ignore", "")
-	p.env = append(p.env, "WSYNC_WORKSPACE=proj")
-	return p
-}
-
 // proj is the Go client of workspace proj on p's server: the benchmarks
 // time calls without the CLI's start.
 func (p *pair) proj() *client.Workspace {
@@ -66,13 +47,6 @@ type sides struct {
 
 func newSides(b *testing.B) sides {
 	b.Helper()
-	// versitygw answers every request with Connection: close unless told
-	// otherwise, which no production S3 does: every request would pay a
-	// connect, and a 10,000-chunk catch-up leaves as many sockets in
-	// TIME_WAIT. VGW_KEEP_ALIVE=false measures as the tests run it.
-	if os.Getenv("VGW_KEEP_ALIVE") == "" {
-		b.Setenv("VGW_KEEP_ALIVE", "true")
-	}
 	s3 := s3test.Start(b) // skips without versitygw, before a pair starts
 	s3.Env(b)
 	return sides{local: projPair(b, nil), shared: projPair(b, sharedArgs(s3))}
@@ -284,10 +258,7 @@ func BenchmarkTakeover(b *testing.B) {
 	for range b.N {
 		s := newSides(b)
 		a := s.shared
-		peer := &pair{t: b, dir: a.dir, token: a.token, mount: a.mount, data: filepath.Join(b.TempDir(), "data-b"),
-			cd: a.cd, cdAddr: a.cdAddr, cdState: a.cdState, serverArgs: a.serverArgs,
-			env: []string{"WSYNC_TOKEN_FILE=" + a.tokenFile(), "WSYNC_WORKSPACE=proj"}}
-		peer.startServer()
+		peer := a.peer("data-b")
 		const probe = "/tree/d50/f50"
 		var want [2][]byte
 		s.each(0, func(p *pair, i int) {

@@ -26,21 +26,40 @@ type clusterPair struct {
 
 const clusterTTL = "2s"
 
-func newClusterPair(t *testing.T) *clusterPair {
+func newClusterPair(t testing.TB) *clusterPair {
 	t.Helper()
 	s3 := s3test.Start(t)
 	s3.Env(t) // the servers inherit the credentials
-	args := []string{"--object-store", s3.URL("cluster"), "--lease-ttl", clusterTTL, "--replicate-every", "200ms"}
-	a := newPair(t, pairOpts{separate: "disk", serverArgs: args})
-	b := &pair{t: t, dir: a.dir, token: a.token, mount: a.mount, data: filepath.Join(t.TempDir(), "data-b"),
-		cd: a.cd, cdAddr: a.cdAddr, cdState: a.cdState, serverArgs: args,
-		env: []string{"WSYNC_TOKEN_FILE=" + a.tokenFile()}}
-	b.startServer()
-	c := &clusterPair{a: a, b: b, s3: s3}
-	a.ok("workspaces", "create", "proj", "--computerd", "ws://"+a.cdAddr+"/sync", "--computerd-token-file", a.tokenFile(), "--ignore", "")
-	a.env = append(a.env, "WSYNC_WORKSPACE=proj")
-	b.env = append(b.env, "WSYNC_WORKSPACE=proj")
-	return c
+	a := projPair(t, sharedArgs(s3))
+	return &clusterPair{a: a, b: a.peer("data-b"), s3: s3}
+}
+
+// sharedArgs are serve's flags for a server sharing its workspaces through
+// s3.
+func sharedArgs(s3 *s3test.Server) []string {
+	return []string{"--object-store", s3.URL("cluster"), "--lease-ttl", clusterTTL, "--replicate-every", "200ms"}
+}
+
+// projPair is a pair (a separate computerd on disk) serving workspace
+// proj, which it creates; args are serve's extra flags, nil for this
+// server's disk alone.
+func projPair(t testing.TB, args []string) *pair {
+	t.Helper()
+	p := newPair(t, pairOpts{separate: "disk", serverArgs: args})
+	p.ok("workspaces", "create", "proj", "--computerd", "ws://"+p.cdAddr+"/sync", "--computerd-token-file", p.tokenFile(), "--ignore", "")
+	p.env = append(p.env, "WSYNC_WORKSPACE=proj")
+	return p
+}
+
+// peer starts another server beside a's, with the same token, flags and
+// computerd and a data directory of its own (named data), working on proj.
+func (a *pair) peer(data string) *pair {
+	a.t.Helper()
+	p := &pair{t: a.t, dir: a.dir, token: a.token, mount: a.mount, data: filepath.Join(a.t.TempDir(), data),
+		cd: a.cd, cdAddr: a.cdAddr, cdState: a.cdState, serverArgs: a.serverArgs,
+		env: []string{"WSYNC_TOKEN_FILE=" + a.tokenFile(), "WSYNC_WORKSPACE=proj"}}
+	p.startServer()
+	return p
 }
 
 // ownership is status --json's view of a workspace's owner and replica.
@@ -202,10 +221,7 @@ func TestPausedOwnerIsFenced(t *testing.T) {
 	}
 	// A third server restoring from the bucket gets B's state.
 	b.caughtUp("proj")
-	cc := &pair{t: t, dir: a.dir, token: a.token, mount: a.mount, data: filepath.Join(t.TempDir(), "data-c"),
-		cd: a.cd, cdAddr: a.cdAddr, cdState: a.cdState, serverArgs: b.serverArgs,
-		env: []string{"WSYNC_TOKEN_FILE=" + a.tokenFile(), "WSYNC_WORKSPACE=proj"}}
-	cc.startServer()
+	cc := a.peer("data-c")
 	b.server.kill()
 	testutil.WaitFor(t, "C to take proj over from B", 30*time.Second, func() bool {
 		return cc.serves("proj")

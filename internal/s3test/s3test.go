@@ -79,7 +79,11 @@ func Start(t testing.TB) *Server {
 
 func (s *Server) start() {
 	s.t.Helper()
-	cmd := exec.Command(s.bin, "--access", Access, "--secret", Secret, "--port", "127.0.0.1:"+s.port, "--quiet", "posix", s.Root)
+	// --keep-alive: versitygw answers with Connection: close otherwise,
+	// which no production S3 does; every request would pay a connect, and
+	// a catch-up of thousands of chunks would leave as many sockets in
+	// TIME_WAIT.
+	cmd := exec.Command(s.bin, "--access", Access, "--secret", Secret, "--port", "127.0.0.1:"+s.port, "--keep-alive", "--quiet", "posix", s.Root)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
