@@ -23,6 +23,7 @@ import (
 	"github.com/wsync/wsync/replica"
 	"github.com/wsync/wsync/sharedchunks"
 	"github.com/wsync/wsync/vfs"
+	"github.com/wsync/wsync/workspace"
 )
 
 // gcGrace is the tests' collector grace: well above the second the
@@ -451,5 +452,59 @@ func TestCollectorPrunesOldGenerations(t *testing.T) {
 	}
 	if got := restoredFiles(t, st, "wa"); !bytes.Equal(got["f"], data) {
 		t.Fatal("the workspace no longer restores after the prune")
+	}
+}
+
+// TestConcurrentClaimsHaveOneWinner: servers racing to claim a workspace
+// whose owner left get one owner; every other claim names it.
+func TestConcurrentClaimsHaveOneWinner(t *testing.T) {
+	srv := s3test.Start(t)
+	srv.Env(t)
+	st := openBucket(t, srv, "race-claims")
+	ctx := testutil.Context(t, time.Minute)
+	first := newTestCluster(t, st, "server-0")
+	w := create(t, first, "wa")
+	if _, err := w.store.WriteFile(ctx, "f", contents()[1], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	flush(t, first, w)
+	w.shutdown()
+	must(t, first.Close(ctx))
+
+	const servers = 4
+	var wg sync.WaitGroup
+	results := make([]error, servers)
+	clusters := make([]*Cluster, servers)
+	dirs := make([]string, servers)
+	for i := range servers {
+		clusters[i] = newTestCluster(t, st, fmt.Sprintf("server-%d", i+1))
+		dirs[i] = filepath.Join(t.TempDir(), "wa")
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, results[i] = clusters[i].Claim(ctx, "wa", dirs[i], func(error) {})
+		}()
+	}
+	wg.Wait()
+	winners := 0
+	for i, err := range results {
+		var no *workspace.NotOwnerError
+		switch {
+		case err == nil:
+			winners++
+			won := open(t, clusters[i], "wa", dirs[i])
+			if got, err := won.store.ReadFile(ctx, "f"); err != nil || !bytes.Equal(got, contents()[1]) {
+				t.Errorf("the winner's f: %v", err)
+			}
+		case errors.As(err, &no):
+			if no.Owner == fmt.Sprintf("server-%d", i+1) || no.Owner == "" {
+				t.Errorf("server-%d was told the owner is %q", i+1, no.Owner)
+			}
+		default:
+			t.Errorf("server-%d: %v", i+1, err)
+		}
+	}
+	if winners != 1 {
+		t.Fatalf("%d servers claimed the workspace: %v", winners, results)
 	}
 }

@@ -32,8 +32,10 @@ func parseKey(prefix, key string) (chunkstore.Hash, bool) {
 	if !ok || len(rest) != 3+64 || rest[2] != '/' {
 		return chunkstore.Hash{}, false
 	}
+	// Only the key Key gives: lowercase hex, its own first two digits
+	// (another spelling of the hash names another object).
 	h, err := chunkstore.ParseHash(rest[3:])
-	if err != nil || h.String()[:2] != rest[:2] {
+	if err != nil || h.String() != rest[3:] || rest[:2] != rest[3:5] {
 		return chunkstore.Hash{}, false
 	}
 	return h, true
