@@ -28,9 +28,15 @@ const clusterTTL = "2s"
 
 func newClusterPair(t testing.TB) *clusterPair {
 	t.Helper()
+	return newClusterPairTTL(t, clusterTTL)
+}
+
+// newClusterPairTTL is newClusterPair with another lease TTL.
+func newClusterPairTTL(t testing.TB, ttl string) *clusterPair {
+	t.Helper()
 	s3 := s3test.Start(t)
 	s3.Env(t) // the servers inherit the credentials
-	a := projPair(t, sharedArgs(s3))
+	a := projPair(t, append(sharedArgs(s3)[:2:2], "--lease-ttl", ttl, "--replicate-every", "200ms"))
 	return &clusterPair{a: a, b: a.peer("data-b"), s3: s3}
 }
 
@@ -329,7 +335,9 @@ func (p *pair) caughtUpWorkspace(ws string) {
 // and a takeover afterwards finds every write made before the outage and
 // during it.
 func TestObjectStoreOutage(t *testing.T) {
-	c := newClusterPair(t)
+	// A lease that outlives the writes and the status checks made while
+	// the bucket is down, however loaded the machine.
+	c := newClusterPairTTL(t, "6s")
 	a, b := c.a, c.b
 	if r := a.cli("before\n", "write", "/before.txt", "-"); r.code != 0 {
 		t.Fatal(r.stderr)
@@ -385,7 +393,9 @@ func TestObjectStoreOutage(t *testing.T) {
 // container at once when it claims the workspace, without waiting for the
 // next command.
 func TestTakeoverPullsTheLagWindowBack(t *testing.T) {
-	c := newClusterPair(t)
+	// A lease that outlives the commands A runs while the bucket hangs
+	// (its renewals hang with it), however loaded the machine.
+	c := newClusterPairTTL(t, "6s")
 	a, b := c.a, c.b
 	a.ok("exec", "--", "sh", "-c", "echo early > early.txt")
 	a.caughtUp("proj")
