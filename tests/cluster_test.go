@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -418,4 +419,46 @@ func TestTakeoverPullsTheLagWindowBack(t *testing.T) {
 	if got := b.ok("read", "/early.txt"); got != "early\n" {
 		t.Fatalf("B's early.txt: %q", got)
 	}
+}
+
+// TestTakeoverDuringUploads: A is SIGKILLed while it is still uploading
+// the chunks of a command's output (the bucket behind by hundreds of
+// chunks). Whatever replica B restores names only chunks the bucket has,
+// and B's catch-up pull brings the rest from the container: every file
+// reads back whole through B.
+func TestTakeoverDuringUploads(t *testing.T) {
+	c := newClusterPairTTL(t, "3s")
+	a, b := c.a, c.b
+	// 300 files of 100 KiB of distinct bytes: 300 chunks to upload, each
+	// asked about first.
+	a.ok("exec", "--", "sh", "-c", "mkdir -p out && for i in $(seq 1 300); do head -c 102400 /dev/urandom > out/f$i; done")
+	sums := a.sh("cd out && sha256sum f*")
+	if o := a.ownership("proj"); o.Ownership == nil || o.Ownership.Owed == 0 && o.Ownership.Lag == 0 {
+		t.Logf("A caught up before the kill (a fast machine): %+v", o.Ownership)
+	}
+	a.server.kill()
+	testutil.WaitFor(t, "B to take proj over", 30*time.Second, func() bool { return b.serves("proj") })
+	testutil.WaitFor(t, "B to serve every file of out/", 60*time.Second, func() bool {
+		r := b.cli("", "ls", "/out")
+		return r.code == 0 && strings.Count(r.stdout, "\n") >= 300
+	})
+	if o := b.ownership("proj"); o.LastPull != nil {
+		t.Logf("B's catch-up pull brought %d entries back from the container", o.LastPull.Report.Entries)
+	}
+	lines := strings.Split(strings.TrimSpace(sums), "\n")
+	if len(lines) != 300 {
+		t.Fatalf("the container's sums: %d lines", len(lines))
+	}
+	ws := b.proj()
+	for _, line := range lines {
+		sum, name, _ := strings.Cut(line, "  ")
+		got, err := ws.ReadFile(t.Context(), "/out/"+name)
+		if err != nil {
+			t.Fatalf("B's out/%s: %v", name, err)
+		}
+		if s := fmt.Sprintf("%x", sha256.Sum256(got)); s != sum {
+			t.Errorf("B's out/%s: %d bytes, sha256 %s, want %s", name, len(got), s, sum)
+		}
+	}
+	b.caughtUp("proj")
 }
