@@ -32,8 +32,9 @@
 // chunks-gc/lease so one server at a time) marks the chunks every
 // registered workspace's newest replica references and hands them to
 // sharedchunks.Collect, and deletes the replica generations older than
-// the one each workspace's marks came from. The argument that it deletes nothing a workspace
-// can still name is in docs/ARCHITECTURE.md, "Scaling out".
+// the one each workspace's marks came from. The argument that it deletes
+// nothing a workspace can still name is in docs/ARCHITECTURE.md, "Scaling
+// out".
 //
 // # Claiming
 //
