@@ -124,9 +124,10 @@ func (s *Store) addRefs(ctx context.Context, q Querier, counts []refCount) error
 	found := make(map[Hash]storedRow, len(counts))
 	for n, group := range byCount(counts) {
 		// A row the remote has, referenced again after it had none, is
-		// owed again: the remote may have dropped bytes nothing referenced
-		// (sharedchunks' collector), and an upload verifies them.
-		if err := updateRefs(ctx, q, "refs + ?, remote = CASE WHEN remote = 2 AND refs <= 0 THEN 1 ELSE remote END", n, group, found); err != nil {
+		// owed a check: the remote may have dropped bytes nothing
+		// referenced (sharedchunks' collector), and an upload verifies
+		// them.
+		if err := updateRefs(ctx, q, "refs + ?, remote = CASE WHEN remote = 2 AND refs <= 0 THEN 3 ELSE remote END", n, group, found); err != nil {
 			return fmt.Errorf("add refs: %w", err)
 		}
 	}
@@ -365,7 +366,7 @@ func (s *Store) Has(ctx context.Context, q Querier, hashes []Hash) ([]Hash, erro
 			if refs <= 0 {
 				unreferenced = append(unreferenced, h)
 			}
-			if remote == remoteDone && s.remote != nil {
+			if (remote == remoteDone || remote == remoteVerify) && s.remote != nil {
 				uploaded[h] = true
 			}
 			switch loc := nullLoc(pack, off); {

@@ -25,21 +25,22 @@ type Remote interface {
 // A row's remote column says where its bytes are besides the local store.
 const (
 	remoteNone = 0 // no remote: inline, or a store without one
-	remoteOwed = 1 // local bytes the remote does not have yet
-	remoteDone = 2 // the remote has the bytes (the local copy may be absent)
+	remoteOwed   = 1 // local bytes the remote does not have yet
+	remoteDone   = 2 // the remote has the bytes (the local copy may be absent)
+	remoteVerify = 3 // the remote had the bytes; owed a check that it still does
 )
 
 // ErrRemoteMissing: a chunk the store recorded as uploaded is absent from
 // the remote, and the local bytes are gone too.
 var ErrRemoteMissing = errors.New("chunk missing from the remote")
 
-// addRemoteColumn adds chunks.remote (remoteNone, remoteOwed, remoteDone)
-// and an index over the owed rows, so that the upload queue is a range
+// addRemoteColumn adds chunks.remote (remoteNone, remoteOwed, remoteDone,
+// remoteVerify) and an index over the owed rows (owed or to verify), so that the upload queue is a range
 // read and a store without owed chunks pays nothing.
 func addRemoteColumn(ctx context.Context, tx *sql.Tx) error {
 	for _, stmt := range []string{
 		`ALTER TABLE chunks ADD COLUMN remote INTEGER NOT NULL DEFAULT 0`,
-		`CREATE INDEX chunks_owed ON chunks(id) WHERE remote = 1`,
+		`CREATE INDEX chunks_owed ON chunks(id) WHERE remote IN (1, 3)`,
 	} {
 		if _, err := tx.ExecContext(ctx, stmt); err != nil {
 			return fmt.Errorf("add remote column: %w", err)
@@ -51,17 +52,22 @@ func addRemoteColumn(ctx context.Context, tx *sql.Tx) error {
 // HasRemote reports whether the store has a Remote.
 func (s *Store) HasRemote() bool { return s.remote != nil }
 
-// OwedChunk is a chunk whose bytes the remote does not have yet.
+// OwedChunk is a chunk whose bytes the remote does not have yet, or may
+// no longer have.
 type OwedChunk struct {
 	ID  int64 // the row's id, the queue's order
 	Ref Ref
+	// Verify: the remote had the bytes (the chunk was uploaded, then
+	// referenced again, or the store restarted); Upload asks before it
+	// sends, whatever the size.
+	Verify bool
 }
 
 // Owed returns up to limit chunks the remote is owed, after the row id
 // after, in id order. Every non-inline chunk a store with a Remote commits
 // is owed from its first reference until MarkUploaded.
 func (s *Store) Owed(ctx context.Context, q Querier, after int64, limit int) ([]OwedChunk, error) {
-	rows, err := q.QueryContext(ctx, "SELECT id, hash, size FROM chunks WHERE remote = 1 AND id > ? ORDER BY id LIMIT ?", after, limit)
+	rows, err := q.QueryContext(ctx, "SELECT id, hash, size, remote = 3 FROM chunks WHERE remote IN (1, 3) AND id > ? ORDER BY id LIMIT ?", after, limit)
 	if err != nil {
 		return nil, fmt.Errorf("owed chunks: %w", err)
 	}
@@ -70,7 +76,7 @@ func (s *Store) Owed(ctx context.Context, q Querier, after int64, limit int) ([]
 	for rows.Next() {
 		var c OwedChunk
 		var hb []byte
-		if err := rows.Scan(&c.ID, &hb, &c.Ref.Size); err != nil {
+		if err := rows.Scan(&c.ID, &hb, &c.Ref.Size, &c.Verify); err != nil {
 			return nil, fmt.Errorf("owed chunks: %w", err)
 		}
 		if c.Ref.Hash, err = blobHash(hb); err != nil {
@@ -87,7 +93,7 @@ func (s *Store) Owed(ctx context.Context, q Querier, after int64, limit int) ([]
 // OwedCount counts the chunks the remote is owed.
 func (s *Store) OwedCount(ctx context.Context, q Querier) (int64, error) {
 	var n int64
-	if err := q.QueryRowContext(ctx, "SELECT count(*) FROM chunks WHERE remote = 1").Scan(&n); err != nil {
+	if err := q.QueryRowContext(ctx, "SELECT count(*) FROM chunks WHERE remote IN (1, 3)").Scan(&n); err != nil {
 		return 0, fmt.Errorf("owed chunks: %w", err)
 	}
 	return n, nil
@@ -99,15 +105,16 @@ func (s *Store) OwedCount(ctx context.Context, q Querier) (int64, error) {
 const askFirstMin = 64 << 10
 
 // Upload makes sure the remote has r's bytes. A chunk of askFirstMin
-// bytes or more is not sent when the remote already has it (another store
-// wrote the same content); a smaller one is sent without asking, one
+// bytes or more, or any chunk when verify says the remote had it, is not
+// sent when the remote has it (another store wrote the same content, or
+// this one did before); a smaller new one is sent without asking, one
 // request instead of two. The bytes come from the local store, read
 // through q.
-func (s *Store) Upload(ctx context.Context, q Querier, r Ref) error {
+func (s *Store) Upload(ctx context.Context, q Querier, r Ref, verify bool) error {
 	if s.remote == nil {
 		return fmt.Errorf("upload chunk %s: no remote", r.Hash)
 	}
-	if r.Size >= askFirstMin {
+	if verify || r.Size >= askFirstMin {
 		ok, err := s.remote.Has(ctx, r.Hash)
 		if err != nil {
 			return fmt.Errorf("upload chunk %s: %w", r.Hash, err)
@@ -137,7 +144,7 @@ func (s *Store) MarkUploaded(ctx context.Context, q Querier, hs []Hash) error {
 		for i := range batch {
 			args[i] = batch[i][:]
 		}
-		if _, err := q.ExecContext(ctx, "UPDATE chunks SET remote = 2 WHERE remote = 1 AND hash IN ("+Placeholders(len(batch))+")", args...); err != nil {
+		if _, err := q.ExecContext(ctx, "UPDATE chunks SET remote = 2 WHERE remote IN (1, 3) AND hash IN ("+Placeholders(len(batch))+")", args...); err != nil {
 			return fmt.Errorf("mark chunks uploaded: %w", err)
 		}
 	}
@@ -159,10 +166,11 @@ func (s *Store) Detach(ctx context.Context, q Querier) (int64, error) {
 }
 
 // Reowe records, inside the caller's write transaction, every referenced
-// chunk the remote is recorded as holding as owed again (the next upload
-// verifies it). It returns how many.
+// chunk the remote is recorded as holding as owed a check (the next
+// upload asks the remote and sends only what it lost). It returns how
+// many.
 func (s *Store) Reowe(ctx context.Context, q Querier) (int64, error) {
-	res, err := q.ExecContext(ctx, "UPDATE chunks SET remote = 1 WHERE remote = 2 AND refs > 0")
+	res, err := q.ExecContext(ctx, "UPDATE chunks SET remote = 3 WHERE remote = 2 AND refs > 0")
 	if err != nil {
 		return 0, fmt.Errorf("reowe chunks: %w", err)
 	}

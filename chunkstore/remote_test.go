@@ -78,7 +78,7 @@ func uploadAll(t *testing.T, s *Store, db *sql.DB) {
 	}
 	var hs []Hash
 	for _, c := range owed {
-		if err := s.Upload(ctx, db, c.Ref); err != nil {
+		if err := s.Upload(ctx, db, c.Ref, c.Verify); err != nil {
 			t.Fatal(err)
 		}
 		hs = append(hs, c.Ref.Hash)
@@ -111,12 +111,15 @@ func TestRemoteOwedLifecycle(t *testing.T) {
 	if got := owedHashes(t, s, db); len(got) != 0 {
 		t.Fatalf("owed after a second reference: %v", got)
 	}
-	// Every reference dropped, then one added again: owed again.
+	// Every reference dropped, then one added again: owed a check.
 	dropRefs(t, s, db, m)
 	dropRefs(t, s, db, m)
 	inTx(t, db, func(tx *sql.Tx) error { return s.AddRefs(ctx, tx, m[1:2]) })
 	if got := owedHashes(t, s, db); len(got) != 1 || !got[m[1].Hash] {
 		t.Fatalf("owed after a reference came back: %v", got)
+	}
+	if owed, _ := s.Owed(ctx, db, 0, 10); len(owed) != 1 || !owed[0].Verify {
+		t.Fatalf("a chunk referenced again is owed %+v, want a check", owed)
 	}
 	// Reowe owes every referenced chunk the remote is said to hold.
 	inTx(t, db, func(tx *sql.Tx) error { return s.AddRefs(ctx, tx, m[2:3]) })
@@ -136,12 +139,20 @@ func TestRemoteOwedLifecycle(t *testing.T) {
 	if r.puts != 0 {
 		t.Fatalf("%d chunks the remote has sent again", r.puts)
 	}
-	// A small one is sent without asking first.
+	// A small new one is sent without asking first.
 	commitFile(t, s, db, 9, 10<<10)
 	r.has = 0
 	uploadAll(t, s, db)
 	if r.puts != 1 || r.has != 0 || len(r.objs) != 3 {
 		t.Fatalf("a small chunk's upload: %d puts, %d probes", r.puts, r.has)
+	}
+	// A check of chunks the remote has (a restart) asks about each, small
+	// ones too, and sends none.
+	inTx(t, db, func(tx *sql.Tx) error { _, err := s.Reowe(ctx, tx); return err })
+	r.puts, r.has = 0, 0
+	uploadAll(t, s, db)
+	if r.puts != 0 || r.has != 3 {
+		t.Fatalf("a check of 3 chunks the remote has: %d puts, %d probes", r.puts, r.has)
 	}
 }
 
@@ -180,6 +191,11 @@ func TestDetachedStoreReadsFromRemote(t *testing.T) {
 	have, err := s2.Has(ctx, db, []Hash{m[0].Hash, m[1].Hash, m[2].Hash})
 	if err != nil || len(have) != 3 {
 		t.Fatalf("Has on a detached store: %v %v", have, err)
+	}
+	// Owed a check (a restart), they still count as present.
+	inTx(t, db, func(tx *sql.Tx) error { _, err := s2.Reowe(ctx, tx); return err })
+	if have, err := s2.Has(ctx, db, []Hash{m[0].Hash, m[1].Hash, m[2].Hash}); err != nil || len(have) != 3 {
+		t.Fatalf("Has on a detached store owed a check: %v %v", have, err)
 	}
 	for round := range 2 {
 		for i := range m {

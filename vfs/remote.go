@@ -19,9 +19,10 @@ const (
 )
 
 // UploadOwed sends the store's ChunkRemote every chunk it is owed (each
-// non-inline chunk from its first reference, and again when referenced
-// after it had none), several at a time, and records them uploaded. A
-// chunk the remote already holds is not sent again. It returns the
+// non-inline chunk from its first reference) and checks those it is owed
+// a check of (referenced again after it had none, or ReoweUploads),
+// several at a time, and records them uploaded. A chunk the remote is
+// asked about and holds is not sent again (chunkstore.Store.Upload). It returns the
 // chunks it verified, in the order they were owed.
 //
 // It may run inside Exclusive (the replication gate): its one write then
@@ -44,7 +45,7 @@ func (s *Store) UploadOwed(ctx context.Context) ([]chunkstore.Ref, error) {
 		g.SetLimit(uploadParallel)
 		for i, c := range owed {
 			g.Go(func() error {
-				err := s.chunks.Upload(gctx, s.rq, c.Ref)
+				err := s.chunks.Upload(gctx, s.rq, c.Ref, c.Verify)
 				switch {
 				case err == nil:
 					sent[i] = true
@@ -100,7 +101,7 @@ func (s *Store) VerifyRemote(ctx context.Context, refs []chunkstore.Ref) error {
 	g.SetLimit(uploadParallel)
 	for _, r := range refs {
 		g.Go(func() error {
-			err := s.chunks.Upload(gctx, s.rq, r)
+			err := s.chunks.Upload(gctx, s.rq, r, true)
 			if err != nil && (s.chunkGone(gctx, r.Hash) || lostBytes(err)) {
 				return nil
 			}
