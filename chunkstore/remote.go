@@ -24,7 +24,7 @@ type Remote interface {
 
 // A row's remote column says where its bytes are besides the local store.
 const (
-	remoteNone = 0 // no remote: inline, or a store without one
+	remoteNone   = 0 // no remote: inline, or a store without one
 	remoteOwed   = 1 // local bytes the remote does not have yet
 	remoteDone   = 2 // the remote has the bytes (the local copy may be absent)
 	remoteVerify = 3 // the remote had the bytes; owed a check that it still does
