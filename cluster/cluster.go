@@ -392,13 +392,14 @@ func (c *Cluster) flushRegistration(ctx context.Context, o *owned) {
 	}
 }
 
-// StoreOptions: an owned store's chunks go to the object store (a store
-// restored from it reads them from there until cached), and its
-// checkpoints are left to replication.
+// StoreOptions: an owned store's chunks go to the object store, fenced by
+// the workspace's lease (a store restored from it reads them from there
+// until cached), and its checkpoints are left to replication.
 func (c *Cluster) StoreOptions(name string, o *vfs.Options) {
 	o.ExternalCheckpoint = true
 	o.ChunkRemote = c.chunks
 	if w := c.get(name); w != nil {
+		o.ChunkRemote = c.chunks.Fenced(w.lease.Valid)
 		w.mu.Lock()
 		o.DetachChunks = w.restored
 		w.mu.Unlock()

@@ -50,13 +50,27 @@ func cutPrefix(s, prefix string) (string, bool) {
 
 // Store is the chunk bytes of a bucket: a chunkstore.Remote.
 type Store struct {
-	st *objstore.Store
+	st    *objstore.Store
+	fence func() error // before every write; nil: none
 }
 
 var _ chunkstore.Remote = (*Store)(nil)
 
 // New returns the chunks kept in st.
 func New(st *objstore.Store) *Store { return &Store{st: st} }
+
+// Fenced returns the same chunks written only while fence returns nil
+// (the owner's lease is valid): a server that lost a workspace writes no
+// more of its chunks. Reads are not fenced.
+func (s *Store) Fenced(fence func() error) *Store { return &Store{st: s.st, fence: fence} }
+
+// checkFence refuses a write once the fence says so.
+func (s *Store) checkFence() error {
+	if s.fence == nil {
+		return nil
+	}
+	return s.fence()
+}
 
 // Has reports whether chunks/ holds h. Bytes set aside in the trash do
 // not count: an uploader sends them again, which puts them back.
@@ -77,6 +91,9 @@ func (s *Store) Has(ctx context.Context, h chunkstore.Hash) (bool, error) {
 func (s *Store) Put(ctx context.Context, h chunkstore.Hash, data []byte) error {
 	if len(data) > chunkstore.ChunkSize {
 		return fmt.Errorf("put shared chunk %s: %w: %d bytes", h, objstore.ErrInvalid, len(data))
+	}
+	if err := s.checkFence(); err != nil {
+		return fmt.Errorf("put shared chunk %s: %w", h, err)
 	}
 	_, err := s.st.Put(ctx, Key(h), data)
 	count("put", err, false)
@@ -117,7 +134,9 @@ func (s *Store) Get(ctx context.Context, h chunkstore.Hash, size int) ([]byte, e
 		}
 		return nil, fmt.Errorf("get shared chunk %s from the trash: %w", h, terr)
 	}
-	if len(data) == size && chunkstore.Sum(data) == h {
+	// Put back where the next reader looks, unless fenced: the bytes are
+	// this reader's either way.
+	if len(data) == size && chunkstore.Sum(data) == h && s.checkFence() == nil {
 		if err := s.Put(ctx, h, data); err != nil {
 			return nil, fmt.Errorf("get shared chunk %s: put back from the trash: %w", h, err)
 		}

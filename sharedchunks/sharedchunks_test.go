@@ -206,3 +206,30 @@ func TestCollectFenced(t *testing.T) {
 		t.Fatal("a fenced collector moved a chunk")
 	}
 }
+
+// TestFencedWritesNothing: a store fenced by a lost lease writes no chunk,
+// not even one it puts back from the trash, and still reads.
+func TestFencedWritesNothing(t *testing.T) {
+	b := newBucket(t)
+	ctx := testutil.Context(t, time.Minute)
+	lost := errors.New("lease lost")
+	fenced := b.chunks.Fenced(func() error { return lost })
+	data, h := chunk(8)
+	if err := fenced.Put(ctx, h, data); !errors.Is(err, lost) || b.exists(t, sharedchunks.Key(h)) {
+		t.Fatalf("a fenced Put: %v", err)
+	}
+	// Bytes only in the trash: read, not put back.
+	if _, err := b.st.Put(ctx, sharedchunks.TrashKey(h), data); err != nil {
+		t.Fatal(err)
+	}
+	got, err := fenced.Get(ctx, h, len(data))
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("a fenced Get from the trash: %v", err)
+	}
+	if b.exists(t, sharedchunks.Key(h)) {
+		t.Fatal("a fenced reader put a chunk back")
+	}
+	if ok, err := fenced.Has(ctx, h); err != nil || ok {
+		t.Fatalf("Has: %v %v", ok, err)
+	}
+}

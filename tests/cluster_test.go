@@ -198,6 +198,11 @@ func TestPausedOwnerIsFenced(t *testing.T) {
 	if r := a.cli("pending\n", "write", "/y.txt", "-"); r.code != 0 {
 		t.Fatal(r.stderr)
 	}
+	// And chunks it has not uploaded yet (most runs): it must not upload
+	// them once it runs again without its lease.
+	if r := a.cli(strings.Repeat("unshipped", 40<<10), "write", "/z.bin", "-"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
 	a.server.cmd.Process.Signal(syscall.SIGSTOP)
 	testutil.WaitFor(t, "B to take proj over from the paused A", 30*time.Second, func() bool {
 		return b.serves("proj")
@@ -208,6 +213,7 @@ func TestPausedOwnerIsFenced(t *testing.T) {
 	b.ok("exec", "--", "true") // pushes two to the container
 	b.caughtUp("proj")
 	before := c.objects(t, "cluster/workspaces/proj/db/gen-0000000000000001/")
+	chunksBefore := c.chunkObjects(t)
 	a.server.cmd.Process.Signal(syscall.SIGCONT)
 	testutil.WaitFor(t, "A to find its lease lost", 30*time.Second, func() bool {
 		return strings.Contains(a.server.output(), "workspace lease lost")
@@ -219,6 +225,9 @@ func TestPausedOwnerIsFenced(t *testing.T) {
 	}
 	if after := c.objects(t, "cluster/workspaces/proj/db/gen-0000000000000001/"); !maps.Equal(before, after) {
 		t.Fatalf("the fenced A changed its generation's replica:\nbefore %v\nafter  %v", before, after)
+	}
+	if after := c.chunkObjects(t); !maps.Equal(chunksBefore, after) {
+		t.Fatalf("the fenced A wrote chunks:\nbefore %v\nafter  %v", chunksBefore, after)
 	}
 	if got := b.sh("cat x.txt"); got != "two\n" {
 		t.Fatalf("the container's x.txt: %q", got)
