@@ -34,6 +34,10 @@ const (
 // the remote, and the local bytes are gone too.
 var ErrRemoteMissing = errors.New("chunk missing from the remote")
 
+// ErrRemoteUnavailable: the remote could not be asked for bytes the local
+// store lacks (it is down or unreachable); a later read may succeed.
+var ErrRemoteUnavailable = errors.New("chunk remote unavailable")
+
 // addRemoteColumn adds chunks.remote (remoteNone, remoteOwed, remoteDone,
 // remoteVerify) and an index over the owed rows (owed or to verify), so that the upload queue is a range
 // read and a store without owed chunks pays nothing.
@@ -224,6 +228,9 @@ func (s *Store) fetch(ctx context.Context, h Hash, size int) ([]byte, error) {
 	}
 	v, err, _ := s.fetches.Do(h.String(), func() (any, error) {
 		data, err := s.remote.Get(ctx, h, size)
+		if err != nil && !errors.Is(err, ErrRemoteMissing) && !errors.Is(err, ErrCorrupt) && ctx.Err() == nil {
+			return nil, fmt.Errorf("%w: %w", ErrRemoteUnavailable, err)
+		}
 		if err != nil {
 			return nil, err
 		}

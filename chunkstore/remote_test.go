@@ -19,6 +19,7 @@ type memRemote struct {
 	gets int
 	puts int
 	has  int
+	down bool // every call fails as an unreachable store's would
 }
 
 func newMemRemote() *memRemote { return &memRemote{objs: map[Hash][]byte{}} }
@@ -42,6 +43,9 @@ func (m *memRemote) Put(_ context.Context, h Hash, data []byte) error {
 func (m *memRemote) Get(_ context.Context, h Hash, size int) ([]byte, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.down {
+		return nil, errors.New("dial tcp 127.0.0.1:9: connection refused")
+	}
 	m.gets++
 	d, ok := m.objs[h]
 	if !ok {
@@ -197,6 +201,13 @@ func TestDetachedStoreReadsFromRemote(t *testing.T) {
 	if have, err := s2.Has(ctx, db, []Hash{m[0].Hash, m[1].Hash, m[2].Hash}); err != nil || len(have) != 3 {
 		t.Fatalf("Has on a detached store owed a check: %v %v", have, err)
 	}
+	// An unreachable remote is said so (callers may retry), not taken for
+	// a lost chunk.
+	r.down = true
+	if _, err := s2.Get(ctx, db, m[0].Hash); !errors.Is(err, ErrRemoteUnavailable) || errors.Is(err, ErrRemoteMissing) {
+		t.Fatalf("Get with the remote down: %v", err)
+	}
+	r.down = false
 	for round := range 2 {
 		for i := range m {
 			got, err := s2.Get(ctx, db, m[i].Hash)

@@ -187,7 +187,7 @@ func (c *Cluster) acquire(ctx context.Context, name string) (*lease.Lease, error
 	case errors.As(err, &held):
 		return nil, &workspace.NotOwnerError{Name: name, Owner: held.Record.Owner, Address: held.Record.Address, Expires: held.Record.Expires}
 	case err != nil && !errors.Is(err, objstore.ErrInvalid):
-		return nil, fmt.Errorf("%w: %w", workspace.ErrOwnershipUnavailable, err)
+		return nil, fmt.Errorf("%w: %w", workspace.ErrObjectStoreUnavailable, err)
 	}
 	return l, err
 }
@@ -202,7 +202,7 @@ func (c *Cluster) Claim(ctx context.Context, name, dir string, lost func(error))
 		return workspace.Published{}, fmt.Errorf("%w: %q", workspace.ErrNoWorkspace, name)
 	}
 	if err != nil {
-		return workspace.Published{}, fmt.Errorf("claim workspace %q: %w: %w", name, workspace.ErrOwnershipUnavailable, err)
+		return workspace.Published{}, fmt.Errorf("claim workspace %q: %w: %w", name, workspace.ErrObjectStoreUnavailable, err)
 	}
 	var pub workspace.Published
 	if err := json.Unmarshal(body, &pub); err != nil {

@@ -113,6 +113,9 @@ func (s *Store) Get(ctx context.Context, h chunkstore.Hash, size int) ([]byte, e
 		return nil, fmt.Errorf("get shared chunk %s: %w: size %d", h, objstore.ErrInvalid, size)
 	}
 	data, _, err := s.st.GetMax(ctx, Key(h), int64(size))
+	if errors.Is(err, objstore.ErrInvalid) { // more bytes than the chunk has
+		err = fmt.Errorf("%w: %w", chunkstore.ErrCorrupt, err)
+	}
 	missing := errors.Is(err, objstore.ErrNotFound)
 	if missing {
 		count("get", nil, true)

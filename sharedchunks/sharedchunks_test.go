@@ -105,7 +105,7 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatalf("Get of a negative size: %v", err)
 	}
 	// An object larger than the size asked for is not read into memory.
-	if _, err := b.chunks.Get(ctx, h, len(data)-1); !errors.Is(err, objstore.ErrInvalid) {
+	if _, err := b.chunks.Get(ctx, h, len(data)-1); !errors.Is(err, objstore.ErrInvalid) || !errors.Is(err, chunkstore.ErrCorrupt) {
 		t.Fatalf("Get of a short size: %v", err)
 	}
 	if err := b.chunks.Put(ctx, h, make([]byte, chunkstore.ChunkSize+1)); !errors.Is(err, objstore.ErrInvalid) {

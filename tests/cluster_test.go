@@ -471,3 +471,29 @@ func TestTakeoverDuringUploads(t *testing.T) {
 	}
 	b.caughtUp("proj")
 }
+
+// TestRestoredReadWhileTheBucketIsDown: a server that took a workspace over
+// reads chunk bytes from the bucket on first use; while the bucket is down
+// such a read fails with a 503 that says so (callers retry), and succeeds
+// once it is back.
+func TestRestoredReadWhileTheBucketIsDown(t *testing.T) {
+	c := newClusterPairTTL(t, "6s")
+	a, b := c.a, c.b
+	big := strings.Repeat("read me later ", 60<<10) // 840 KiB: two chunks, only in the bucket for B
+	if r := a.cli(big, "write", "/big.txt", "-"); r.code != 0 {
+		t.Fatal(r.stderr)
+	}
+	a.caughtUp("proj")
+	a.server.kill()
+	testutil.WaitFor(t, "B to take proj over", 30*time.Second, func() bool { return b.serves("proj") })
+
+	c.s3.Stop()
+	status, body, hdr := rawGet(t, b, "/v1/workspaces/proj/files/big.txt")
+	if status != http.StatusServiceUnavailable || !strings.Contains(string(body), "EOBJECT_STORE") || hdr.Get("Retry-After") == "" {
+		t.Fatalf("B's read with the bucket down: %d %s (Retry-After %q)", status, body, hdr.Get("Retry-After"))
+	}
+	c.s3.Restart()
+	if got := b.ok("read", "/big.txt"); got != big {
+		t.Fatalf("B's big.txt once the bucket is back: %d bytes", len(got))
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/wsync/wsync/chunkstore"
 	"github.com/wsync/wsync/vfs"
 )
 
@@ -29,10 +30,12 @@ var (
 	// ErrBadRuntime: a runtime name outside [a-z0-9][a-z0-9_-]{0,62}, or a
 	// reserved one. A vfs.ErrInvalid.
 	ErrBadRuntime = fmt.Errorf("bad runtime name: %w", vfs.ErrInvalid)
-	// ErrOwnershipUnavailable: the object store that decides who serves a
-	// shared workspace (serve --object-store) could not be reached, so this
-	// server cannot claim it; nothing was done, retry.
-	ErrOwnershipUnavailable = errors.New("object store unavailable: cannot tell who serves the workspace")
+	// ErrObjectStoreUnavailable: the object store of shared workspaces
+	// (serve --object-store) could not be reached: this server cannot
+	// claim the workspace (who serves it is the store's to say), or cannot
+	// read a chunk it keeps there (chunkstore.ErrRemoteUnavailable, an
+	// alias); nothing was done, retry.
+	ErrObjectStoreUnavailable = errors.New("object store unavailable")
 	// ErrNoRemote: the workspace has no computerd to sync with (no endpoint,
 	// or no remote could be built for it).
 	ErrNoRemote = errors.New("workspace has no remote")
@@ -156,7 +159,7 @@ var apiCodes = []apiCode{
 	{code: "EPEER_AUTH", status: http.StatusBadGateway, err: ErrPeerAuth, wire: "EAUTH"},
 	{code: "EPEER_UNAVAILABLE", status: http.StatusServiceUnavailable, err: ErrPeerUnavailable, wire: "ESHUTDOWN"},
 	{code: "ENOTCONN", status: http.StatusServiceUnavailable, err: ErrNoRemote},
-	{code: "EOWNER_UNAVAILABLE", status: http.StatusServiceUnavailable, err: ErrOwnershipUnavailable},
+	{code: "EOBJECT_STORE", status: http.StatusServiceUnavailable, err: ErrObjectStoreUnavailable, alias: []error{chunkstore.ErrRemoteUnavailable}},
 	{code: "EOPNOTSUPP", status: http.StatusNotImplemented, err: ErrNotSupported, alias: []error{vfs.ErrNotSupp}},
 	{code: "ESHUTDOWN", status: http.StatusServiceUnavailable, err: ErrClosed},
 	{code: "EAUTH", status: http.StatusUnauthorized, err: ErrUnauthorized},

@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/wsync/wsync/chunkstore"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/workspace"
 )
@@ -48,7 +49,8 @@ func TestAPIErrorRegistry(t *testing.T) {
 		{"busy", workspace.ErrBusy, "EBUSY", 429, []error{workspace.ErrBusy}},
 		{"no remote", workspace.ErrNoRemote, "ENOTCONN", 503, []error{workspace.ErrNoRemote}},
 		{"not supported", workspace.ErrNotSupported, "EOPNOTSUPP", 501, []error{workspace.ErrNotSupported}},
-		{"object store down", fmt.Errorf("claim: %w: %w", workspace.ErrOwnershipUnavailable, errors.New("dial tcp: refused")), "EOWNER_UNAVAILABLE", 503, []error{workspace.ErrOwnershipUnavailable}},
+		{"chunk store down", fmt.Errorf("read: %w", errors.Join(chunkstore.ErrCorrupt, fmt.Errorf("fetch: %w: dial tcp: refused", chunkstore.ErrRemoteUnavailable))), "EOBJECT_STORE", 503, nil},
+		{"object store down", fmt.Errorf("claim: %w: %w", workspace.ErrObjectStoreUnavailable, errors.New("dial tcp: refused")), "EOBJECT_STORE", 503, []error{workspace.ErrObjectStoreUnavailable}},
 		{"manager closed", workspace.ErrClosed, "ESHUTDOWN", 503, []error{workspace.ErrClosed}},
 		{"canceled", fmt.Errorf("push: %w", context.Canceled), "ECANCELED", 500, nil},
 		{"store full", syscall.ENOSPC, "ENOSPC", 500, nil},

@@ -2,7 +2,6 @@ package api
 
 import (
 	"encoding/json"
-	"errors"
 	"net/http"
 
 	"github.com/wsync/wsync/workspace"
@@ -21,7 +20,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // registry gives it (workspace.APIError).
 func writeError(w http.ResponseWriter, err error) {
 	errno, status := workspace.APIError(err)
-	if status == http.StatusTooManyRequests || errors.Is(err, workspace.ErrOwnershipUnavailable) {
+	if status == http.StatusTooManyRequests || errno == "EOBJECT_STORE" {
 		w.Header().Set("Retry-After", "1")
 	}
 	writeJSON(w, status, Error{Error: err.Error(), Errno: errno})

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -49,6 +50,16 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request, ws *workspace.
 	if err != nil {
 		writeError(w, err)
 		return
+	}
+	// One byte before the headers go out: a chunk the store cannot read
+	// now (kept in an object store that is down) is an error answer, not a
+	// 200 cut short. A failure further in still cuts the body short.
+	if fi.Size > 0 {
+		var b [1]byte
+		if _, err := ra.ReadAt(b[:], 0); err != nil && !errors.Is(err, io.EOF) {
+			writeError(w, err)
+			return
+		}
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/octet-stream")
