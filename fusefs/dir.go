@@ -24,7 +24,8 @@ type dirHandle struct {
 	n   *Node
 
 	pos       uint64 // entries returned so far
-	page      []vfs.DirEntry
+	page      []vfs.DirEntryAttr
+	gen       uint64 // when page was read (vfs.Store.AttrAsOf)
 	pageStart uint64 // position of page[0]
 	after     string // last name fetched
 	eof       bool
@@ -34,6 +35,7 @@ var (
 	_ fs.FileReaddirenter = (*dirHandle)(nil)
 	_ fs.FileSeekdirer    = (*dirHandle)(nil)
 	_ fs.FileFsyncdirer   = (*dirHandle)(nil)
+	_ fs.FileLookuper     = (*dirHandle)(nil)
 )
 
 func (n *Node) OpendirHandle(ctx context.Context, flags uint32) (_ fs.FileHandle, _ uint32, errno syscall.Errno) {
@@ -70,10 +72,11 @@ func (d *dirHandle) next(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
 		if d.eof {
 			return nil, 0
 		}
-		page, err := d.srv.store.ReadDir(ctx, d.n.ino, d.after, readdirPage)
+		page, gen, err := d.srv.store.ReadDirAttrs(ctx, d.n.ino, d.after, readdirPage)
 		if err != nil {
 			return nil, toErrno(err)
 		}
+		d.gen = gen
 		d.eof = len(page) < readdirPage
 		if len(page) == 0 {
 			d.eof = true
@@ -84,7 +87,21 @@ func (d *dirHandle) next(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
 	}
 	e := d.page[i]
 	d.pos++
-	return &fuse.DirEntry{Name: e.Name, Ino: uint64(e.Ino), Mode: kindMode(e.Kind)}, 0
+	return &fuse.DirEntry{Name: e.Name, Ino: uint64(e.Attr.Ino), Mode: kindMode(e.Attr.Kind)}, 0
+}
+
+// Lookup answers READDIRPLUS's lookup of the entry Readdirent just
+// returned with the attributes its page was read with, when nothing was
+// written to the store since (vfs.Store.AttrAsOf): a listing costs one
+// query a page, not one more per entry. Any other name, or a store
+// written meanwhile, is the node's own Lookup.
+func (d *dirHandle) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if i := d.pos - 1 - d.pageStart; d.page != nil && d.pos > d.pageStart && i < uint64(len(d.page)) && d.page[i].Name == name {
+		if a, ok := d.srv.store.AttrAsOf(d.page[i].Attr, d.gen); ok {
+			return d.n.child(ctx, a, out), 0
+		}
+	}
+	return d.n.Lookup(ctx, name, out)
 }
 
 func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {

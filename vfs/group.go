@@ -101,6 +101,8 @@ func (s *Store) mutate(ctx context.Context, fn func(*wtx) error) error {
 		s.grpOpen.Store(true)
 	}
 	gt := g.t
+	s.writes.Add(1)
+	defer s.writes.Add(1)
 	if _, err := gt.tx.ExecContext(ctx, `SAVEPOINT mutation`); err != nil {
 		return s.abortGroup(fmt.Errorf("savepoint: %w", err))
 	}

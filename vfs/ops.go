@@ -98,6 +98,81 @@ func (s *Store) ReadDir(ctx context.Context, dir Ino, after string, limit int) (
 	return out, nil
 }
 
+// DirEntryAttr is a directory entry with its node's attributes as
+// committed (without the writes open handles buffer: AttrAsOf adds them).
+type DirEntryAttr struct {
+	Name string
+	Attr Attr
+}
+
+// ReadDirAttrs is ReadDir with every entry's attributes, in the same
+// query: what a listing that also answers each entry's lookup (the
+// mount's READDIRPLUS) needs. gen says when they were read: AttrAsOf
+// gives an entry's attributes if nothing was written since.
+func (s *Store) ReadDirAttrs(ctx context.Context, dir Ino, after string, limit int) (_ []DirEntryAttr, gen uint64, _ error) {
+	if limit <= 0 {
+		limit = 1024
+	}
+	gen = s.writes.Load()
+	var out []DirEntryAttr
+	err := s.view(ctx, func(ctx context.Context, q chunkstore.Querier) error {
+		rows, err := q.QueryContext(ctx, `SELECT d.name, `+nodeCols+` FROM dirents d JOIN nodes n ON n.ino = d.child
+			WHERE d.parent = ? AND d.name > ? ORDER BY d.name LIMIT ?`, dir, after, limit)
+		if err != nil {
+			return fmt.Errorf("readdir %d: %w", dir, err)
+		}
+		out, err = scanRows(rows, func(r *sql.Rows, e *DirEntryAttr) error {
+			var name string
+			n, err := scanNode(prefixScanner{r, &name})
+			e.Name, e.Attr = name, n.attr()
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("readdir %d: %w", dir, err)
+		}
+		if len(out) == 0 {
+			n, err := getNode(ctx, q, dir)
+			if err != nil {
+				return err
+			}
+			if n.kind != KindDir {
+				return ErrNotDir
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	// A write that began before gen was read may have ended while the
+	// query ran; one that is still running moves writes later.
+	if s.writes.Load()%2 == 1 || gen%2 == 1 {
+		gen = 0
+	}
+	return out, gen, nil
+}
+
+// AttrAsOf returns a, read by ReadDirAttrs at gen, with the writes open
+// handles buffer, when nothing was written to the store since gen (the
+// answer a Lookup would give now); ok is false otherwise.
+func (s *Store) AttrAsOf(a Attr, gen uint64) (_ Attr, ok bool) {
+	if gen == 0 || s.writes.Load() != gen {
+		return Attr{}, false
+	}
+	return s.overlay(a), true
+}
+
+// prefixScanner scans a row whose first column is first and whose others
+// are a node's (scanNode).
+type prefixScanner struct {
+	r     *sql.Rows
+	first any
+}
+
+func (p prefixScanner) Scan(dest ...any) error {
+	return p.r.Scan(append([]any{p.first}, dest...)...)
+}
+
 // create makes a new node named name in parent; made, when not nil, runs
 // inside the mutation once the node exists.
 func (s *Store) create(ctx context.Context, parent Ino, name string, nn newNode, made func(node)) (Attr, error) {

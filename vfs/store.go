@@ -77,6 +77,10 @@ type Store struct {
 	wmu      sync.Mutex     // serialises write transactions
 	dirCache map[Ino]string // directory paths; guarded by wmu
 	rev      atomic.Int64   // last committed rev
+	// writes moves at the start and at the end of every write transaction
+	// (a group's mutation, an update): a reader that saw it unchanged
+	// across a span knows nothing was written meanwhile (AttrAsOf).
+	writes atomic.Uint64
 	grp      *group         // the open group of local mutations; guarded by wmu
 	grpOpen  atomic.Bool    // grp != nil, for reads that take no lock
 	grpErr   error          // a group failure not yet returned by Sync; guarded by wmu
@@ -449,6 +453,8 @@ func (s *Store) update(ctx context.Context, fn func(*wtx) error) error {
 // group's (logged, kept for Sync); the transaction goes on.
 func (s *Store) updateLocked(ctx context.Context, fn func(*wtx) error) error {
 	s.commitGroup()
+	s.writes.Add(1)
+	defer s.writes.Add(1)
 	t, err := s.begin(ctx)
 	if err != nil {
 		return err
