@@ -80,10 +80,10 @@ type Store struct {
 	// writes moves at the start and at the end of every write transaction
 	// (a group's mutation, an update): a reader that saw it unchanged
 	// across a span knows nothing was written meanwhile (AttrAsOf).
-	writes atomic.Uint64
-	grp      *group         // the open group of local mutations; guarded by wmu
-	grpOpen  atomic.Bool    // grp != nil, for reads that take no lock
-	grpErr   error          // a group failure not yet returned by Sync; guarded by wmu
+	writes  atomic.Uint64
+	grp     *group      // the open group of local mutations; guarded by wmu
+	grpOpen atomic.Bool // grp != nil, for reads that take no lock
+	grpErr  error       // a group failure not yet returned by Sync; guarded by wmu
 	// groupMinFree is the free space a group needs (group.go; tests lower it).
 	groupMinFree uint64
 
