@@ -55,6 +55,9 @@
 // open or after our own last commit, which the kernel watched go by. Failed
 // lookups are cached too (Options.NegativeTimeout, by default the entry
 // timeout): an apply invalidates every name it creates, parents included.
+// A listing (READDIRPLUS) gives the kernel each entry's attributes from
+// the page query that listed it, while nothing was written to the store
+// since (vfs.Store.AttrAsOf); otherwise each entry is looked up afresh.
 //
 // An upstream apply changes the store behind the kernel's back, so the
 // Server observes the store (vfs.Store.Observe) and invalidates what each
