@@ -238,19 +238,18 @@ func (n *Node) Open(ctx context.Context, flags uint32) (_ fs.FileHandle, fuseFla
 // O_TRUNC arrives here only with a CREATE of a name that appeared since the
 // kernel's lookup.)
 func (n *Node) open(ctx context.Context, flags uint32) (*fileHandle, vfs.Attr, syscall.Errno) {
-	h, err := n.srv.store.OpenHandle(ctx, n.ino)
+	// The store reads the node after the handle exists: an unlink that
+	// raced with the open may have removed the node before the store
+	// registered the handle, and a handle on a removed node must not be
+	// returned.
+	h, a, err := n.srv.store.OpenHandleAttr(ctx, n.ino)
 	if err != nil {
 		return nil, vfs.Attr{}, toErrno(err)
 	}
 	if flags&syscall.O_TRUNC != 0 && flags&syscall.O_ACCMODE != syscall.O_RDONLY {
-		err = h.Truncate(ctx, 0)
-	}
-	var a vfs.Attr
-	if err == nil {
-		// Read the node after the handle exists: an unlink that raced with
-		// the open may have removed the node before the store registered
-		// the handle, and a handle on a removed node must not be returned.
-		a, err = n.srv.store.GetAttr(ctx, n.ino)
+		if err = h.Truncate(ctx, 0); err == nil {
+			a, err = n.srv.store.GetAttr(ctx, n.ino)
+		}
 	}
 	if err != nil {
 		return nil, vfs.Attr{}, toErrno(errors.Join(err, h.Release(ctx)))

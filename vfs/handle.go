@@ -153,8 +153,17 @@ type Handle struct {
 // OpenHandle opens a file for reading and writing through buffered state.
 // While a handle is open its node survives unlink (nlink 0) until Release.
 func (s *Store) OpenHandle(ctx context.Context, ino Ino) (*Handle, error) {
+	h, _, err := s.OpenHandleAttr(ctx, ino)
+	return h, err
+}
+
+// OpenHandleAttr is OpenHandle that also returns the file's attributes,
+// as GetAttr would answer them once the handle exists (read after the
+// open is registered, with the writes open handles buffer): the mount's
+// open needs both, and this is one read of the node instead of two.
+func (s *Store) OpenHandleAttr(ctx context.Context, ino Ino) (*Handle, Attr, error) {
 	if s.closed.Load() {
-		return nil, ErrClosed
+		return nil, Attr{}, ErrClosed
 	}
 	// Register the open before reading the node: an unlink committing in
 	// between then sees the file open and keeps the node (markOrphan), and
@@ -178,7 +187,7 @@ func (s *Store) OpenHandle(ctx context.Context, ino Ino) (*Handle, error) {
 	}
 	if err != nil {
 		s.unregister(f)
-		return nil, err
+		return nil, Attr{}, err
 	}
 	if n.nlink == 0 {
 		// Opened by inode after its last name went: its last release
@@ -187,7 +196,7 @@ func (s *Store) OpenHandle(ctx context.Context, ino Ino) (*Handle, error) {
 		f.orphan = true
 		s.openMu.Unlock()
 	}
-	return h, nil
+	return h, s.overlay(n.attr()), nil
 }
 
 // register counts one more open of ino's shared state, making it if needed.

@@ -67,3 +67,33 @@ func TestReadDirAttrs(t *testing.T) {
 		t.Fatalf("ReadDirAttrs of a file: %v", err)
 	}
 }
+
+// TestOpenHandleAttr: the attributes an open returns are GetAttr's once
+// the handle exists, buffered writes of other handles included; a
+// directory or a missing node opens no handle.
+func TestOpenHandleAttr(t *testing.T) {
+	s := newStore(t)
+	writeFile(t, s, "f", []byte("content"))
+	a, err := s.Lookup(ctx, RootIno, "f")
+	must(t, err)
+	w, err := s.OpenHandle(ctx, a.Ino)
+	must(t, err)
+	defer w.Release(ctx)
+	if _, err := w.WriteAt(ctx, []byte("a longer content than before"), 0); err != nil {
+		t.Fatal(err)
+	}
+	h, got, err := s.OpenHandleAttr(ctx, a.Ino)
+	must(t, err)
+	defer h.Release(ctx)
+	want, err := s.GetAttr(ctx, a.Ino)
+	must(t, err)
+	if got != want || got.Size != int64(len("a longer content than before")) {
+		t.Fatalf("OpenHandleAttr %+v, GetAttr %+v", got, want)
+	}
+	if _, _, err := s.OpenHandleAttr(ctx, RootIno); err != ErrIsDir {
+		t.Fatalf("open of a directory: %v", err)
+	}
+	if _, _, err := s.OpenHandleAttr(ctx, a.Ino+1000); err == nil {
+		t.Fatal("open of a missing node")
+	}
+}
