@@ -108,6 +108,10 @@ type node struct {
 
 const nodeCols = `n.ino, n.kind, n.mode, n.uid, n.gid, n.nlink, n.size, n.mtime, n.ctime, n.atime, n.manifest, n.target, n.rdev, n.rev`
 
+// attrCols is nodeCols without the manifest (read as NULL): what a node's
+// attributes need, without reading a large file's chunk list.
+const attrCols = `n.ino, n.kind, n.mode, n.uid, n.gid, n.nlink, n.size, n.mtime, n.ctime, n.atime, NULL, n.target, n.rdev, n.rev`
+
 func scanNode(sc interface{ Scan(...any) error }) (node, error) {
 	var n node
 	var target sql.NullString

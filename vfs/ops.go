@@ -60,40 +60,13 @@ func (s *Store) GetAttr(ctx context.Context, ino Ino) (Attr, error) {
 // ReadDir returns up to limit entries with names > after, in name order, so
 // a huge directory can be read in pages.
 func (s *Store) ReadDir(ctx context.Context, dir Ino, after string, limit int) ([]DirEntry, error) {
-	if limit <= 0 {
-		limit = 1024
-	}
-	var out []DirEntry
-	err := s.view(ctx, func(ctx context.Context, q chunkstore.Querier) error {
-		rows, err := q.QueryContext(ctx, `SELECT d.name, d.child, n.kind, n.mode FROM dirents d JOIN nodes n ON n.ino = d.child
-			WHERE d.parent = ? AND d.name > ? ORDER BY d.name LIMIT ?`, dir, after, limit)
-		if err != nil {
-			return fmt.Errorf("readdir %d: %w", dir, err)
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var e DirEntry
-			if err := rows.Scan(&e.Name, &e.Ino, &e.Kind, &e.Mode); err != nil {
-				return err
-			}
-			out = append(out, e)
-		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if len(out) == 0 {
-			n, err := getNode(ctx, q, dir)
-			if err != nil {
-				return err
-			}
-			if n.kind != KindDir {
-				return ErrNotDir
-			}
-		}
-		return nil
-	})
+	page, _, err := s.ReadDirAttrs(ctx, dir, after, limit)
 	if err != nil {
 		return nil, err
+	}
+	out := make([]DirEntry, len(page))
+	for i, e := range page {
+		out[i] = DirEntry{Name: e.Name, Ino: e.Attr.Ino, Kind: e.Attr.Kind, Mode: e.Attr.Mode}
 	}
 	return out, nil
 }
@@ -105,9 +78,9 @@ type DirEntryAttr struct {
 	Attr Attr
 }
 
-// ReadDirAttrs is ReadDir with every entry's attributes, in the same
-// query: what a listing that also answers each entry's lookup (the
-// mount's READDIRPLUS) needs. gen says when they were read: AttrAsOf
+// ReadDirAttrs is ReadDir with every entry's attributes (all but the
+// manifest), in the one query a page both use: what a listing that also
+// answers each entry's lookup (the mount's READDIRPLUS) needs. gen says when they were read: AttrAsOf
 // gives an entry's attributes if nothing was written since.
 func (s *Store) ReadDirAttrs(ctx context.Context, dir Ino, after string, limit int) (_ []DirEntryAttr, gen uint64, _ error) {
 	if limit <= 0 {
@@ -116,7 +89,7 @@ func (s *Store) ReadDirAttrs(ctx context.Context, dir Ino, after string, limit i
 	gen = s.writes.Load()
 	var out []DirEntryAttr
 	err := s.view(ctx, func(ctx context.Context, q chunkstore.Querier) error {
-		rows, err := q.QueryContext(ctx, `SELECT d.name, `+nodeCols+` FROM dirents d JOIN nodes n ON n.ino = d.child
+		rows, err := q.QueryContext(ctx, `SELECT d.name, `+attrCols+` FROM dirents d JOIN nodes n ON n.ino = d.child
 			WHERE d.parent = ? AND d.name > ? ORDER BY d.name LIMIT ?`, dir, after, limit)
 		if err != nil {
 			return fmt.Errorf("readdir %d: %w", dir, err)
@@ -144,9 +117,10 @@ func (s *Store) ReadDirAttrs(ctx context.Context, dir Ino, after string, limit i
 	if err != nil {
 		return nil, 0, err
 	}
-	// A write that began before gen was read may have ended while the
-	// query ran; one that is still running moves writes later.
-	if s.writes.Load()%2 == 1 || gen%2 == 1 {
+	// An odd count is a write in progress when gen was read: what the
+	// query saw may be half of it, and the count would not move again
+	// until it ends.
+	if gen%2 == 1 {
 		gen = 0
 	}
 	return out, gen, nil
