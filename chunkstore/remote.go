@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 )
 
 // Remote is a second home for chunk bytes, shared by many stores: an
@@ -226,9 +227,14 @@ func (s *Store) fetch(ctx context.Context, h Hash, size int) ([]byte, error) {
 	if size <= 0 || size > ChunkSize {
 		return nil, fmt.Errorf("fetch chunk %s: %w: size %d", h, ErrSizeMismatch, size)
 	}
-	v, err, _ := s.fetches.Do(h.String(), func() (any, error) {
-		data, err := s.remote.Get(ctx, h, size)
-		if err != nil && !errors.Is(err, ErrRemoteMissing) && !errors.Is(err, ErrCorrupt) && ctx.Err() == nil {
+	// The fetch is shared, so it is not any one reader's to cancel: it
+	// runs detached, bounded by fetchTimeout, and a reader that gives up
+	// leaves it to the others.
+	ch := s.fetches.DoChan(h.String(), func() (any, error) {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), fetchTimeout)
+		defer cancel()
+		data, err := s.remote.Get(fctx, h, size)
+		if err != nil && !errors.Is(err, ErrRemoteMissing) && !errors.Is(err, ErrCorrupt) {
 			return nil, fmt.Errorf("%w: %w", ErrRemoteUnavailable, err)
 		}
 		if err != nil {
@@ -250,8 +256,16 @@ func (s *Store) fetch(ctx context.Context, h Hash, size int) ([]byte, error) {
 		s.forgetLoc(h, s.knownLoc(h))
 		return data, nil
 	})
-	if err != nil {
-		return nil, fmt.Errorf("fetch chunk %s from the remote: %w", h, err)
+	select {
+	case <-ctx.Done():
+		return nil, fmt.Errorf("fetch chunk %s from the remote: %w", h, ctx.Err())
+	case r := <-ch:
+		if r.Err != nil {
+			return nil, fmt.Errorf("fetch chunk %s from the remote: %w", h, r.Err)
+		}
+		return r.Val.([]byte), nil
 	}
-	return v.([]byte), nil
 }
+
+// fetchTimeout bounds one fetch of a chunk from the remote.
+const fetchTimeout = 30 * time.Second

@@ -241,3 +241,56 @@ func TestDetachedStoreReadsFromRemote(t *testing.T) {
 		t.Fatalf("Get of a chunk the remote lost: %v", err)
 	}
 }
+
+// blockingRemote answers Get only once released.
+type blockingRemote struct {
+	*memRemote
+	release chan struct{}
+}
+
+func (b *blockingRemote) Get(ctx context.Context, h Hash, size int) ([]byte, error) {
+	<-b.release
+	return b.memRemote.Get(ctx, h, size)
+}
+
+// TestFetchSharedBeyondACancelledReader: readers of one missing chunk
+// share one fetch; the first reader giving up (its context cancelled)
+// neither fails the fetch for the others nor waits for it.
+func TestFetchSharedBeyondACancelledReader(t *testing.T) {
+	mem := newMemRemote()
+	dir := t.TempDir()
+	s, db := remoteStore(t, dir, mem)
+	ctx := context.Background()
+	m := commitFile(t, s, db, 4, 100<<10)
+	uploadAll(t, s, db)
+	s.Close()
+	if err := os.RemoveAll(filepath.Join(dir, "chunks")); err != nil {
+		t.Fatal(err)
+	}
+	br := &blockingRemote{memRemote: mem, release: make(chan struct{})}
+	s2 := newTestStore(t, Options{Dir: filepath.Join(dir, "chunks"), NoSync: true, Remote: br})
+	inTx(t, db, func(tx *sql.Tx) error { _, err := s2.Detach(ctx, tx); return err })
+
+	first, cancel := context.WithCancel(ctx)
+	firstDone := make(chan error, 1)
+	go func() {
+		_, err := s2.Get(first, db, m[0].Hash)
+		firstDone <- err
+	}()
+	secondDone := make(chan error, 1)
+	go func() {
+		_, err := s2.Get(ctx, db, m[0].Hash)
+		secondDone <- err
+	}()
+	cancel()
+	if err := <-firstDone; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the cancelled reader: %v", err)
+	}
+	close(br.release)
+	if err := <-secondDone; err != nil {
+		t.Fatalf("the other reader after the first gave up: %v", err)
+	}
+	if mem.gets != 1 {
+		t.Fatalf("%d fetches for one chunk", mem.gets)
+	}
+}
