@@ -2,7 +2,6 @@ package vfs
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 
@@ -22,8 +21,8 @@ const (
 // non-inline chunk from its first reference) and checks those it is owed
 // a check of (referenced again after it had none, or ReoweUploads),
 // several at a time, and records them uploaded. A chunk the remote is
-// asked about and holds is not sent again (chunkstore.Store.Upload). It returns the
-// chunks it verified, in the order they were owed.
+// asked about and holds is not sent again (chunkstore.Store.Upload). It
+// returns the chunks it verified, in the order they were owed.
 //
 // It may run inside Exclusive (the replication gate): its one write then
 // runs under the writer Exclusive holds. A chunk collected locally while
@@ -40,37 +39,18 @@ func (s *Store) UploadOwed(ctx context.Context) ([]chunkstore.Ref, error) {
 			return done, err
 		}
 		after = owed[len(owed)-1].ID
-		sent := make([]bool, len(owed))
 		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(uploadParallel)
-		for i, c := range owed {
-			g.Go(func() error {
-				err := s.chunks.Upload(gctx, s.rq, c.Ref, c.Verify)
-				switch {
-				case err == nil:
-					sent[i] = true
-				case s.chunkGone(gctx, c.Ref.Hash):
-					return nil // collected meanwhile: nothing is owed
-				case lostBytes(err):
-					// Neither side has the bytes: owing them would stop
-					// replication for good and bring nothing back.
-					s.log.Error("chunk lost: neither the local store nor the remote has its bytes", "hash", c.Ref.Hash, "err", err)
-					sent[i] = true
-				default:
-					return err
-				}
-				return nil
-			})
+		for _, c := range owed {
+			g.Go(func() error { return s.upload(gctx, c.Ref, c.Verify) })
 		}
 		if err := g.Wait(); err != nil {
 			return done, fmt.Errorf("upload owed chunks: %w", err)
 		}
-		hashes := make([]chunkstore.Hash, 0, len(owed))
+		hashes := make([]chunkstore.Hash, len(owed))
 		for i, c := range owed {
-			if sent[i] {
-				hashes = append(hashes, c.Ref.Hash)
-				done = append(done, c.Ref)
-			}
+			hashes[i] = c.Ref.Hash
+			done = append(done, c.Ref)
 		}
 		if err := s.update(ctx, func(t *wtx) error {
 			return s.chunks.MarkUploaded(ctx, t.tx, hashes)
@@ -80,16 +60,20 @@ func (s *Store) UploadOwed(ctx context.Context) ([]chunkstore.Ref, error) {
 	}
 }
 
-// chunkGone reports whether the store no longer has a row for h.
-func (s *Store) chunkGone(ctx context.Context, h chunkstore.Hash) bool {
-	var one int
-	err := s.rq.QueryRowContext(ctx, "SELECT 1 FROM chunks WHERE hash = ?", h[:]).Scan(&one)
-	return errors.Is(err, sql.ErrNoRows)
-}
-
-// lostBytes is an Upload failure for want of local bytes.
-func lostBytes(err error) bool {
-	return errors.Is(err, chunkstore.ErrCorrupt) || errors.Is(err, chunkstore.ErrUnknownHash)
+// upload makes sure the remote holds one chunk (chunkstore.Store.Upload).
+// A chunk collected locally since it was owed (no row) is owed nothing;
+// one whose bytes neither side has is logged and owed nothing either:
+// owing it would stop replication for good and bring nothing back.
+func (s *Store) upload(ctx context.Context, r chunkstore.Ref, verify bool) error {
+	err := s.chunks.Upload(ctx, s.rq, r, verify)
+	switch {
+	case errors.Is(err, chunkstore.ErrUnknownHash):
+		return nil
+	case errors.Is(err, chunkstore.ErrCorrupt):
+		s.log.Error("chunk lost: neither the local store nor the remote has its bytes", "hash", r.Hash, "err", err)
+		return nil
+	}
+	return err
 }
 
 // VerifyRemote makes sure the ChunkRemote holds each chunk, sending from
@@ -100,13 +84,7 @@ func (s *Store) VerifyRemote(ctx context.Context, refs []chunkstore.Ref) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(uploadParallel)
 	for _, r := range refs {
-		g.Go(func() error {
-			err := s.chunks.Upload(gctx, s.rq, r, true)
-			if err != nil && (s.chunkGone(gctx, r.Hash) || lostBytes(err)) {
-				return nil
-			}
-			return err
-		})
+		g.Go(func() error { return s.upload(gctx, r, true) })
 	}
 	if err := g.Wait(); err != nil {
 		return fmt.Errorf("verify remote chunks: %w", err)
