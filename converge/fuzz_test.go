@@ -186,8 +186,10 @@ func FuzzDecodeObjects(f *testing.F) {
 		if err != nil {
 			return
 		}
+		// Sizes are checked here; hashes where the bytes are staged
+		// (TestSnapshotObjectsRefuseWrongBytes).
 		for _, o := range objs {
-			if chunkstore.Sum(o.Data) != o.Hash || len(o.Data) == 0 || len(o.Data) > chunkstore.ChunkSize {
+			if len(o.Data) == 0 || len(o.Data) > chunkstore.ChunkSize {
 				t.Fatalf("accepted object %s of %d bytes", o.Hash, len(o.Data))
 			}
 		}

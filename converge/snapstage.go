@@ -26,13 +26,16 @@ import (
 	"github.com/wsync/wsync/watermark"
 )
 
-// snapReceiver stages a snapshot apart from the live store: in a SQLite
-// database of its own beside the store's (store path + ".snapshot"; in
-// memory for an in-memory store), holding the declared root, the staged
-// records in order and the chunk bytes they reference. Every page commits
-// with its records, so an interrupted snapshot resumes from the staged
-// count. Nothing touches the live store before the staged tree hashes to
-// the declared root.
+// snapReceiver stages a snapshot apart from the live tree: its records in
+// a SQLite database of their own beside the store's (store path +
+// ".snapshot"; in memory for an in-memory store), holding the declared
+// root and the staged records in order; the chunk bytes they reference go
+// straight into the store's chunks, written and hashed once, and held
+// there (vfs.Store.HoldChunks) until the install references them or the
+// staging is dropped. Every page commits with its records, and every
+// object call's chunks are held before the call answers, so an
+// interrupted snapshot resumes from the staged count. No file of the live
+// tree changes before the staged tree hashes to the declared root.
 type snapReceiver struct {
 	r  *Responder
 	mu sync.Mutex // one snapshot call at a time
@@ -54,13 +57,13 @@ type snapReceiver struct {
 // takes several rows, continuations without a path). Version 3: chunks is
 // a rowid table, so its hash index holds hashes only (a WITHOUT ROWID
 // table keeps the bytes in the key's B-tree: a probe read a page per
-// chunk).
-const stagingVersion = 3
+// chunk). Version 4: chunk bytes are held in the store itself, the
+// staging keeps records only.
+const stagingVersion = 4
 
 const stagingSchema = `
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value ANY) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS records(seq INTEGER PRIMARY KEY, path TEXT UNIQUE, record BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS chunks(hash BLOB PRIMARY KEY, data BLOB NOT NULL);
 `
 
 const stagingDrop = `
@@ -134,7 +137,11 @@ func (s *snapReceiver) close() error {
 	return err
 }
 
-// discard removes the staging database.
+// discard removes the staging database, then gives back the chunks it
+// held in the store. In that order: a crash in between leaves holds with
+// no staging, which the next start (recoverStaging) or the next snapshot
+// (begin) releases; the other order could leave a staging whose chunks
+// are no longer held.
 func (s *snapReceiver) discard() {
 	s.watching.Store(false)
 	if s.db != nil {
@@ -145,6 +152,16 @@ func (s *snapReceiver) discard() {
 		for _, suffix := range []string{"", "-wal", "-shm"} {
 			os.Remove(p + suffix)
 		}
+	}
+	s.releaseHolds(context.Background())
+}
+
+// releaseHolds gives back the chunks a staging held; a failure is logged
+// (the holds stay until the next start or snapshot releases them: space,
+// not data).
+func (s *snapReceiver) releaseHolds(ctx context.Context) {
+	if err := s.r.store.ReleaseHeldChunks(ctx); err != nil && !errors.Is(err, vfs.ErrClosed) {
+		s.r.log.Warn("snapshot staging: held chunks not released", "err", err)
 	}
 }
 
@@ -266,12 +283,17 @@ func (s *snapReceiver) begin(ctx context.Context, c *rpc.Incoming) error {
 			return err
 		}
 	}
+	// Chunks an abandoned staging held (a crash between its removal and
+	// the release) go before this one holds any.
+	if err := s.r.store.ReleaseHeldChunks(ctx); err != nil {
+		return fmt.Errorf("snapshot begin: %w", err)
+	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
-	for _, q := range []string{`DELETE FROM meta`, `DELETE FROM records`, `DELETE FROM chunks`} {
+	for _, q := range []string{`DELETE FROM meta`, `DELETE FROM records`} {
 		if _, err := tx.ExecContext(ctx, q); err != nil {
 			return err
 		}
@@ -287,67 +309,6 @@ func (s *snapReceiver) begin(ctx context.Context, c *rpc.Incoming) error {
 	return c.Reply(uvarints(0))
 }
 
-// stagedHas reports which hashes the staging database holds. The live
-// store is not asked: it is empty when a snapshot starts, and whatever
-// chunk rows it has then are unreferenced and may be collected before the
-// install; the staging holds every chunk the snapshot names.
-func (s *snapReceiver) stagedHas(ctx context.Context, db *sql.DB, hs []chunkstore.Hash) ([]bool, error) {
-	have := make(map[chunkstore.Hash]bool, len(hs))
-	err := stagedChunks(ctx, db, hs, false, func(h chunkstore.Hash, _ []byte) error {
-		have[h] = true
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]bool, len(hs))
-	for i, h := range hs {
-		out[i] = have[h]
-	}
-	return out, nil
-}
-
-// stagedChunks calls fn on each staged chunk among hs, with its bytes
-// when data is set (nil otherwise), 256 hashes a query.
-func stagedChunks(ctx context.Context, db *sql.DB, hs []chunkstore.Hash, data bool, fn func(chunkstore.Hash, []byte) error) error {
-	col := "NULL"
-	if data {
-		col = "data"
-	}
-	for part := range slices.Chunk(hs, 256) {
-		args := make([]any, len(part))
-		for i := range part {
-			args[i] = part[i][:]
-		}
-		rows, err := db.QueryContext(ctx, `SELECT hash, `+col+` FROM chunks WHERE hash IN (`+chunkstore.Placeholders(len(part))+`)`, args...)
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var hb, b []byte
-			var h chunkstore.Hash
-			if err := rows.Scan(&hb, &b); err != nil {
-				rows.Close()
-				return err
-			}
-			if len(hb) != len(h) {
-				rows.Close()
-				return malformed("staged chunk hash of %d bytes", len(hb))
-			}
-			copy(h[:], hb)
-			if err := fn(h, b); err != nil {
-				rows.Close()
-				return err
-			}
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 func (s *snapReceiver) have(ctx context.Context, c *rpc.Incoming) error {
 	hs, err := syncwire.DecodeHashes(c.Body)
 	if err != nil {
@@ -355,23 +316,37 @@ func (s *snapReceiver) have(ctx context.Context, c *rpc.Incoming) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	db, err := s.open(ctx)
-	if err != nil {
-		return err
-	}
-	bits, err := s.stagedHas(ctx, db, hs)
+	// The store's chunks count only when held: any other is unreferenced
+	// in a store that holds no tree yet, and may be collected before the
+	// install.
+	bits, err := s.r.store.HeldChunks(ctx, hs)
 	if err != nil {
 		return err
 	}
 	return c.Reply(syncwire.AppendBitmap(nil, bits))
 }
 
-// objects stages chunk bytes, each checked against its hash.
+// objects stages chunk bytes: each is checked against its hash as it
+// goes into the store's chunks (the one hash and the one write it gets),
+// and they are held (vfs.Store.HoldChunks) every holdEvery bytes and
+// before the call answers, so a count it answers is durable.
 func (s *snapReceiver) objects(ctx context.Context, c *rpc.Incoming) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	db, _, err := s.begun(ctx, "objects")
-	if err != nil {
+	if _, _, err := s.begun(ctx, "objects"); err != nil {
+		return err
+	}
+	store := s.r.store
+	stage := store.Chunks().NewStage()
+	defer func() { stage.Release() }()
+	var refs []chunkstore.Ref
+	pending := 0
+	hold := func() error {
+		if len(refs) == 0 {
+			return nil
+		}
+		err := store.HoldChunks(ctx, stage, refs)
+		stage, refs, pending = store.Chunks().NewStage(), refs[:0], 0
 		return err
 	}
 	n := 0
@@ -387,23 +362,29 @@ func (s *snapReceiver) objects(ctx context.Context, c *rpc.Incoming) error {
 		if err != nil {
 			return err
 		}
-		tx, err := db.BeginTx(ctx, nil)
-		if err != nil {
-			return err
-		}
 		for _, o := range objs {
-			if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO chunks(hash, data) VALUES(?, ?)`, o.Hash[:], o.Data); err != nil {
-				tx.Rollback()
+			if err := stage.Put(ctx, o.Hash, o.Data); err != nil {
+				return fmt.Errorf("snapshot chunk: %w", err)
+			}
+			refs = append(refs, chunkstore.Ref{Hash: o.Hash, Size: uint32(len(o.Data))})
+			pending += len(o.Data)
+		}
+		n += len(objs)
+		if pending >= holdEvery {
+			if err := hold(); err != nil {
 				return err
 			}
 		}
-		if err := tx.Commit(); err != nil {
-			return err
-		}
-		n += len(objs)
+	}
+	if err := hold(); err != nil {
+		return err
 	}
 	return c.Reply(uvarints(uint64(n)))
 }
+
+// holdEvery is how many received chunk bytes the receiver holds at a
+// time: one write transaction (and one sync of the packs written) each.
+const holdEvery = 16 << 20
 
 // page stages one page of records: first, count, raw length, zstd bytes.
 func (s *snapReceiver) page(ctx context.Context, c *rpc.Incoming) error {
@@ -429,15 +410,12 @@ func (s *snapReceiver) page(ctx context.Context, c *rpc.Incoming) error {
 	// Every chunk a record names must be here before the record is: the
 	// staged count then implies the bytes too. Holes name no chunk.
 	need := recordHashes(recs)
-	for start := 0; start < len(need); start += syncwire.MaxHashes {
-		part := need[start:min(start+syncwire.MaxHashes, len(need))]
-		bits, err := s.stagedHas(ctx, db, part)
-		if err != nil {
-			return err
-		}
-		if i := slices.Index(bits, false); i >= 0 {
-			return fmt.Errorf("snapshot page at %d: chunk %s: %w", first, part[i], chunkstore.ErrUnknownHash)
-		}
+	bits, err := s.r.store.HeldChunks(ctx, need)
+	if err != nil {
+		return err
+	}
+	if i := slices.Index(bits, false); i >= 0 {
+		return fmt.Errorf("snapshot page at %d: chunk %s: %w", first, need[i], chunkstore.ErrUnknownHash)
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
@@ -586,12 +564,16 @@ const maxLocalResumes = 2
 //     here again (the sender bootstraps empty stores only), so removed.
 //   - not verified, and the live store cannot say whether it is empty
 //     (Empty fails): kept, and the failure logged.
+//   - none on disk: the chunks a staging held, if any (a crash between
+//     the staging's removal and their release), are released.
 func (s *snapReceiver) recoverStaging(ctx context.Context) {
 	p := StagingPath(s.r.store)
 	if p == "" {
 		return
 	}
 	if _, err := os.Stat(p); err != nil {
+		// No staging: chunks held by one removed just before a crash go.
+		s.releaseHolds(ctx)
 		return
 	}
 	s.mu.Lock()
@@ -916,7 +898,7 @@ func (s *snapReceiver) install(ctx context.Context, db *sql.DB, m stagedMeta) er
 			return malformed("staged records end at %d of %d", seq, m.total)
 		}
 		seq = next
-		if err := s.applyStaged(ctx, db, batch, m, &ws, seq == m.total); err != nil {
+		if err := s.applyStaged(ctx, batch, m, &ws, seq == m.total); err != nil {
 			return err
 		}
 		if empty {
@@ -1002,34 +984,14 @@ func stagedBatch(ctx context.Context, db *sql.DB, seq, n int) ([]vfs.ChangeEntry
 // large files holds no more than about this many refs beyond its last file.
 const installRefs = 1 << 16
 
-// applyStaged applies one batch of staged records with the chunks it needs
-// from staging; the last batch writes the watermarks in its transaction.
-func (s *snapReceiver) applyStaged(ctx context.Context, db *sql.DB, batch []vfs.ChangeEntry, m stagedMeta, ws *watermark.Set, last bool) error {
-	store := s.r.store
-	stage := store.Chunks().NewStage()
-	defer stage.Release()
-	missing, err := syncwire.Missing(ctx, syncwire.DataHashes(batch, nil), store.Has)
-	if err != nil {
-		return err
-	}
-	got := make(map[chunkstore.Hash]bool, len(missing))
-	err = stagedChunks(ctx, db, missing, true, func(h chunkstore.Hash, data []byte) error {
-		got[h] = true
-		return stage.Put(ctx, h, data)
-	})
-	if err != nil {
-		return err
-	}
-	for _, h := range missing {
-		if !got[h] {
-			return fmt.Errorf("staged chunk %s: %w", h, chunkstore.ErrUnknownHash)
-		}
-	}
-	opts := vfs.ApplyOptions{Source: vfs.Upstream, Stage: stage}
+// applyStaged applies one batch of staged records, whose chunks the store
+// holds; the last batch writes the watermarks in its transaction.
+func (s *snapReceiver) applyStaged(ctx context.Context, batch []vfs.ChangeEntry, m stagedMeta, ws *watermark.Set, last bool) error {
+	opts := vfs.ApplyOptions{Source: vfs.Upstream}
 	if last {
 		opts.Peer, opts.Watermarks = m.peer, ws
 	}
-	_, err = store.Apply(ctx, batch, opts)
+	_, err := s.r.store.Apply(ctx, batch, opts)
 	crashpoint.Hit("converge.install.batch")
 	if err == nil && installBatchHook != nil {
 		err = installBatchHook()

@@ -23,6 +23,7 @@ var migrations = []sqlitemigrate.Step{
 	migrateV7,
 	migrateV8,
 	migrateV9,
+	migrateV10,
 }
 
 // SchemaVersion is the schema version this build writes.
@@ -200,6 +201,15 @@ func migrateV8(ctx context.Context, tx *sql.Tx) error {
 func migrateV9(ctx context.Context, tx *sql.Tx) error {
 	if err := chunkstore.Migrations[2](ctx, tx); err != nil {
 		return fmt.Errorf("v9: %w", err)
+	}
+	return nil
+}
+
+// migrateV10 adds the chunk holds (holds.go): the chunks a snapshot being
+// staged keeps in the store, each counted as one reference.
+func migrateV10(ctx context.Context, tx *sql.Tx) error {
+	if _, err := tx.ExecContext(ctx, `CREATE TABLE chunk_holds(hash BLOB PRIMARY KEY) WITHOUT ROWID`); err != nil {
+		return fmt.Errorf("v10: %w", err)
 	}
 	return nil
 }

@@ -1,0 +1,170 @@
+package converge
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/syncwire"
+	"github.com/wsync/wsync/vfs"
+)
+
+// randomTree is a server store of n files of 6-12 KiB of random bytes
+// (pack chunks, not rows), with their hashes.
+func randomTree(t *testing.T, n int) (*vfs.Store, []chunkstore.Hash) {
+	t.Helper()
+	ctx := context.Background()
+	server := newStore(t, "server")
+	rnd := rand.New(rand.NewPCG(1, uint64(n)))
+	st := server.Chunks().NewStage()
+	defer st.Release()
+	var es []vfs.ChangeEntry
+	var hs []chunkstore.Hash
+	for i := range n {
+		data := make([]byte, 6<<10+rnd.IntN(6<<10))
+		for k := range data {
+			data[k] = byte(rnd.Uint32())
+		}
+		r, err := st.PutHashed(ctx, data)
+		must(t, err)
+		hs = append(hs, r.Hash)
+		es = append(es, vfs.ChangeEntry{Kind: vfs.EntryFile, Path: fmt.Sprintf("f%03d", i), Mode: 0o644,
+			Mtime: 1_700_000_000_000_000_000, Size: int64(len(data)), Chunks: chunkstore.Manifest{r}})
+	}
+	_, err := server.Apply(ctx, es, vfs.ApplyOptions{Source: vfs.Local, Stage: st})
+	must(t, err)
+	return server, hs
+}
+
+func assertHeld(t *testing.T, s *vfs.Store, hs []chunkstore.Hash, want bool, what string) {
+	t.Helper()
+	held, err := s.HeldChunks(context.Background(), hs)
+	must(t, err)
+	if i := slices.Index(held, !want); i >= 0 {
+		t.Fatalf("%s: chunk %d of %d held = %v, want %v", what, i, len(hs), held[i], want)
+	}
+}
+
+func assertReadable(t *testing.T, s *vfs.Store, hs []chunkstore.Hash, what string) {
+	t.Helper()
+	for _, h := range hs {
+		b, err := s.ReadChunk(context.Background(), h)
+		if err != nil || chunkstore.Sum(b) != h {
+			t.Fatalf("%s: chunk %s: %v", what, h, err)
+		}
+	}
+}
+
+// The chunks a snapshot staged are kept in the container's store, not in
+// the staging: a collection pass and a restart of the process (a store
+// reopened collects once) leave them there, the resumed bootstrap sends
+// none of them again, and the install gives the holds back.
+func TestSnapshotChunksHeldThroughGCAndRestart(t *testing.T) {
+	ctx := context.Background()
+	server, hs := randomTree(t, 60)
+	path := filepath.Join(t.TempDir(), "container.db")
+	cont := openStore(t, path)
+	r := newRig(t, server, cont)
+	rep, err := Bootstrap(ctx, server, r.session(t), BootstrapOptions{Peer: peerName, noCommit: true})
+	must(t, err)
+	if rep.Chunks != len(hs) {
+		t.Fatalf("staged %d chunks, want %d", rep.Chunks, len(hs))
+	}
+	assertHeld(t, cont, hs, true, "after staging")
+	_, err = cont.RunGC(ctx)
+	must(t, err)
+	assertHeld(t, cont, hs, true, "after a collection")
+	assertReadable(t, cont, hs, "after a collection")
+
+	// computerd restarts: the store reopens (and collects), the responder
+	// registers again.
+	must(t, r.resp.Close())
+	must(t, cont.Close())
+	cont = openStore(t, path)
+	r = newRig(t, server, cont)
+	assertHeld(t, cont, hs, true, "after a restart")
+	rep, err = Bootstrap(ctx, server, r.session(t), BootstrapOptions{Peer: peerName})
+	must(t, err)
+	if rep.ResumedAt != rep.Total || rep.Chunks != 0 {
+		t.Fatalf("resumed bootstrap: resumed at %d of %d, sent %d chunks; want everything staged, none sent", rep.ResumedAt, rep.Total, rep.Chunks)
+	}
+	assertSameRoot(t, server, cont, "after the install")
+	assertHeld(t, cont, hs, false, "after the install")
+	assertNoStaging(t, StagingPath(cont))
+	_, err = cont.RunGC(ctx)
+	must(t, err)
+	assertReadable(t, cont, hs, "installed, after a collection")
+}
+
+// A staging that can no longer install gives its chunks back, and so do
+// holds left without a staging (the process died between the staging's
+// removal and the release): the next start releases them.
+func TestAbandonedStagingReleasesItsChunks(t *testing.T) {
+	ctx := context.Background()
+	t.Run("the store filled", func(t *testing.T) {
+		server, hs := randomTree(t, 20)
+		cont := newStore(t, "container")
+		r := newRig(t, server, cont)
+		_, err := Bootstrap(ctx, server, r.session(t), BootstrapOptions{Peer: peerName, noCommit: true})
+		must(t, err)
+		must(t, r.resp.Close())
+		applyAll(t, cont, genEntries(1))
+		newRig(t, server, cont)
+		assertNoStaging(t, StagingPath(cont))
+		assertHeld(t, cont, hs, false, "after the staging was removed")
+		_, err = cont.RunGC(ctx)
+		must(t, err)
+		if have, err := cont.Has(ctx, hs); err != nil || len(have) != 0 {
+			t.Fatalf("after a collection the store still has %d of the abandoned snapshot's %d chunks (%v)", len(have), len(hs), err)
+		}
+	})
+	t.Run("holds without a staging", func(t *testing.T) {
+		server, hs := randomTree(t, 20)
+		cont := newStore(t, "container")
+		r := newRig(t, server, cont)
+		_, err := Bootstrap(ctx, server, r.session(t), BootstrapOptions{Peer: peerName, noCommit: true})
+		must(t, err)
+		must(t, r.resp.Close())
+		p := StagingPath(cont)
+		for _, suffix := range []string{"", "-wal", "-shm"} {
+			if err := os.Remove(p + suffix); err != nil && !errors.Is(err, os.ErrNotExist) {
+				t.Fatal(err)
+			}
+		}
+		assertHeld(t, cont, hs, true, "the staging removed, before the restart")
+		newRig(t, server, cont)
+		assertHeld(t, cont, hs, false, "after the restart")
+	})
+}
+
+// Chunk bytes are checked against their hash where they are staged: an
+// object whose bytes hash to another name fails the call, and nothing of
+// that call is held.
+func TestSnapshotObjectsRefuseWrongBytes(t *testing.T) {
+	ctx := context.Background()
+	server, _ := randomTree(t, 1)
+	cont := newStore(t, "container")
+	r := newRig(t, server, cont)
+	sess := r.session(t)
+	var st callStats
+	_, err := snapBegin(ctx, sess, &st, Hash{5}, 1, 10)
+	must(t, err)
+	good := []byte("the bytes of a good chunk")
+	bad := syncwire.Object{Hash: chunkstore.Sum([]byte("other bytes")), Data: []byte("not those bytes")}
+	objs := []syncwire.Object{{Hash: chunkstore.Sum(good), Data: good}, bad}
+	o, err := sess.Open(ctx, MethodSnapObjects, nil, true)
+	must(t, err)
+	defer o.Close()
+	must(t, o.Send(ctx, appendObjects(objs)))
+	must(t, o.CloseSend())
+	if _, err := o.Reply(ctx); !errors.Is(err, chunkstore.ErrHashMismatch) {
+		t.Fatalf("objects with bytes of another hash: err = %v, want ErrHashMismatch", err)
+	}
+	assertHeld(t, cont, []chunkstore.Hash{objs[0].Hash, objs[1].Hash}, false, "after the refused call")
+}

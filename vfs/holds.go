@@ -1,0 +1,163 @@
+package vfs
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/wsync/wsync/chunkstore"
+)
+
+// Held chunks.
+//
+// A snapshot being staged (converge) keeps the chunks it received in the
+// store itself, written once into the store's packs, before any file
+// names them. Each such chunk is held: a row of chunk_holds, and one
+// reference counted in its chunk row, so collection spares it however
+// long the snapshot takes and across a restart of the process. The holds
+// go when the snapshot is installed (its files then reference the chunks)
+// or abandoned (ReleaseHeldChunks); a chunk held and never referenced
+// then loses its last reference and is collected like any other.
+//
+// The holds are one set per store: one snapshot stages into a store at a
+// time, and a new one releases what an abandoned one held.
+
+// holdBatch is how many hashes one statement of the holds names.
+const holdBatch = 256
+
+// HoldChunks makes the store keep the chunks refs name, which st (a stage
+// of this store's chunks) holds or the store already has, until
+// ReleaseHeldChunks: one write transaction, after which st is released. A
+// chunk held already is held once. A chunk neither st nor the store has is
+// chunkstore.ErrUnknownHash, and nothing is held.
+func (s *Store) HoldChunks(ctx context.Context, st *chunkstore.Stage, refs []chunkstore.Ref) error {
+	refs = slices.Clone(refs)
+	slices.SortFunc(refs, func(a, b chunkstore.Ref) int { return bytes.Compare(a.Hash[:], b.Hash[:]) })
+	refs = slices.CompactFunc(refs, func(a, b chunkstore.Ref) bool { return a.Hash == b.Hash })
+	refs = slices.DeleteFunc(refs, func(r chunkstore.Ref) bool { return r.Hash == chunkstore.HoleHash })
+	err := s.update(ctx, func(t *wtx) error {
+		if st != nil {
+			t.hold(st)
+		}
+		for part := range slices.Chunk(refs, holdBatch) {
+			held, err := heldAmong(ctx, t.tx, refHashes(part))
+			if err != nil {
+				return err
+			}
+			fresh := make([]chunkstore.Ref, 0, len(part))
+			for i, r := range part {
+				if !held[i] {
+					fresh = append(fresh, r)
+				}
+			}
+			if len(fresh) == 0 {
+				continue
+			}
+			if err := s.chunks.AddRefs(ctx, t.tx, fresh); err != nil {
+				return err
+			}
+			args := make([]any, len(fresh))
+			for i, r := range fresh {
+				args[i] = r.Hash[:]
+			}
+			if _, err := t.exec(`INSERT INTO chunk_holds(hash) VALUES `+rowsOf("(?)", len(fresh)), args...); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("hold chunks: %w", err)
+	}
+	return nil
+}
+
+// HeldChunks reports, in input order, which of hs the store holds.
+func (s *Store) HeldChunks(ctx context.Context, hs []chunkstore.Hash) ([]bool, error) {
+	out := make([]bool, 0, len(hs))
+	for part := range slices.Chunk(hs, holdBatch) {
+		held, err := heldAmong(ctx, s.committed(), part)
+		if err != nil {
+			return nil, fmt.Errorf("held chunks: %w", err)
+		}
+		out = append(out, held...)
+	}
+	return out, nil
+}
+
+// ReleaseHeldChunks gives back every hold: each held chunk loses the
+// reference its hold counted. It is idempotent, and cheap when nothing is
+// held.
+func (s *Store) ReleaseHeldChunks(ctx context.Context) error {
+	for {
+		var one int
+		err := s.committed().QueryRowContext(ctx, `SELECT 1 FROM chunk_holds LIMIT 1`).Scan(&one)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("release held chunks: %w", err)
+		}
+		if err := s.update(ctx, s.releaseHolds); err != nil {
+			return fmt.Errorf("release held chunks: %w", err)
+		}
+	}
+}
+
+// releaseHolds releases up to releaseBatch holds in t, set-based: a
+// release after an install gives back one reference of every chunk of
+// the tree, and no row of those reaches zero.
+func (s *Store) releaseHolds(t *wtx) error {
+	const some = `SELECT hash FROM chunk_holds ORDER BY hash LIMIT ?`
+	if _, err := t.exec(`UPDATE chunks SET refs = max(refs - 1, 0) WHERE hash IN (`+some+`)`, releaseBatch); err != nil {
+		return err
+	}
+	_, err := t.exec(`DELETE FROM chunk_holds WHERE hash IN (`+some+`)`, releaseBatch)
+	return err
+}
+
+// releaseBatch is how many holds one transaction of ReleaseHeldChunks
+// gives back.
+const releaseBatch = 4096
+
+// heldAmong reports which of hs (at most holdBatch) have a hold.
+func heldAmong(ctx context.Context, q chunkstore.Querier, hs []chunkstore.Hash) ([]bool, error) {
+	args := make([]any, len(hs))
+	for i := range hs {
+		args[i] = hs[i][:]
+	}
+	rows, err := q.QueryContext(ctx, `SELECT hash FROM chunk_holds WHERE hash IN (`+chunkstore.Placeholders(len(hs))+`)`, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	held := make(map[chunkstore.Hash]bool, len(hs))
+	for rows.Next() {
+		var hb []byte
+		if err := rows.Scan(&hb); err != nil {
+			return nil, err
+		}
+		var h chunkstore.Hash
+		copy(h[:], hb)
+		held[h] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	out := make([]bool, len(hs))
+	for i, h := range hs {
+		out[i] = held[h]
+	}
+	return out, nil
+}
+
+func refHashes(refs []chunkstore.Ref) []chunkstore.Hash {
+	out := make([]chunkstore.Hash, len(refs))
+	for i, r := range refs {
+		out[i] = r.Hash
+	}
+	return out
+}
