@@ -9,11 +9,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/wsync/wsync/execrun"
 	"github.com/wsync/wsync/fusefs"
 	"github.com/wsync/wsync/internal/bearer"
+	"github.com/wsync/wsync/internal/metrics"
 	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/watermark"
@@ -40,7 +42,11 @@ func (d *Daemon) routes() http.Handler {
 	mux.HandleFunc("GET /info", auth(d.info))
 	mux.HandleFunc("GET /stats", auth(d.stats))
 	mux.HandleFunc("GET /watermarks", auth(d.watermarks))
-	mux.Handle("GET /metrics", auth(promhttp.Handler().ServeHTTP))
+	// What promhttp.Handler serves (its own promhttp_metric_handler_*
+	// series included), with the process's collectors registered first.
+	metricsHandler := promhttp.InstrumentMetricHandler(prometheus.DefaultRegisterer,
+		promhttp.HandlerFor(metrics.Gatherer(), promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", auth(metricsHandler.ServeHTTP))
 	// The sync server checks the token on the upgrade itself.
 	mux.Handle("GET /sync", d.sync)
 	return mux

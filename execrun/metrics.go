@@ -2,34 +2,35 @@ package execrun
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/wsync/wsync/internal/metrics"
 )
 
-// Metrics live in the default registry, summed over every Runner of the
+// Metrics go to the default registry (internal/metrics), summed over every Runner of the
 // process (there is one in computerd); Stats gives one Runner's figures.
 var (
-	metricStarted = promauto.NewCounter(prometheus.CounterOpts{
+	metricStarted = metrics.Add(prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "wsync_exec_started_total",
 		Help: "Execs started.",
-	})
-	metricFinished = promauto.NewCounter(prometheus.CounterOpts{
+	}))
+	metricFinished = metrics.Add(prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "wsync_exec_finished_total",
 		Help: "Execs that ended and whose process group is gone.",
-	})
-	metricKilled = promauto.NewCounter(prometheus.CounterOpts{
+	}))
+	metricKilled = metrics.Add(prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "wsync_exec_killed_total",
 		Help: "Execs that ended after a kill or shutdown signalled them.",
-	})
-	metricTimedOut = promauto.NewCounter(prometheus.CounterOpts{
+	}))
+	metricTimedOut = metrics.Add(prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "wsync_exec_timed_out_total",
 		Help: "Execs terminated by their timeout.",
-	})
-	metricBusy = promauto.NewCounter(prometheus.CounterOpts{
+	}))
+	metricBusy = metrics.Add(prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "wsync_exec_busy_total",
 		Help: "Exec starts refused by the concurrency limit.",
-	})
-	metricRunning = promauto.NewGauge(prometheus.GaugeOpts{
+	}))
+	metricRunning = metrics.Add(prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "wsync_exec_running",
 		Help: "Execs running now.",
-	})
+	}))
 )

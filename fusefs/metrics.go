@@ -7,7 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	procmetrics "github.com/wsync/wsync/internal/metrics"
 )
 
 // op names one kind of FUSE request, as counted by the metrics.
@@ -56,52 +57,52 @@ var opNames = [numOps]string{
 
 func (o op) String() string { return opNames[o] }
 
-// Prometheus metrics live in the default registry, summed over every mount
+// Prometheus metrics go to the default registry (internal/metrics), summed over every mount
 // of the process (computerd has one); Server.Stats gives one mount's figures.
 var (
-	promOps = promauto.NewCounterVec(prometheus.CounterOpts{
+	promOps = procmetrics.Add(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "wsync_fuse_ops_total",
 		Help: "FUSE requests served, by op.",
-	}, []string{"op"})
-	promOpErrors = promauto.NewCounterVec(prometheus.CounterOpts{
+	}, []string{"op"}))
+	promOpErrors = procmetrics.Add(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "wsync_fuse_op_errors_total",
 		Help: "FUSE requests answered with an errno, by op.",
-	}, []string{"op"})
-	promOpSeconds = promauto.NewHistogramVec(prometheus.HistogramOpts{
+	}, []string{"op"}))
+	promOpSeconds = procmetrics.Add(prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "wsync_fuse_op_duration_seconds",
 		Help: "Time a FUSE request spends in the file system, by op.",
 		// From a lookup (~10us) to a flush committing a large file.
 		Buckets: []float64{10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6,
 			1e-3, 2.5e-3, 5e-3, 10e-3, 25e-3, 50e-3, 100e-3, 250e-3, 1},
-	}, []string{"op"})
-	promReadBytes = promauto.NewCounter(prometheus.CounterOpts{
+	}, []string{"op"}))
+	promReadBytes = procmetrics.Add(prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "wsync_fuse_read_bytes_total",
 		Help: "Bytes read through the mount.",
-	})
-	promWrittenBytes = promauto.NewCounter(prometheus.CounterOpts{
+	}))
+	promWrittenBytes = procmetrics.Add(prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "wsync_fuse_written_bytes_total",
 		Help: "Bytes written through the mount.",
-	})
-	promCommits = promauto.NewCounter(prometheus.CounterOpts{
+	}))
+	promCommits = procmetrics.Add(prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "wsync_fuse_commits_total",
 		Help: "Flushes, fsyncs and releases that committed a dirty file.",
-	})
-	promInvalidations = promauto.NewCounterVec(prometheus.CounterOpts{
+	}))
+	promInvalidations = procmetrics.Add(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "wsync_fuse_invalidations_total",
 		Help: "Kernel cache invalidations sent after upstream applies, by kind (entry, inode) and whether the kernel held the item.",
-	}, []string{"kind", "held"})
-	promSweeps = promauto.NewCounter(prometheus.CounterOpts{
+	}, []string{"kind", "held"}))
+	promSweeps = procmetrics.Add(prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "wsync_fuse_invalidation_sweeps_total",
 		Help: "Invalidation queue overflows answered by invalidating every cached entry.",
-	})
-	_ = promauto.NewGaugeFunc(prometheus.GaugeOpts{
+	}))
+	_ = procmetrics.Add(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "wsync_fuse_open_handles",
 		Help: "File handles open through the mounts.",
-	}, func() float64 { return float64(sumServers((*Server).OpenHandles)) })
-	_ = promauto.NewGaugeFunc(prometheus.GaugeOpts{
+	}, func() float64 { return float64(sumServers((*Server).OpenHandles)) }))
+	_ = procmetrics.Add(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "wsync_fuse_dirty_handles",
 		Help: "Open files with writes not yet committed.",
-	}, func() float64 { return float64(sumServers((*Server).DirtyHandles)) })
+	}, func() float64 { return float64(sumServers((*Server).DirtyHandles)) }))
 )
 
 // Per-op children, resolved once so a request does no label lookup.

@@ -7,10 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/wsync/wsync/fusefs"
 	"github.com/wsync/wsync/internal/fusetest"
+	"github.com/wsync/wsync/internal/metrics"
 	"github.com/wsync/wsync/vfs"
 )
 
@@ -86,7 +85,7 @@ func TestMetricsExposed(t *testing.T) {
 	if st.Ops["create"].Count == 0 || st.Ops["read"].Count == 0 || st.WrittenBytes != 4 || st.Commits == 0 {
 		t.Errorf("stats: %+v", st)
 	}
-	families, err := prometheus.DefaultGatherer.Gather()
+	families, err := metrics.Gatherer().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

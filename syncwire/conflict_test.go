@@ -10,8 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/prometheus/client_golang/prometheus"
-
+	"github.com/wsync/wsync/internal/metrics"
 	"github.com/wsync/wsync/internal/testutil"
 	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
@@ -93,10 +92,11 @@ func wantOneConflict(t *testing.T, p *pair, path, kind, copyPath, copySide strin
 }
 
 // conflictsCounted reads wsync_vfs_conflicts_total{keep-both,
-// both-modified} from the default registry (what /metrics serves).
+// both-modified} from the default registry (what /metrics serves,
+// internal/metrics).
 func conflictsCounted(t *testing.T) float64 {
 	t.Helper()
-	mfs, err := prometheus.DefaultGatherer.Gather()
+	mfs, err := metrics.Gatherer().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

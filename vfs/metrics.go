@@ -4,55 +4,56 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/wsync/wsync/internal/metrics"
 )
 
-// Metrics of live chunk collection, in the default registry (exposed on
-// /metrics by both binaries).
+// Metrics of live chunk collection, for the default registry (internal/metrics
+// registers them when /metrics is served, by both binaries).
 var (
-	metricGCRuns = promauto.NewCounterVec(prometheus.CounterOpts{
+	metricGCRuns = metrics.Add(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "wsync_chunkstore_gc_runs_total",
 		Help: "Live chunk collection passes, by trigger (interval, threshold, call) and result (ok, error).",
-	}, []string{"trigger", "result"})
-	metricGCChunks = promauto.NewCounter(prometheus.CounterOpts{
+	}, []string{"trigger", "result"}))
+	metricGCChunks = metrics.Add(prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "wsync_chunkstore_gc_chunks_freed_total",
 		Help: "Unreferenced chunk rows deleted by live collection.",
-	})
-	metricGCBytes = promauto.NewCounter(prometheus.CounterOpts{
+	}))
+	metricGCBytes = metrics.Add(prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "wsync_chunkstore_gc_bytes_freed_total",
 		Help: "Chunk bytes freed by live collection (rows, chunk files, pack records).",
-	})
-	metricGCPacks = promauto.NewCounter(prometheus.CounterOpts{
+	}))
+	metricGCPacks = metrics.Add(prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "wsync_chunkstore_gc_packs_deleted_total",
 		Help: "Pack files deleted by live collection (emptied or compacted).",
-	})
-	metricGCPause = promauto.NewHistogram(prometheus.HistogramOpts{
+	}))
+	metricGCPause = metrics.Add(prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "wsync_chunkstore_gc_pause_seconds",
 		Help:    "How long one collection step held the store's writer.",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 9),
-	})
-	metricGCSeconds = promauto.NewHistogram(prometheus.HistogramOpts{
+	}))
+	metricGCSeconds = metrics.Add(prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "wsync_chunkstore_gc_duration_seconds",
 		Help:    "Duration of whole live collection passes, writers running between their steps.",
 		Buckets: prometheus.ExponentialBuckets(0.001, 4, 9),
-	})
+	}))
 )
 
 // metricWriteErrors counts failures on the write path of open files, by
 // where they happened and their errno: "store" (a background chunk store;
 // the bytes stay dirty), "commit" (a writer's flush, fsync or close) and
 // "flushall" (the flush before a feed; the error stays with the file).
-var metricWriteErrors = promauto.NewCounterVec(prometheus.CounterOpts{
+var metricWriteErrors = metrics.Add(prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "wsync_vfs_write_errors_total",
 	Help: "Write-path failures of open files, by where (store, commit, flushall) and errno name.",
-}, []string{"where", "errno"})
+}, []string{"where", "errno"}))
 
 // metricQuotaRefusals counts operations the store's quota refused
 // (quota.go), by the limit they hit.
-var metricQuotaRefusals = promauto.NewCounterVec(prometheus.CounterOpts{
+var metricQuotaRefusals = metrics.Add(prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "wsync_vfs_quota_refusals_total",
 	Help: "Writes, creates, path API writes and pulled batches the workspace's quota refused, by limit (bytes, entries, file size).",
-}, []string{"limit"})
+}, []string{"limit"}))
 
 func countWriteError(where string, err error) {
 	metricWriteErrors.WithLabelValues(where, ErrnoName(err)).Inc()
@@ -72,40 +73,40 @@ func observeGC(trigger string, rep GCReport, d time.Duration, err error) {
 
 // metricConflicts counts conflicts recorded by sync applies (counted after
 // the apply commits).
-var metricConflicts = promauto.NewCounterVec(prometheus.CounterOpts{
+var metricConflicts = metrics.Add(prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "wsync_vfs_conflicts_total",
 	Help: "Conflicts detected by sync applies (both sides changed a path differently), by policy and kind.",
-}, []string{"policy", "kind"})
+}, []string{"policy", "kind"}))
 
 // Group commit of local mutations (group.go).
 var (
-	metricGroupMutations = promauto.NewCounter(prometheus.CounterOpts{
+	metricGroupMutations = metrics.Add(prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "wsync_vfs_group_mutations_total",
 		Help: "Local mutations made in a group commit (answered before their group committed).",
-	})
-	metricGroupCommit = promauto.NewHistogram(prometheus.HistogramOpts{
+	}))
+	metricGroupCommit = metrics.Add(prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "wsync_vfs_group_commit_seconds",
 		Help:    "Time of one group commit of local mutations (the writer lock is held meanwhile).",
 		Buckets: prometheus.ExponentialBuckets(0.0001, 2, 12),
-	})
-	metricGroupFailures = promauto.NewCounter(prometheus.CounterOpts{
+	}))
+	metricGroupFailures = metrics.Add(prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "wsync_vfs_group_failures_total",
 		Help: "Group commits that failed, losing mutations already answered (logged; returned by the next fsync).",
-	})
+	}))
 )
 
 // Metrics of the trash (trash.go).
 var (
-	metricTrashEvicted = promauto.NewCounter(prometheus.CounterOpts{
+	metricTrashEvicted = metrics.Add(prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "wsync_vfs_trash_evicted_total",
 		Help: "Trash entries evicted, oldest first, to keep the trash within its bounds.",
-	})
-	metricTrashExpired = promauto.NewCounter(prometheus.CounterOpts{
+	}))
+	metricTrashExpired = metrics.Add(prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "wsync_vfs_trash_expired_total",
 		Help: "Trash entries deleted at the end of their retention.",
-	})
-	metricTrashRestored = promauto.NewCounter(prometheus.CounterOpts{
+	}))
+	metricTrashRestored = metrics.Add(prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "wsync_vfs_trash_restored_total",
 		Help: "Nodes brought back from the trash.",
-	})
+	}))
 )

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/wsync/wsync/internal/metrics"
 	"github.com/wsync/wsync/vfs"
 )
 
@@ -115,7 +116,7 @@ var (
 
 type usageCollector struct{}
 
-func init() { prometheus.MustRegister(usageCollector{}) }
+var _ = metrics.Add(usageCollector{})
 
 func (usageCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descUsed

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/wsync/wsync/internal/bearer"
+	"github.com/wsync/wsync/internal/metrics"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/workspace"
 )
@@ -42,7 +43,8 @@ type Options struct {
 	EventHeartbeat    time.Duration
 	EventWriteTimeout time.Duration
 	MaxEventStreams   int
-	// Gatherer serves /metrics; nil is prometheus.DefaultGatherer.
+	// Gatherer serves /metrics; nil is metrics.Gatherer(): the default
+	// registry, with the process's collectors registered into it.
 	Gatherer prometheus.Gatherer
 	Logger   *slog.Logger
 }
@@ -83,7 +85,7 @@ func New(opts Options) (*Server, error) {
 		opts.MaxEventStreams = DefaultMaxEventStreams
 	}
 	if opts.Gatherer == nil {
-		opts.Gatherer = prometheus.DefaultGatherer
+		opts.Gatherer = metrics.Gatherer()
 	}
 	log := opts.Logger
 	if log == nil {
