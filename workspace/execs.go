@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -115,13 +114,33 @@ type ExecStartReport struct {
 	Warning string `json:"warning,omitempty"`
 }
 
-// execIDRE is an exec id: a container runtime id and a sequence number.
-var execIDRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}:[1-9][0-9]{0,19}$`)
+// validExecID reports whether id is an exec id, a container runtime id and
+// a sequence number: [A-Za-z0-9._-]{1,128}:[1-9][0-9]{0,19}. A loop, not a
+// regexp, for the reason validName gives.
+func validExecID(id string) bool {
+	rt, n, ok := strings.Cut(id, ":")
+	if !ok || len(rt) == 0 || len(rt) > 128 || len(n) == 0 || len(n) > 20 || n[0] == '0' {
+		return false
+	}
+	for i := 0; i < len(rt); i++ {
+		switch c := rt[i]; {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '.', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	for i := 0; i < len(n); i++ {
+		if c := n[i]; c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
 
 // ValidateExecID checks an exec id's form, "<runtime id>:<n>"
 // (ErrBadExecID), before it goes anywhere.
 func ValidateExecID(id string) error {
-	if !execIDRE.MatchString(id) {
+	if !validExecID(id) {
 		return fmt.Errorf("%w: %.200q (want RUNTIME:N)", ErrBadExecID, id)
 	}
 	return nil

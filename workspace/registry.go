@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -19,12 +18,29 @@ import (
 // DefaultName is the workspace bound to the server's own computerd.
 const DefaultName = "default"
 
-var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+// validName reports whether name is [a-z0-9][a-z0-9_-]{0,62}. A loop, not
+// a regexp: the bounded repetition compiles to a program of 129
+// instructions, which every start of the CLI built at package init
+// (issue 12). validate_test.go checks it against the regexp.
+func validName(name string) bool {
+	if len(name) == 0 || len(name) > 63 {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		switch c := name[i]; {
+		case 'a' <= c && c <= 'z', '0' <= c && c <= '9':
+		case (c == '_' || c == '-') && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 // ValidateName checks a workspace name: [a-z0-9][a-z0-9_-]{0,62}. Names
 // become directory names under the data dir, so nothing else is allowed.
 func ValidateName(name string) error {
-	if !nameRE.MatchString(name) {
+	if !validName(name) {
 		return fmt.Errorf("%w: %q (want [a-z0-9][a-z0-9_-]{0,62})", ErrBadName, name)
 	}
 	return nil

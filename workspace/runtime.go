@@ -95,7 +95,7 @@ func (rt Runtime) Token() (string, error) {
 // "container" (the sides of a conflict copy) or "default" (the primary
 // runtime, which is the workspace's own).
 func ValidateRuntimeName(name string) error {
-	if !nameRE.MatchString(name) {
+	if !validName(name) {
 		return fmt.Errorf("%w: %q (want [a-z0-9][a-z0-9_-]{0,62})", ErrBadRuntime, name)
 	}
 	switch name {
