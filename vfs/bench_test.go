@@ -57,6 +57,44 @@ func BenchmarkCreateSmallFile(b *testing.B) {
 	}
 }
 
+// BenchmarkUnlinkSmallFile unlinks small files as the mount's UNLINK does,
+// in groups; BenchmarkMkdir makes directories as MKDIR does. With the
+// create above they are the store's share of the mount's metadata
+// scenarios (create, rm, mkdir of 1,000 entries).
+func BenchmarkUnlinkSmallFile(b *testing.B) {
+	s := benchStore(b)
+	data := pattern(100, 1)
+	for i := range b.N {
+		_, h, err := s.CreateOpen(ctx, RootIno, fmt.Sprint("f", i), NewAttr{Mode: 0o644})
+		if err != nil {
+			b.Fatal(err)
+		}
+		h.WriteAt(ctx, data, 0)
+		if err := h.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := s.Sync(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		if err := s.Unlink(ctx, RootIno, fmt.Sprint("f", i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkMkdir(b *testing.B) {
+	s := benchStore(b)
+	b.ResetTimer()
+	for i := range b.N {
+		if _, err := s.Mkdir(ctx, RootIno, fmt.Sprint("d", i), NewAttr{Mode: 0o755}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 const write64 = 64 << 20
 
 func BenchmarkWrite64MiBHandle(b *testing.B) {
