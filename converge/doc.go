@@ -96,9 +96,13 @@
 // exceeds about 350 KiB however large the file), zstd-compressed, each
 // page's missing data chunks sent before it (MethodSnapHave,
 // MethodSnapObjects; holes are never sent). The
-// receiver stages pages and chunk bytes in a SQLite database of its own
-// beside the store, one transaction per page, so an interrupted snapshot
-// resumes from the staged count (MethodSnapBegin answers it). On
+// receiver stages pages in a SQLite database of its own beside the store,
+// one transaction per page, so an interrupted snapshot resumes from the
+// staged count (MethodSnapBegin answers it). Chunk bytes go straight into
+// the store's chunks, hashed and written once, and are held there
+// (vfs.Store.HoldChunks: each held chunk counts one reference, so no
+// collection takes it, across a restart too) before the objects call
+// answers; MethodSnapHave answers from the holds. On
 // MethodSnapCommit the receiver rebuilds the Merkle root from the staged
 // records (a split file's parts must run in order, head first, to its
 // declared count, each ref valid where it stands; its content hash is
@@ -109,10 +113,11 @@
 // applied in batches as upstream, the last batch writing the watermarks
 // (the snapshot's rev as applied push and fetch cursors). Apply is
 // idempotent, so an install cut short runs again on the next commit. The
-// staging holds every chunk of the snapshot until the install copies it
-// into the live chunk store, so a bootstrap needs the tree's size twice on
-// disk for a while; that is the price of resuming and of a live store that
-// stays untouched until the check.
+// install references the held chunks where they are, and the holds go
+// when the staging does (after the install, or when it is dropped): the
+// staging file is removed first and the holds released after, so a crash
+// in between leaves holds without a staging, which the next start (or the
+// next begin) releases. A bootstrap needs the tree's size once on disk.
 //
 // BootstrapOptions.Progress hears the report so far once the receiver has
 // answered the begin (the record count known up front, and how many it
@@ -129,7 +134,8 @@
 //   - Register (computerd starting, before it serves) settles what a dead
 //     process left. Verified (the install had begun, so the store holds
 //     part of the snapshot): the install finishes from the staging alone
-//     (it holds every record and chunk, the rev and the peer), the root
+//     (it holds every record, the rev and the peer; the store holds the
+//     chunks), the root
 //     is checked, the staging removed. The sender's next push then
 //     re-sends entries the container already holds, skipped, and no chunk
 //     bytes, where removing the staging would make it send them all again.

@@ -140,6 +140,14 @@
 // fails it (*RestoreConflictError) unless forced. trash.go has the rules;
 // docs/ARCHITECTURE.md, "Trash", the argument.
 //
+// # Held chunks
+//
+// HoldChunks keeps chunks no file names yet (a snapshot's, which converge
+// stages straight into the store): a row of chunk_holds each, counted as
+// one reference in the transaction that inserts it, so collection needs no
+// rule for them either. ReleaseHeldChunks gives the holds back; it is
+// idempotent (the rows are the record of what is held). holds.go.
+//
 // # Connections
 //
 // One writer connection (all writes serialise on it) and a pool of
