@@ -331,15 +331,26 @@ func chunkLen(size, i int64) int64 {
 // image returns the dirty image of chunk i, creating it from the chunk's
 // current bytes. Called with f.mu held.
 func (f *openFile) image(ctx context.Context, i int64) (*[]byte, error) {
+	return f.imageFor(ctx, i, false)
+}
+
+// imageFor is image for a write; whole says the write replaces every byte
+// of chunk i, so a chunk not in memory is not read first (an overwrite of
+// whole chunks reads nothing of what it replaces). Called with f.mu held.
+func (f *openFile) imageFor(ctx context.Context, i int64, whole bool) (*[]byte, error) {
 	if b, ok := f.bufs[i]; ok {
 		f.touchLRU(i)
 		return b, nil
 	}
 	b := newImage(chunkLen(f.size, i))
 	buf := *b
-	if err := f.readChunk(ctx, i, buf, 0, f.size); err != nil {
-		putBuf(b)
-		return nil, err
+	// A whole write sets every byte: a pooled buffer's old bytes never
+	// show.
+	if !whole {
+		if err := f.readChunk(ctx, i, buf, 0, f.size); err != nil {
+			putBuf(b)
+			return nil, err
+		}
 	}
 	if f.bufs == nil {
 		f.bufs = make(map[int64]*[]byte)
@@ -574,12 +585,13 @@ func (f *openFile) writeAt(ctx context.Context, p []byte, off int64) (int, []lau
 	for written < len(p) {
 		pos := off + int64(written)
 		i := pos / cs
-		b, err := f.image(ctx, i)
+		within := pos - i*cs
+		upto := min(within+int64(len(p)-written), cs)
+		b, err := f.imageFor(ctx, i, within == 0 && upto >= chunkLen(f.size, i))
 		if err != nil {
 			return written, nil, err
 		}
-		within := pos - i*cs
-		extendImage(b, min(within+int64(len(p)-written), cs))
+		extendImage(b, upto)
 		k := copy((*b)[within:], p[written:])
 		written += k
 		if pos+int64(k) == (i+1)*cs {
