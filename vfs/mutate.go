@@ -220,6 +220,11 @@ func (t *wtx) dropName(parent Ino, name, path string, n node) error {
 		return err
 	}
 	t.inval = append(t.inval, Invalidation{Ino: n.ino, Parent: parent, Name: name})
+	if n.nlink == 1 && !t.s.isOpen(n.ino) {
+		// The last name of a file nobody has open (n was read in this
+		// transaction): the node goes, with no count to lower first.
+		return t.deleteNode(n.ino)
+	}
 	return t.unref(n.ino, 1)
 }
 
