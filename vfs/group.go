@@ -101,8 +101,13 @@ func (s *Store) mutate(ctx context.Context, fn func(*wtx) error) error {
 		s.grpOpen.Store(true)
 	}
 	gt := g.t
-	s.writes.Add(1)
-	defer s.writes.Add(1)
+	before := s.writes.Add(1) - 1
+	ended := false
+	defer func() {
+		if !ended {
+			s.writes.Add(1)
+		}
+	}()
 	if _, err := gt.tx.ExecContext(ctx, `SAVEPOINT mutation`); err != nil {
 		return s.abortGroup(fmt.Errorf("savepoint: %w", err))
 	}
@@ -129,6 +134,8 @@ func (s *Store) mutate(ctx context.Context, fn func(*wtx) error) error {
 	s.addLive(t.use, t.own)
 	g.n++
 	metricGroupMutations.Inc()
+	ended = true
+	s.publish(t, before, s.writes.Add(1))
 	if g.n >= groupMax {
 		return s.commitGroup()
 	}
@@ -218,6 +225,11 @@ func (s *Store) abortGroup(cause error) error {
 }
 
 func (s *Store) groupFailed(n int, err error) error {
+	// What the group's mutations wrote is gone: readers that validate
+	// against the write counter (AttrAsOf, publishedAttr) must not trust
+	// what they read inside it.
+	s.writes.Add(1)
+	s.pub.Store(nil)
 	err = fmt.Errorf("group commit of %d mutations: %w", n, err)
 	metricGroupFailures.Inc()
 	s.log.Error("mutations answered to the kernel were lost", "err", err)

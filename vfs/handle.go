@@ -971,6 +971,7 @@ func (f *openFile) commit(ctx context.Context) error {
 	err := f.s.mutate(ctx, func(t *wtx) error {
 		t.hold(stage)
 		t.own = own
+		t.timesOnly = true // the file's row, its paths' change rows, chunk references
 		n, err := getNode(ctx, t.tx, f.ino)
 		if err != nil {
 			return err

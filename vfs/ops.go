@@ -50,11 +50,19 @@ func (s *Store) Lookup(ctx context.Context, parent Ino, name string) (Attr, erro
 // GetAttr returns a node's attributes, including writes buffered in open
 // handles.
 func (s *Store) GetAttr(ctx context.Context, ino Ino) (Attr, error) {
+	if a, ok := s.publishedAttr(ino); ok {
+		return a, nil
+	}
+	at := s.writes.Load()
 	n, err := s.viewNode(ctx, ino)
 	if err != nil {
 		return Attr{}, err
 	}
-	return s.overlay(n.attr()), nil
+	a := n.attr()
+	if s.writes.Load() == at {
+		s.keepAttr(a, at)
+	}
+	return s.overlay(a), nil
 }
 
 // ReadDir returns up to limit entries with names > after, in name order, so
@@ -155,6 +163,7 @@ func (s *Store) create(ctx context.Context, parent Ino, name string, nn newNode,
 	}
 	var n node
 	err := s.mutate(ctx, func(t *wtx) error {
+		t.timesOnly = true // the parent's times
 		if err := t.freeName(parent, name); err != nil {
 			return err
 		}
@@ -305,6 +314,8 @@ func (s *Store) remove(ctx context.Context, parent Ino, name string, dir bool) e
 		if err != nil {
 			return err
 		}
+		// The parent's times, unless a directory (and its subtree) goes.
+		t.timesOnly = n.kind != KindDir
 		dp, err := t.dirPath(parent)
 		if err != nil {
 			return err

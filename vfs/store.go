@@ -80,7 +80,9 @@ type Store struct {
 	// writes moves at the start and at the end of every write transaction
 	// (a group's mutation, an update): a reader that saw it unchanged
 	// across a span knows nothing was written meanwhile (AttrAsOf).
-	writes  atomic.Uint64
+	writes atomic.Uint64
+	// pub is what GetAttr keeps of directories (published.go).
+	pub     atomic.Pointer[published]
 	grp     *group      // the open group of local mutations; guarded by wmu
 	grpOpen atomic.Bool // grp != nil, for reads that take no lock
 	grpErr  error       // a group failure not yet returned by Sync; guarded by wmu
@@ -386,20 +388,23 @@ type Invalidation struct {
 // wtx is one write transaction. A mutation inside it stamps one rev; Apply
 // runs many mutations (one per entry) in one transaction.
 type wtx struct {
-	ctx     context.Context
-	s       *Store
-	sqltx   *sql.Tx
-	tx      *txQuerier
-	last    int64 // highest rev assigned in this transaction
-	cur     int64 // rev of the current mutation, 0 before its first stamp
-	inval   []Invalidation
-	now     int64
-	dirty   map[Ino]struct{} // directories whose times change at commit
-	dirs    map[string]Ino   // directory paths resolved by this transaction
-	adds    []chunkstore.Ref // chunk references to take at commit
-	drops   []chunkstore.Ref // and to release
-	dirAdds map[Ino]string   // directory paths learnt, cached at commit
-	forgot  bool             // the cache of directory paths was dropped
+	ctx   context.Context
+	s     *Store
+	sqltx *sql.Tx
+	tx    *txQuerier
+	last  int64 // highest rev assigned in this transaction
+	cur   int64 // rev of the current mutation, 0 before its first stamp
+	inval []Invalidation
+	now   int64
+	dirty map[Ino]struct{} // directories whose times change at commit
+	// timesOnly: the mutation changes directory rows only by the times
+	// of dirty (published.go).
+	timesOnly bool
+	dirs      map[string]Ino   // directory paths resolved by this transaction
+	adds      []chunkstore.Ref // chunk references to take at commit
+	drops     []chunkstore.Ref // and to release
+	dirAdds   map[Ino]string   // directory paths learnt, cached at commit
+	forgot    bool             // the cache of directory paths was dropped
 	// stages hold chunks this transaction references until it ends (hold).
 	stages []*chunkstore.Stage
 	// known is what the transaction knows of directories' names, batch
