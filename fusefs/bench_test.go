@@ -3,6 +3,7 @@ package fusefs_test
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
@@ -121,6 +122,36 @@ func BenchmarkMountMkdir1000(b *testing.B) {
 			if err := os.Mkdir(filepath.Join(dir, fmt.Sprint("d", i)), 0o755); err != nil {
 				b.Fatal(err)
 			}
+		}
+	})
+}
+
+// tree5600 writes a tree shaped like a node_modules: 200 packages, each a
+// package.json and a lib directory of 25 small files (5,601 entries).
+func tree5600(b *testing.B, dir string) {
+	data := []byte("module.exports = 1\n")
+	for p := range 200 {
+		pd := filepath.Join(dir, fmt.Sprint("pkg", p), "lib")
+		if err := os.MkdirAll(pd, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		for f := range 25 {
+			if err := os.WriteFile(filepath.Join(pd, fmt.Sprint("f", f, ".js")), data, 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprint("pkg", p), "package.json"), data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkMountRmTree: `rm -rf` of tree5600 (the rm -rf node_modules
+// scenario's shape, in-process so -cpuprofile sees the daemon).
+func BenchmarkMountRmTree(b *testing.B) {
+	runTargets(b, tree5600, func(b *testing.B, dir string) {
+		if out, err := exec.Command("rm", "-rf", dir).CombinedOutput(); err != nil {
+			b.Fatalf("rm -rf: %v: %s", err, out)
 		}
 	})
 }

@@ -95,6 +95,31 @@ func BenchmarkMkdir(b *testing.B) {
 	}
 }
 
+// BenchmarkRmdirInALargeStore removes an empty directory from a store of
+// 50,000 empty files: the cost of an rmdir must not grow with the store.
+func BenchmarkRmdirInALargeStore(b *testing.B) {
+	s := benchStore(b)
+	var es []ChangeEntry
+	for i := range 50000 {
+		es = append(es, ChangeEntry{Kind: EntryFile, Rev: int64(i + 1), Path: fmt.Sprintf("d%02d/f%05d", i%50, i), Mode: 0o644})
+	}
+	for k := 0; k < len(es); k += 4096 {
+		if _, err := s.Apply(ctx, es[k:min(k+4096, len(es))], ApplyOptions{Source: Upstream}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for i := range b.N {
+		name := fmt.Sprint("e", i)
+		if _, err := s.Mkdir(ctx, RootIno, name, NewAttr{Mode: 0o755}); err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Rmdir(ctx, RootIno, name); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 const write64 = 64 << 20
 
 func BenchmarkWrite64MiBHandle(b *testing.B) {

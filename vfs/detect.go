@@ -44,16 +44,20 @@ type conflictSet struct {
 // removed on the other side's word. It reads the live subtree only (what a
 // removal would take anyway), so the tombstones of a large directory the
 // peer emptied cost nothing.
+// changedUnderQuery finds one node below a directory changed in a window
+// of revs; the listing is the outer loop (CROSS JOIN), as in subtreeQuery.
+const changedUnderQuery = `WITH RECURSIVE sub(child, rel) AS (
+		SELECT child, name FROM dirents WHERE parent = ?
+		UNION ALL
+		SELECT d.child, sub.rel || '/' || d.name FROM dirents d JOIN sub ON d.parent = sub.child
+	)
+	SELECT 1 FROM sub CROSS JOIN nodes n ON n.ino = sub.child CROSS JOIN changes c ON c.path = ? || '/' || sub.rel
+	WHERE n.kind IN ` + syncedKinds + `
+	AND (c.rev > ? OR (c.rev = ? AND ? AND c.path > ?)) AND NOT (c.rev > ? AND c.rev <= ?) LIMIT 1`
+
 func (t *wtx) changedUnder(dir Ino, path string, since watermark.Cursor, run BounceRun) (bool, error) {
 	var one int
-	err := t.tx.QueryRowContext(t.ctx, `WITH RECURSIVE sub(child, rel) AS (
-			SELECT child, name FROM dirents WHERE parent = ?
-			UNION ALL
-			SELECT d.child, sub.rel || '/' || d.name FROM dirents d JOIN sub ON d.parent = sub.child
-		)
-		SELECT 1 FROM sub JOIN nodes n ON n.ino = sub.child JOIN changes c ON c.path = ? || '/' || sub.rel
-		WHERE n.kind IN `+syncedKinds+`
-		AND (c.rev > ? OR (c.rev = ? AND ? AND c.path > ?)) AND NOT (c.rev > ? AND c.rev <= ?) LIMIT 1`,
+	err := t.tx.QueryRowContext(t.ctx, changedUnderQuery,
 		dir, path, since.Rev, since.Rev, since.Partial, since.Path, run.From, run.To).Scan(&one)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):

@@ -140,6 +140,13 @@
 // fails it (*RestoreConflictError) unless forced. trash.go has the rules;
 // docs/ARCHITECTURE.md, "Trash", the argument.
 //
+// # Kept directory attributes
+//
+// GetAttr keeps what it read of a directory, valid while the write counter
+// (moved at the start and end of every write) stands; a create, an unlink
+// and a file's commit carry it forward with the parent times they set.
+// kept.go.
+//
 // # Held chunks
 //
 // HoldChunks keeps chunks no file names yet (a snapshot's, which converge

@@ -135,7 +135,7 @@ func (s *Store) mutate(ctx context.Context, fn func(*wtx) error) error {
 	g.n++
 	metricGroupMutations.Inc()
 	ended = true
-	s.publish(t, before, s.writes.Add(1))
+	s.carryKept(t, before, s.writes.Add(1))
 	if g.n >= groupMax {
 		return s.commitGroup()
 	}
@@ -226,10 +226,10 @@ func (s *Store) abortGroup(cause error) error {
 
 func (s *Store) groupFailed(n int, err error) error {
 	// What the group's mutations wrote is gone: readers that validate
-	// against the write counter (AttrAsOf, publishedAttr) must not trust
+	// against the write counter (AttrAsOf, keptAttr) must not trust
 	// what they read inside it.
 	s.writes.Add(1)
-	s.pub.Store(nil)
+	s.kept.Store(nil)
 	err = fmt.Errorf("group commit of %d mutations: %w", n, err)
 	metricGroupFailures.Inc()
 	s.log.Error("mutations answered to the kernel were lost", "err", err)

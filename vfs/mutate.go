@@ -240,6 +240,18 @@ func (t *wtx) unref(ino Ino, k int) error {
 	return t.deleteNode(ino)
 }
 
+// subtreeQuery lists the entries below a directory with their kinds. The
+// CROSS JOIN keeps the listing the outer loop: a plain join let SQLite scan
+// every node of the store against a Bloom filter of the listing, so an
+// rmdir of an empty directory cost a pass over the whole store
+// (TestSubtreeQueriesSearch).
+const subtreeQuery = `WITH RECURSIVE sub(parent, name, child, rel) AS (
+		SELECT parent, name, child, name FROM dirents WHERE parent = ?
+		UNION ALL
+		SELECT d.parent, d.name, d.child, sub.rel || '/' || d.name FROM dirents d JOIN sub ON d.parent = sub.child
+	)
+	SELECT sub.parent, sub.name, sub.child, sub.rel, n.kind FROM sub CROSS JOIN nodes n ON n.ino = sub.child`
+
 type subEntry struct {
 	parent Ino
 	name   string
@@ -250,12 +262,7 @@ type subEntry struct {
 
 // subtree lists every entry below directory dir, parents before children.
 func (t *wtx) subtree(dir Ino) ([]subEntry, error) {
-	rows, err := t.tx.QueryContext(t.ctx, `WITH RECURSIVE sub(parent, name, child, rel) AS (
-			SELECT parent, name, child, name FROM dirents WHERE parent = ?
-			UNION ALL
-			SELECT d.parent, d.name, d.child, sub.rel || '/' || d.name FROM dirents d JOIN sub ON d.parent = sub.child
-		)
-		SELECT sub.parent, sub.name, sub.child, sub.rel, n.kind FROM sub JOIN nodes n ON n.ino = sub.child`, dir)
+	rows, err := t.tx.QueryContext(t.ctx, subtreeQuery, dir)
 	if err != nil {
 		return nil, fmt.Errorf("list subtree: %w", err)
 	}

@@ -50,7 +50,7 @@ func (s *Store) Lookup(ctx context.Context, parent Ino, name string) (Attr, erro
 // GetAttr returns a node's attributes, including writes buffered in open
 // handles.
 func (s *Store) GetAttr(ctx context.Context, ino Ino) (Attr, error) {
-	if a, ok := s.publishedAttr(ino); ok {
+	if a, ok := s.keptAttr(ino); ok {
 		return a, nil
 	}
 	at := s.writes.Load()

@@ -81,8 +81,8 @@ type Store struct {
 	// (a group's mutation, an update): a reader that saw it unchanged
 	// across a span knows nothing was written meanwhile (AttrAsOf).
 	writes atomic.Uint64
-	// pub is what GetAttr keeps of directories (published.go).
-	pub     atomic.Pointer[published]
+	// kept is what GetAttr keeps of directories (kept.go).
+	kept    atomic.Pointer[keptAttrs]
 	grp     *group      // the open group of local mutations; guarded by wmu
 	grpOpen atomic.Bool // grp != nil, for reads that take no lock
 	grpErr  error       // a group failure not yet returned by Sync; guarded by wmu
@@ -398,7 +398,7 @@ type wtx struct {
 	now   int64
 	dirty map[Ino]struct{} // directories whose times change at commit
 	// timesOnly: the mutation changes directory rows only by the times
-	// of dirty (published.go).
+	// of dirty (kept.go).
 	timesOnly bool
 	dirs      map[string]Ino   // directory paths resolved by this transaction
 	adds      []chunkstore.Ref // chunk references to take at commit

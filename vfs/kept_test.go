@@ -9,11 +9,11 @@ import (
 )
 
 // GetAttr of a directory answers what its row holds, whether from what a
-// mutation published or from the row: random mutations of every kind (in
+// mutation kept or from the row: random mutations of every kind (in
 // groups, as the mount makes them, with group commits, failures and
 // applies between them), and after each the attributes of every directory
 // compared with a read of its row.
-func TestPublishedAttrsMatchTheRows(t *testing.T) {
+func TestKeptAttrsMatchTheRows(t *testing.T) {
 	s, err := Open(ctx, t.TempDir()+"/s.db", Options{NoSync: true, GroupWindow: time.Hour, Owner: NewAttr{Uid: 1000, Gid: 1000}})
 	must(t, err)
 	defer s.Close()
@@ -24,7 +24,7 @@ func TestPublishedAttrsMatchTheRows(t *testing.T) {
 	check := func(step int, what string) {
 		t.Helper()
 		for _, d := range dirs {
-			_, pub := s.publishedAttr(d)
+			_, pub := s.keptAttr(d)
 			got, err := s.GetAttr(ctx, d)
 			n, rerr := s.viewNode(ctx, d)
 			if rerr != nil {
@@ -37,7 +37,7 @@ func TestPublishedAttrsMatchTheRows(t *testing.T) {
 				t.Fatalf("step %d (%s): GetAttr(%d): %v", step, what, d, err)
 			}
 			if want := n.attr(); got != want {
-				t.Fatalf("step %d (%s): GetAttr(%d) = %+v (published: %v), the row holds %+v", step, what, d, got, pub, want)
+				t.Fatalf("step %d (%s): GetAttr(%d) = %+v (kept: %v), the row holds %+v", step, what, d, got, pub, want)
 			}
 			if pub {
 				hits++
@@ -94,9 +94,9 @@ func TestPublishedAttrsMatchTheRows(t *testing.T) {
 		check(step, what)
 	}
 	if hits == 0 {
-		t.Fatal("no GetAttr was answered from a published directory: the test checks nothing of them")
+		t.Fatal("no GetAttr was answered from kept attributes: the test checks nothing of them")
 	}
-	t.Logf("%d answers from published attributes", hits)
+	t.Logf("%d answers from kept attributes", hits)
 }
 
 // A directory GetAttr kept and then removed is gone for GetAttr too, and
@@ -115,7 +115,7 @@ func TestKeptDirectoryAttrs(t *testing.T) {
 	}
 	_, err = s.Create(ctx, RootIno, "f", NewAttr{Mode: 0o644})
 	must(t, err)
-	kept, ok := s.publishedAttr(RootIno)
+	kept, ok := s.keptAttr(RootIno)
 	row, err := s.viewNode(ctx, RootIno)
 	must(t, err)
 	if !ok || kept != row.attr() {

@@ -16,24 +16,24 @@ import "time"
 // forward, with those times, to the counter it ends at; any other write
 // leaves it behind. A stale answer is never given: every write moves the
 // counter at its start, and a miss costs nothing but the usual read.
-type published struct {
+type keptAttrs struct {
 	at    uint64
 	attrs map[Ino]Attr
 }
 
-// maxPublished bounds the directories kept.
-const maxPublished = 16
+// maxKept bounds the directories kept.
+const maxKept = 16
 
-// publish carries what is kept forward over t, a mutation whose write
+// carryKept carries what is kept forward over t, a mutation whose write
 // count started from before and ended at at. Called with the writer held,
 // at the end of a successful mutation.
-func (s *Store) publish(t *wtx, before, at uint64) {
-	prev := s.pub.Load()
+func (s *Store) carryKept(t *wtx, before, at uint64) {
+	prev := s.kept.Load()
 	if !t.timesOnly || prev == nil || prev.at != before {
-		s.pub.Store(nil)
+		s.kept.Store(nil)
 		return
 	}
-	p := &published{at: at, attrs: make(map[Ino]Attr, len(prev.attrs))}
+	p := &keptAttrs{at: at, attrs: make(map[Ino]Attr, len(prev.attrs))}
 	for ino, a := range prev.attrs {
 		if _, ok := t.dirty[ino]; ok {
 			a.Mtime = time.Unix(0, t.now)
@@ -41,13 +41,13 @@ func (s *Store) publish(t *wtx, before, at uint64) {
 		}
 		p.attrs[ino] = a
 	}
-	s.pub.Store(p)
+	s.kept.Store(p)
 }
 
-// publishedAttr returns a kept directory's attributes while nothing was
+// keptAttr returns a kept directory's attributes while nothing was
 // written since they were kept.
-func (s *Store) publishedAttr(ino Ino) (Attr, bool) {
-	p := s.pub.Load()
+func (s *Store) keptAttr(ino Ino) (Attr, bool) {
+	p := s.kept.Load()
 	if p == nil || p.at != s.writes.Load() {
 		return Attr{}, false
 	}
@@ -61,9 +61,9 @@ func (s *Store) keepAttr(a Attr, at uint64) {
 	if a.Kind != KindDir {
 		return
 	}
-	prev := s.pub.Load()
-	p := &published{at: at}
-	if prev != nil && prev.at == at && len(prev.attrs) < maxPublished {
+	prev := s.kept.Load()
+	p := &keptAttrs{at: at}
+	if prev != nil && prev.at == at && len(prev.attrs) < maxKept {
 		p.attrs = make(map[Ino]Attr, len(prev.attrs)+1)
 		for ino, b := range prev.attrs {
 			p.attrs[ino] = b
@@ -73,5 +73,5 @@ func (s *Store) keepAttr(a Attr, at uint64) {
 	}
 	p.attrs[a.Ino] = a
 	// A racing keep or mutation wins: this one is only a saving.
-	s.pub.CompareAndSwap(prev, p)
+	s.kept.CompareAndSwap(prev, p)
 }
