@@ -2,6 +2,7 @@ package fusefs_test
 
 import (
 	"fmt"
+	iofs "io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -152,6 +153,31 @@ func BenchmarkMountRmTree(b *testing.B) {
 	runTargets(b, tree5600, func(b *testing.B, dir string) {
 		if out, err := exec.Command("rm", "-rf", dir).CombinedOutput(); err != nil {
 			b.Fatalf("rm -rf: %v: %s", err, out)
+		}
+	})
+}
+
+// BenchmarkMountReadTree reads every file of tree5600 after the kernel's
+// caches were dropped (the read node_modules scenario's shape): a walk,
+// then open, read and close of each file.
+func BenchmarkMountReadTree(b *testing.B) {
+	runTargets(b, func(b *testing.B, dir string) {
+		tree5600(b, dir)
+		if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("2"), 0); err != nil {
+			b.Skipf("drop caches: %v", err)
+		}
+	}, func(b *testing.B, dir string) {
+		n := 0
+		err := filepath.WalkDir(dir, func(p string, d iofs.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			_, err = os.ReadFile(p)
+			n++
+			return err
+		})
+		if err != nil || n != 5200 {
+			b.Fatalf("read %d files: %v", n, err)
 		}
 	})
 }

@@ -178,6 +178,7 @@ func (s *Store) OpenHandleAttr(ctx context.Context, ino Ino) (*Handle, Attr, err
 		n, err = getNode(ctx, q, ino)
 		return err
 	})
+	at := s.writes.Load() // stands while the writer is held
 	s.wmu.Unlock()
 	switch {
 	case err == nil && n.kind == KindDir:
@@ -196,6 +197,13 @@ func (s *Store) OpenHandleAttr(ctx context.Context, ino Ino) (*Handle, Attr, err
 		f.orphan = true
 		s.openMu.Unlock()
 	}
+	// The node read above is the committed state while nothing was
+	// written since: the handle's first read needs no second query of it.
+	f.mu.Lock()
+	if f.needsLoad() && s.writes.Load() == at {
+		_ = f.loadFrom(n) // a manifest that does not decode: load reports it
+	}
+	f.mu.Unlock()
 	return h, s.overlay(n.attr()), nil
 }
 
@@ -302,13 +310,23 @@ func (h *Handle) Ino() Ino { return h.f.ino }
 
 // load reads the committed state. Called with f.mu held.
 func (f *openFile) load(ctx context.Context) error {
-	if f.loaded && !(f.stale && !f.dirty) {
+	if !f.needsLoad() {
 		return nil
 	}
 	n, err := f.s.viewNode(ctx, f.ino)
 	if err != nil {
 		return err
 	}
+	return f.loadFrom(n)
+}
+
+// needsLoad reports whether the committed state must be read (again).
+// Called with f.mu held.
+func (f *openFile) needsLoad() bool { return !f.loaded || f.stale && !f.dirty }
+
+// loadFrom takes the committed state from n, read now. Called with f.mu
+// held.
+func (f *openFile) loadFrom(n node) error {
 	m, err := n.decodeManifest()
 	if err != nil {
 		return err

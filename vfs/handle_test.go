@@ -6,6 +6,8 @@ import (
 	"io"
 	"runtime"
 	"testing"
+
+	"github.com/wsync/wsync/chunkstore"
 )
 
 // createFile creates name in the root and opens it.
@@ -202,5 +204,38 @@ func TestCloseCommitsDirtyHandles(t *testing.T) {
 	s2 := openStore(t, dir+"/s.db")
 	if got := string(readFile(t, s2, "f")); got != "unflushed" {
 		t.Errorf("after Close with a dirty handle, f = %q", got)
+	}
+}
+
+// An open takes the file's committed state from the node it reads, so the
+// first read needs no second query; content an apply replaces after the
+// open is still what the handle reads next.
+func TestOpenLoadsTheCommittedState(t *testing.T) {
+	s := newStore(t)
+	writeFile(t, s, "f", []byte("old content"))
+	must(t, s.Sync(ctx))
+	h := openAt(t, s, "f")
+	defer h.Release(ctx)
+	h.f.mu.Lock()
+	loaded := !h.f.needsLoad()
+	h.f.mu.Unlock()
+	if !loaded {
+		t.Fatal("the handle is not loaded after its open")
+	}
+	fresh := []byte("content an apply brought")
+	st := s.Chunks().NewStage()
+	defer st.Release()
+	ref, err := st.PutHashed(ctx, fresh)
+	must(t, err)
+	_, err = s.Apply(ctx, []ChangeEntry{{Kind: EntryFile, Path: "f", Rev: 9, Mode: 0o644, Size: int64(len(fresh)),
+		Chunks: []chunkstore.Ref{ref}}}, ApplyOptions{Source: Upstream, Stage: st})
+	must(t, err)
+	got := make([]byte, 64)
+	n, err := h.ReadAt(ctx, got, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got[:n], fresh) {
+		t.Fatalf("read %q after the apply, want %q", got[:n], fresh)
 	}
 }

@@ -310,7 +310,7 @@ func (s *Store) remove(ctx context.Context, parent Ino, name string, dir bool) e
 		return err
 	}
 	return s.mutate(ctx, func(t *wtx) error {
-		n, err := lookupNode(ctx, t.tx, parent, name)
+		n, err := lookupLink(ctx, t.tx, parent, name)
 		if err != nil {
 			return err
 		}
