@@ -345,9 +345,12 @@ func (s *snapReceiver) objects(ctx context.Context, c *rpc.Incoming) error {
 		if len(refs) == 0 {
 			return nil
 		}
-		err := store.HoldChunks(ctx, stage, refs)
+		if err := store.HoldChunks(ctx, stage, refs); err != nil {
+			return err // the deferred Release drops the stage's pins
+		}
+		// The hold's transaction released the stage once it committed.
 		stage, refs, pending = store.Chunks().NewStage(), refs[:0], 0
-		return err
+		return nil
 	}
 	n := 0
 	for {

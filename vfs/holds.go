@@ -30,9 +30,10 @@ const holdBatch = 256
 
 // HoldChunks makes the store keep the chunks refs name, which st (a stage
 // of this store's chunks) holds or the store already has, until
-// ReleaseHeldChunks: one write transaction, after which st is released. A
-// chunk held already is held once. A chunk neither st nor the store has is
-// chunkstore.ErrUnknownHash, and nothing is held.
+// ReleaseHeldChunks: one write transaction, whose commit releases st (on
+// an error the caller still holds it). A chunk held already is held once.
+// A chunk neither st nor the store has is chunkstore.ErrUnknownHash, and
+// nothing is held.
 func (s *Store) HoldChunks(ctx context.Context, st *chunkstore.Stage, refs []chunkstore.Ref) error {
 	refs = slices.Clone(refs)
 	slices.SortFunc(refs, func(a, b chunkstore.Ref) int { return bytes.Compare(a.Hash[:], b.Hash[:]) })
