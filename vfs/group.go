@@ -291,6 +291,16 @@ func (s *Store) viewNode(ctx context.Context, ino Ino) (n node, err error) {
 	return n, err
 }
 
+// viewAttr is viewNode without the manifest: a stat of a large file does
+// not read its chunk list.
+func (s *Store) viewAttr(ctx context.Context, ino Ino) (n node, err error) {
+	err = s.view(ctx, func(ctx context.Context, q chunkstore.Querier) error {
+		n, err = scanOne(q.QueryRowContext(ctx, `SELECT `+attrCols+` FROM nodes n WHERE n.ino = ?`, ino))
+		return err
+	})
+	return n, err
+}
+
 // view runs a mount read: inside the open group's transaction when there
 // is one (it sees every mutation already answered; the group's statements
 // ignore cancellation), on a reader connection otherwise. fn must not call back into the store.

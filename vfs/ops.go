@@ -38,7 +38,8 @@ func (s *Store) Lookup(ctx context.Context, parent Ino, name string) (Attr, erro
 	// directory (the kernel only looks names up in directories).
 	var n node
 	err := s.view(ctx, func(ctx context.Context, q chunkstore.Querier) (err error) {
-		n, err = lookupChild(ctx, q, parent, name)
+		n, err = scanOne(q.QueryRowContext(ctx, `SELECT `+attrCols+` FROM dirents d JOIN nodes n ON n.ino = d.child
+			WHERE d.parent = ? AND d.name = ?`, parent, name))
 		return err
 	})
 	if err != nil {
@@ -54,7 +55,7 @@ func (s *Store) GetAttr(ctx context.Context, ino Ino) (Attr, error) {
 		return a, nil
 	}
 	at := s.writes.Load()
-	n, err := s.viewNode(ctx, ino)
+	n, err := s.viewAttr(ctx, ino)
 	if err != nil {
 		return Attr{}, err
 	}
@@ -238,7 +239,7 @@ func (s *Store) Mknod(ctx context.Context, parent Ino, name string, kind Kind, r
 
 // Readlink returns a symlink's target.
 func (s *Store) Readlink(ctx context.Context, ino Ino) (string, error) {
-	n, err := s.viewNode(ctx, ino)
+	n, err := s.viewAttr(ctx, ino)
 	if err != nil {
 		return "", err
 	}
