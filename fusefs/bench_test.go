@@ -181,3 +181,19 @@ func BenchmarkMountReadTree(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkMountUntar: `tar -xf` of tree5600 (the untar scenario's shape:
+// mkdir, create, write, close, and the times and modes tar sets).
+func BenchmarkMountUntar(b *testing.B) {
+	src := b.TempDir()
+	tree5600(b, src)
+	tarball := filepath.Join(b.TempDir(), "tree.tar")
+	if out, err := exec.Command("tar", "-cf", tarball, "-C", src, ".").CombinedOutput(); err != nil {
+		b.Fatalf("tar -c: %v: %s", err, out)
+	}
+	runTargets(b, nil, func(b *testing.B, dir string) {
+		if out, err := exec.Command("tar", "-xf", tarball, "-C", dir).CombinedOutput(); err != nil {
+			b.Fatalf("tar -x: %v: %s", err, out)
+		}
+	})
+}

@@ -80,7 +80,15 @@ func TestKeptAttrsMatchTheRows(t *testing.T) {
 		case op < 8:
 			what = "chmod"
 			m := uint32(0o700 + rnd.IntN(0o77))
-			s.SetAttr(ctx, d, SetAttr{Mode: &m})
+			target := d
+			if len(names[d]) > 0 && rnd.IntN(2) == 0 {
+				// A child, file or directory.
+				if a, err := s.Lookup(ctx, d, names[d][rnd.IntN(len(names[d]))]); err == nil {
+					target = a.Ino
+				}
+			}
+			mtime := time.Unix(int64(step), 0)
+			s.SetAttr(ctx, target, SetAttr{Mode: &m, Mtime: &mtime})
 		case op < 9:
 			what = "rename"
 			to := dirs[rnd.IntN(len(dirs))]

@@ -511,9 +511,11 @@ func (s *Store) SetAttr(ctx context.Context, ino Ino, sa SetAttr) (Attr, error) 
 	var n node
 	err := s.mutate(ctx, func(t *wtx) error {
 		var err error
-		if n, err = getNode(ctx, t.tx, ino); err != nil {
+		if n, err = scanOne(t.tx.QueryRowContext(ctx, `SELECT `+attrCols+` FROM nodes n WHERE n.ino = ?`, ino)); err != nil {
 			return err
 		}
+		// A file's attributes are no directory's row (kept.go).
+		t.timesOnly = n.kind != KindDir
 		synced := false
 		if sa.Mode != nil && n.kind != KindSymlink && *sa.Mode&0o7777 != n.mode {
 			n.mode = *sa.Mode & 0o7777
@@ -521,7 +523,7 @@ func (s *Store) SetAttr(ctx context.Context, ino Ino, sa SetAttr) (Attr, error) 
 		}
 		if sa.Mtime != nil && sa.Mtime.UnixNano() != n.mtime {
 			n.mtime = sa.Mtime.UnixNano()
-			synced = n.kind != KindDir // directory times are local
+			synced = synced || n.kind != KindDir // directory times are local
 		}
 		synced = synced && !n.kind.Special()
 		if sa.Uid != nil {

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/wsync/wsync/watermark"
 )
 
 var ctx = context.Background()
@@ -403,4 +405,23 @@ func FuzzValidatePath(f *testing.F) {
 			t.Fatalf("valid path of %d bytes", len(p))
 		}
 	})
+}
+
+// A directory's mode syncs when the same SetAttr also sets its times
+// (which alone are local): the mode change reaches the feed.
+func TestDirectoryModeAndTimesInOneSetAttr(t *testing.T) {
+	s := newStore(t)
+	d, err := s.Mkdir(ctx, RootIno, "d", NewAttr{Mode: 0o755})
+	must(t, err)
+	must(t, s.Sync(ctx))
+	after := watermark.At(s.CurrentRev())
+	mode := uint32(0o700)
+	mtime := time.Unix(1_700_000_000, 0)
+	_, err = s.SetAttr(ctx, d.Ino, SetAttr{Mode: &mode, Mtime: &mtime})
+	must(t, err)
+	must(t, s.Sync(ctx))
+	es := feed(t, s, after, Ignore{})
+	if len(es) != 1 || es[0].Path != "d" || es[0].Mode != mode {
+		t.Fatalf("feed after chmod and utimes of a directory: %+v, want d with mode %o", es, mode)
+	}
 }
