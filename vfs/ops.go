@@ -536,15 +536,15 @@ func (s *Store) SetAttr(ctx context.Context, ino Ino, sa SetAttr) (Attr, error) 
 			n.atime = sa.Atime.UnixNano()
 		}
 		n.ctime = t.now
-		if _, err := t.exec(`UPDATE nodes SET mode = ?, uid = ?, gid = ?, mtime = ?, atime = ?, ctime = ? WHERE ino = ?`,
-			n.mode, n.uid, n.gid, n.mtime, n.atime, n.ctime, ino); err != nil {
+		if synced {
+			n.rev = t.stamp() // in the row's update, not one more (touchNode's)
+		}
+		if _, err := t.exec(`UPDATE nodes SET mode = ?, uid = ?, gid = ?, mtime = ?, atime = ?, ctime = ?, rev = ? WHERE ino = ?`,
+			n.mode, n.uid, n.gid, n.mtime, n.atime, n.ctime, n.rev, ino); err != nil {
 			return err
 		}
 		if synced {
-			if err := t.touchNode(ino); err != nil {
-				return err
-			}
-			n.rev = t.stamp()
+			return t.touchNames(ino)
 		}
 		return nil
 	})
