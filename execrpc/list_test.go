@@ -3,6 +3,8 @@ package execrpc
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -20,11 +22,18 @@ func TestListOverTheWire(t *testing.T) {
 	r := newRig(t, execrun.Options{LogCap: 1 << 20})
 	ctx := context.Background()
 	s := r.session(t)
-	done, err := Start(ctx, s, Request{Argv: []string{"sh", "-c", "printf 0123456789; exit 4"}, LogCap: 4})
+	// The output waits for the start's answer: 10 bytes into a log of 4
+	// written before it would drop what the start's stream from 0 has
+	// not read yet, and fail the start.
+	gate := filepath.Join(t.TempDir(), "go")
+	done, err := Start(ctx, s, Request{Argv: []string{"sh", "-c", `while [ ! -e "$1" ]; do sleep 0.01; done; printf 0123456789; exit 4`, "sh", gate}, LogCap: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
 	done.Close() // its log of 4 bytes may drop what a stream from 0 has not read yet
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := r.runner.Wait(ctx, done.ID); err != nil {
 		t.Fatal(err)
 	}
