@@ -38,12 +38,6 @@ type conflictSet struct {
 	seen map[string]bool
 }
 
-// changedUnder reports whether the live subtree below our directory dir
-// (at path) holds a node whose path changed since since, outside run: a
-// local change the other side does not have. Such a directory must not be
-// removed on the other side's word. It reads the live subtree only (what a
-// removal would take anyway), so the tombstones of a large directory the
-// peer emptied cost nothing.
 // changedUnderQuery finds one node below a directory changed in a window
 // of revs; the listing is the outer loop (CROSS JOIN), as in subtreeQuery.
 const changedUnderQuery = `WITH RECURSIVE sub(child, rel) AS (
@@ -55,6 +49,12 @@ const changedUnderQuery = `WITH RECURSIVE sub(child, rel) AS (
 	WHERE n.kind IN ` + syncedKinds + `
 	AND (c.rev > ? OR (c.rev = ? AND ? AND c.path > ?)) AND NOT (c.rev > ? AND c.rev <= ?) LIMIT 1`
 
+// changedUnder reports whether the live subtree below our directory dir
+// (at path) holds a node whose path changed since since, outside run: a
+// local change the other side does not have. Such a directory must not be
+// removed on the other side's word. It reads the live subtree only (what a
+// removal would take anyway), so the tombstones of a large directory the
+// peer emptied cost nothing.
 func (t *wtx) changedUnder(dir Ino, path string, since watermark.Cursor, run BounceRun) (bool, error) {
 	var one int
 	err := t.tx.QueryRowContext(t.ctx, changedUnderQuery,

@@ -227,8 +227,9 @@ func (s *Store) abortGroup(cause error) error {
 func (s *Store) groupFailed(n int, err error) error {
 	// What the group's mutations wrote is gone: readers that validate
 	// against the write counter (AttrAsOf, keptAttr) must not trust
-	// what they read inside it.
-	s.writes.Add(1)
+	// what they read inside it. By two, as every write moves it: an odd
+	// count is a write in progress (ReadDirAttrs).
+	s.writes.Add(2)
 	s.kept.Store(nil)
 	err = fmt.Errorf("group commit of %d mutations: %w", n, err)
 	metricGroupFailures.Inc()
@@ -291,11 +292,10 @@ func (s *Store) viewNode(ctx context.Context, ino Ino) (n node, err error) {
 	return n, err
 }
 
-// viewAttr is viewNode without the manifest: a stat of a large file does
-// not read its chunk list.
+// viewAttr is viewNode without the manifest (getAttrs).
 func (s *Store) viewAttr(ctx context.Context, ino Ino) (n node, err error) {
 	err = s.view(ctx, func(ctx context.Context, q chunkstore.Querier) error {
-		n, err = scanOne(q.QueryRowContext(ctx, `SELECT `+attrCols+` FROM nodes n WHERE n.ino = ?`, ino))
+		n, err = getAttrs(ctx, q, ino)
 		return err
 	})
 	return n, err

@@ -2,6 +2,7 @@ package vfs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -99,4 +100,28 @@ func groupFailures(t *testing.T) float64 {
 	var m dto.Metric
 	must(t, metricGroupFailures.Write(&m))
 	return m.GetCounter().GetValue()
+}
+
+// A lost group moves the write counter as a write does, by two: what was
+// read inside it is stale, and a listing read afterwards can still vouch
+// for its attributes (an odd count would mean a write in progress for
+// good, and no READDIRPLUS page would ever be trusted again).
+func TestLostGroupKeepsTheCounterEven(t *testing.T) {
+	s := newStore(t)
+	writeFile(t, s, "f", []byte("x"))
+	must(t, s.Sync(ctx))
+	_, before, err := s.ReadDirAttrs(ctx, RootIno, "", 10)
+	must(t, err)
+	s.wmu.Lock()
+	_ = s.groupFailed(1, errors.New("the disk filled"))
+	s.wmu.Unlock()
+	s.Sync(ctx) // returns the failure
+	page, gen, err := s.ReadDirAttrs(ctx, RootIno, "", 10)
+	must(t, err)
+	if gen == 0 || gen == before {
+		t.Fatalf("listing after a lost group: gen %d (was %d), want a new, usable one", gen, before)
+	}
+	if _, ok := s.AttrAsOf(page[0].Attr, gen); !ok {
+		t.Fatal("a listing read after a lost group cannot vouch for its attributes")
+	}
 }

@@ -58,8 +58,8 @@ func (s *Store) keptAttr(ino Ino) (Attr, bool) {
 // keepAttr keeps a directory's attributes GetAttr read at write count at
 // (the counter did not move across the read).
 func (s *Store) keepAttr(a Attr, at uint64) {
-	if a.Kind != KindDir {
-		return
+	if a.Kind != KindDir || at%2 == 1 {
+		return // an odd count: a write was in progress (ReadDirAttrs)
 	}
 	prev := s.kept.Load()
 	p := &keptAttrs{at: at}

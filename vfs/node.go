@@ -157,6 +157,12 @@ func getNode(ctx context.Context, q chunkstore.Querier, ino Ino) (node, error) {
 	return scanOne(q.QueryRowContext(ctx, `SELECT `+nodeCols+` FROM nodes n WHERE n.ino = ?`, ino))
 }
 
+// getAttrs is getNode without the manifest: a stat of a large file does
+// not read its chunk list.
+func getAttrs(ctx context.Context, q chunkstore.Querier, ino Ino) (node, error) {
+	return scanOne(q.QueryRowContext(ctx, `SELECT `+attrCols+` FROM nodes n WHERE n.ino = ?`, ino))
+}
+
 // scanOne scans the one node a query selects: none is ErrNotExist.
 func scanOne(row *sql.Row) (node, error) {
 	n, err := scanNode(row)
@@ -172,6 +178,12 @@ func lookupChild(ctx context.Context, q chunkstore.Querier, parent Ino, name str
 		WHERE d.parent = ? AND d.name = ?`, parent, name))
 }
 
+// lookupChildAttrs is lookupChild without the manifest (getAttrs).
+func lookupChildAttrs(ctx context.Context, q chunkstore.Querier, parent Ino, name string) (node, error) {
+	return scanOne(q.QueryRowContext(ctx, `SELECT `+attrCols+` FROM dirents d JOIN nodes n ON n.ino = d.child
+		WHERE d.parent = ? AND d.name = ?`, parent, name))
+}
+
 // lookupLink is lookupNode reading only what removing a name needs: the
 // node's ino, kind and link count (each column scanned costs; a node row
 // has 14).
@@ -180,9 +192,22 @@ func lookupLink(ctx context.Context, q chunkstore.Querier, parent Ino, name stri
 	err := q.QueryRowContext(ctx, `SELECT n.ino, n.kind, n.nlink FROM dirents d JOIN nodes n ON n.ino = d.child
 		WHERE d.parent = ? AND d.name = ?`, parent, name).Scan(&n.ino, &n.kind, &n.nlink)
 	if errors.Is(err, sql.ErrNoRows) {
-		return lookupNode(ctx, q, parent, name)
+		return n, absentIn(ctx, q, parent)
 	}
 	return n, err
+}
+
+// absentIn is the error of a name missing from parent: ErrNotExist in a
+// directory, ErrNotDir in anything else.
+func absentIn(ctx context.Context, q chunkstore.Querier, parent Ino) error {
+	p, err := getAttrs(ctx, q, parent)
+	switch {
+	case err != nil:
+		return err
+	case p.kind != KindDir:
+		return ErrNotDir
+	}
+	return ErrNotExist
 }
 
 // lookupNode resolves one name in a directory. A missing name in a parent
@@ -190,13 +215,7 @@ func lookupLink(ctx context.Context, q chunkstore.Querier, parent Ino, name stri
 func lookupNode(ctx context.Context, q chunkstore.Querier, parent Ino, name string) (node, error) {
 	n, err := lookupChild(ctx, q, parent, name)
 	if errors.Is(err, ErrNotExist) {
-		p, perr := getNode(ctx, q, parent)
-		if perr != nil {
-			return n, perr
-		}
-		if p.kind != KindDir {
-			return n, ErrNotDir
-		}
+		err = absentIn(ctx, q, parent)
 	}
 	return n, err
 }

@@ -38,8 +38,7 @@ func (s *Store) Lookup(ctx context.Context, parent Ino, name string) (Attr, erro
 	// directory (the kernel only looks names up in directories).
 	var n node
 	err := s.view(ctx, func(ctx context.Context, q chunkstore.Querier) (err error) {
-		n, err = scanOne(q.QueryRowContext(ctx, `SELECT `+attrCols+` FROM dirents d JOIN nodes n ON n.ino = d.child
-			WHERE d.parent = ? AND d.name = ?`, parent, name))
+		n, err = lookupChildAttrs(ctx, q, parent, name)
 		return err
 	})
 	if err != nil {
@@ -511,7 +510,7 @@ func (s *Store) SetAttr(ctx context.Context, ino Ino, sa SetAttr) (Attr, error) 
 	var n node
 	err := s.mutate(ctx, func(t *wtx) error {
 		var err error
-		if n, err = scanOne(t.tx.QueryRowContext(ctx, `SELECT `+attrCols+` FROM nodes n WHERE n.ino = ?`, ino)); err != nil {
+		if n, err = getAttrs(ctx, t.tx, ino); err != nil {
 			return err
 		}
 		// A file's attributes are no directory's row (kept.go).
