@@ -55,6 +55,16 @@ const bulkStatementRows = 256
 // cuts its rows into powers of two (256, then 128, 64, ... for the rest):
 // the same few statements come again, and the writer's statement cache
 // keeps a batch statement that repeats (stmts.go).
+// stmtRows is how many of n rows (n > 0) the next statement writes: the
+// largest power of two up to bulkStatementRows that n holds.
+func stmtRows(n int) int {
+	k := bulkStatementRows
+	for k > n {
+		k /= 2
+	}
+	return k
+}
+
 func nodesInsert(k int) string {
 	return `INSERT INTO nodes(ino, kind, mode, uid, gid, nlink, size, mtime, ctime, atime, manifest, target, rdev, rev) VALUES ` +
 		rowsOf("(?,?,?,?,?,?,?,?,?,?,?,?,?,?)", k)
@@ -183,10 +193,7 @@ func (b *bulkRows) flush() error {
 	}
 	t := b.t
 	for start := 0; start < len(b.nodes); {
-		k := bulkStatementRows
-		for k > len(b.nodes)-start {
-			k /= 2
-		}
+		k := stmtRows(len(b.nodes) - start)
 		nodes, names := b.nodes[start:start+k], b.names[start:start+k]
 		start += k
 		args := make([]any, 0, 14*k)

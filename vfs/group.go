@@ -111,7 +111,8 @@ func (s *Store) mutate(ctx context.Context, fn func(*wtx) error) error {
 	if _, err := gt.tx.ExecContext(ctx, `SAVEPOINT mutation`); err != nil {
 		return s.abortGroup(fmt.Errorf("savepoint: %w", err))
 	}
-	t := &wtx{ctx: ctx, s: s, sqltx: gt.sqltx, tx: gt.tx, last: gt.last, now: time.Now().UnixNano()}
+	t := &wtx{ctx: ctx, s: s, sqltx: gt.sqltx, tx: gt.tx, last: gt.last, now: time.Now().UnixNano(), grp: gt,
+		touched: make(map[string]int64)}
 	err := t.run(fn)
 	if err == nil {
 		// Directory times change with the mutation, not at the group's
@@ -160,6 +161,13 @@ func (g *wtx) merge(t *wtx) {
 			g.dirAdds = make(map[Ino]string)
 		}
 		g.dirAdds[ino] = p
+	}
+	if g.touched == nil {
+		g.touched = t.touched
+	} else {
+		for p, rev := range t.touched {
+			g.touched[p] = rev // a later mutation's rev is higher
+		}
 	}
 }
 

@@ -174,6 +174,7 @@ func (s *Store) SetXattr(ctx context.Context, ino Ino, name string, value []byte
 		if value == nil {
 			value = []byte{}
 		}
+		t.s.xattrs.add(ino)
 		_, err = t.exec(`INSERT INTO xattrs(ino, name, value) VALUES(?, ?, ?)
 			ON CONFLICT(ino, name) DO UPDATE SET value = excluded.value`, ino, name, value)
 		return err

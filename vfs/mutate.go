@@ -35,13 +35,42 @@ func (t *wtx) flushRefs() error {
 	return nil
 }
 
-// touch records that path changed in the current mutation.
+// touch records that path changed in the current mutation. A group's
+// mutation keeps the row for the group's commit (wtx.touched).
 func (t *wtx) touch(path string) error {
+	if t.touched != nil {
+		t.touched[path] = t.stamp()
+		return nil
+	}
 	_, err := t.exec(`INSERT INTO changes(path, rev) VALUES(?, ?)
 		ON CONFLICT(path) DO UPDATE SET rev = excluded.rev`, path, t.stamp())
 	if err != nil {
 		return fmt.Errorf("touch %q: %w", path, err)
 	}
+	return nil
+}
+
+// flushTouched writes the change rows a group's mutations kept, in
+// multi-row statements of the sizes bulk Apply uses.
+func (t *wtx) flushTouched() error {
+	if len(t.touched) == 0 {
+		return nil
+	}
+	args := make([]any, 0, 2*min(len(t.touched), bulkStatementRows))
+	left := len(t.touched)
+	k := stmtRows(left)
+	for p, rev := range t.touched {
+		args = append(args, p, rev)
+		if len(args) < 2*k {
+			continue
+		}
+		if _, err := t.exec(changesUpsert(k), args...); err != nil {
+			return fmt.Errorf("write %d change rows: %w", k, err)
+		}
+		left -= k
+		args, k = args[:0], stmtRows(left)
+	}
+	clear(t.touched)
 	return nil
 }
 
@@ -202,6 +231,9 @@ func (t *wtx) deleteNode(ino Ino) error {
 		}
 		t.dropRefs(m)
 	}
+	if !t.s.xattrs.may(ino) {
+		return nil
+	}
 	_, err = t.exec(`DELETE FROM xattrs WHERE ino = ?`, ino)
 	return err
 }
@@ -314,6 +346,12 @@ func (t *wtx) removeAt(parent Ino, name, path string, n node) error {
 			return err
 		}
 	}
+	return t.removeDir(parent, name, path, n)
+}
+
+// removeDir removes the empty directory n named (parent, name) at path.
+func (t *wtx) removeDir(parent Ino, name, path string, n node) error {
+	t.dirs = nil
 	if err := t.trash(path, n.ino, n.kind, TrashDelete); err != nil {
 		return err
 	}

@@ -291,6 +291,11 @@ func (t *wtx) dirPathAt(ino Ino, depth int) (string, error) {
 	if p, ok := t.dirAdds[ino]; ok {
 		return p, nil
 	}
+	if t.grp != nil && !t.forgot {
+		if p, ok := t.grp.dirAdds[ino]; ok {
+			return p, nil
+		}
+	}
 	if depth > MaxPathLen/2 {
 		return "", fmt.Errorf("inode %d: %w: directory cycle", ino, ErrLoop)
 	}

@@ -332,6 +332,7 @@ func (s *Store) remove(ctx context.Context, parent Ino, name string, dir bool) e
 			} else if !empty {
 				return ErrNotEmpty
 			}
+			return t.removeDir(parent, name, path, n)
 		}
 		return t.removeAt(parent, name, path, n)
 	})

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"strings"
 	"sync"
+	"sync/atomic"
 )
 
 // Parsing SQL costs more than running it in modernc's SQLite, so hot
@@ -160,7 +161,19 @@ func newTxQuerier(tx *sql.Tx, c *stmtCache) *txQuerier {
 	return &txQuerier{tx: tx, c: c, stmts: make(map[string]*sql.Stmt)}
 }
 
+var TraceStmts func(q string)
+
+// stmtHook, when set (by tests), sees every statement a transaction runs,
+// with the cache of the database it runs on.
+var stmtHook atomic.Pointer[func(c *stmtCache, q string)]
+
 func (t *txQuerier) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
+	if h := stmtHook.Load(); h != nil {
+		(*h)(t.c, q)
+	}
+	if TraceStmts != nil {
+		TraceStmts(q)
+	}
 	if st, ok := t.stmts[q]; ok {
 		return st, nil
 	}

@@ -76,6 +76,7 @@ type Store struct {
 
 	wmu      sync.Mutex     // serialises write transactions
 	dirCache map[Ino]string // directory paths; guarded by wmu
+	xattrs   xattrInos      // the nodes that may have xattrs; guarded by wmu
 	rev      atomic.Int64   // last committed rev
 	// writes moves at the start and at the end of every write transaction
 	// (a group's mutation, an update): a reader that saw it unchanged
@@ -231,6 +232,9 @@ func (s *Store) init(ctx context.Context) error {
 	}
 	s.rev.Store(rev)
 	if err := s.loadUsage(ctx); err != nil {
+		return err
+	}
+	if err := s.xattrs.load(ctx, s.w); err != nil {
 		return err
 	}
 	if err := s.w.QueryRowContext(ctx, `SELECT value FROM meta WHERE key='store_id'`).Scan(&s.id); err != nil {
@@ -405,6 +409,14 @@ type wtx struct {
 	drops     []chunkstore.Ref // and to release
 	dirAdds   map[Ino]string   // directory paths learnt, cached at commit
 	forgot    bool             // the cache of directory paths was dropped
+	// grp is the group's transaction when this is one of its mutations:
+	// the directory paths the group's earlier mutations learnt are good
+	// for this one too (unless it drops them, forgot).
+	grp *wtx
+	// touched are the change rows of a group's mutations, path -> rev,
+	// written at the group's commit (touch): nothing a group's mutation
+	// runs reads them (the feed, a scan and Apply commit the group first).
+	touched map[string]int64
 	// stages hold chunks this transaction references until it ends (hold).
 	stages []*chunkstore.Stage
 	// known is what the transaction knows of directories' names, batch
@@ -524,6 +536,10 @@ func (t *wtx) commit() error {
 		return fmt.Errorf("commit: %w", err)
 	}
 	if err := t.flushUsage(); err != nil {
+		t.rollback()
+		return fmt.Errorf("commit: %w", err)
+	}
+	if err := t.flushTouched(); err != nil {
 		t.rollback()
 		return fmt.Errorf("commit: %w", err)
 	}

@@ -1,0 +1,180 @@
+package vfs
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/wsync/wsync/watermark"
+)
+
+// countStatements counts the statements s's writer runs while fn runs.
+func countStatements(t *testing.T, s *Store, fn func()) []string {
+	t.Helper()
+	var mu sync.Mutex
+	var got []string
+	h := func(c *stmtCache, q string) {
+		if c != s.wc {
+			return
+		}
+		mu.Lock()
+		got = append(got, strings.Join(strings.Fields(q), " "))
+		mu.Unlock()
+	}
+	stmtHook.Store(&h)
+	defer stmtHook.Store(nil)
+	fn()
+	mu.Lock()
+	defer mu.Unlock()
+	return slices.Clone(got)
+}
+
+// TestMountMutationStatements holds the mount's mutations to the
+// statements they need: each is about 3 us of SQL on the request path
+// (docs/PERFORMANCE.md, "Mount metadata"). A group's mutation writes its
+// change rows at the group's commit, reuses the directory paths the
+// group's earlier mutations learnt, and runs no DELETE on xattrs for a
+// node that never had one; an rmdir lists no subtree of the directory
+// it just found empty.
+func TestMountMutationStatements(t *testing.T) {
+	s, err := Open(ctx, t.TempDir()+"/s.db", Options{NoSync: true, GroupWindow: time.Hour})
+	must(t, err)
+	t.Cleanup(func() { s.Close() })
+	d, err := s.Mkdir(ctx, RootIno, "d", NewAttr{Mode: 0o755})
+	must(t, err)
+	// The group learns d's path with the first mutation below it.
+	_, err = s.Create(ctx, d.Ino, "first", NewAttr{Mode: 0o644})
+	must(t, err)
+	budget := func(what string, max int, fn func()) {
+		t.Helper()
+		got := countStatements(t, s, fn)
+		if len(got) > max {
+			t.Errorf("%s ran %d statements, want at most %d:\n  %s", what, len(got), max, strings.Join(got, "\n  "))
+		}
+	}
+	var h *Handle
+	budget("create and open", 6, func() {
+		_, h, err = s.CreateOpen(ctx, d.Ino, "f", NewAttr{Mode: 0o644})
+		must(t, err)
+	})
+	_, err = h.WriteAt(ctx, []byte("hello"), 0)
+	must(t, err)
+	budget("a file's commit", 5, func() { must(t, h.Flush(ctx)) })
+	must(t, h.Release(ctx))
+	budget("mkdir", 6, func() {
+		_, err := s.Mkdir(ctx, d.Ino, "sub", NewAttr{Mode: 0o755})
+		must(t, err)
+	})
+	budget("unlink", 6, func() { must(t, s.Unlink(ctx, d.Ino, "f")) })
+	budget("rmdir", 7, func() { must(t, s.Rmdir(ctx, d.Ino, "sub")) })
+
+	// All of it reaches the feed once the group commits.
+	got := paths(feed(t, s, watermark.Cursor{}, Ignore{}))
+	want := []string{"dir:d", "file:d/first", "delete:d/f", "delete:d/sub"}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("feed after the group: %v, want %v", got, want)
+	}
+}
+
+// TestGroupPathsAfterARename: a directory renamed inside a group takes
+// its new path at once for every later mutation of the group, below it
+// and below its subdirectories, although the group had learnt the old
+// ones.
+func TestGroupPathsAfterARename(t *testing.T) {
+	s, err := Open(ctx, t.TempDir()+"/s.db", Options{NoSync: true, GroupWindow: time.Hour})
+	must(t, err)
+	t.Cleanup(func() { s.Close() })
+	a, err := s.Mkdir(ctx, RootIno, "a", NewAttr{Mode: 0o755})
+	must(t, err)
+	c, err := s.Mkdir(ctx, a.Ino, "c", NewAttr{Mode: 0o755})
+	must(t, err)
+	_, err = s.Create(ctx, c.Ino, "f1", NewAttr{Mode: 0o644})
+	must(t, err)
+	must(t, s.Rename(ctx, RootIno, "a", RootIno, "b", 0))
+	_, err = s.Create(ctx, c.Ino, "f2", NewAttr{Mode: 0o644})
+	must(t, err)
+	_, err = s.Create(ctx, a.Ino, "f3", NewAttr{Mode: 0o644})
+	must(t, err)
+	if !s.grpOpen.Load() {
+		t.Fatal("the mutations did not share a group")
+	}
+	got := paths(feed(t, s, watermark.Cursor{}, Ignore{}))
+	slices.Sort(got)
+	want := []string{"delete:a", "delete:a/c", "delete:a/c/f1", "dir:b", "dir:b/c", "file:b/c/f1", "file:b/c/f2", "file:b/f3"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("feed: %v, want %v", got, want)
+	}
+}
+
+// TestRefusedMutationLeavesNoChangeRow: a group's mutation that fails
+// after recording its path (here the quota refuses a create) leaves no
+// change row at the group's commit, and the group's other mutations keep
+// theirs.
+func TestRefusedMutationLeavesNoChangeRow(t *testing.T) {
+	s, err := Open(ctx, t.TempDir()+"/s.db", Options{NoSync: true, GroupWindow: time.Hour})
+	must(t, err)
+	t.Cleanup(func() { s.Close() })
+	entries := s.Usage().Entries
+	must(t, s.SetQuota(Quota{MaxEntries: entries + 2}))
+	for i := range 3 {
+		_, err := s.Create(ctx, RootIno, fmt.Sprint("f", i), NewAttr{Mode: 0o644})
+		if i < 2 {
+			must(t, err)
+		} else if err == nil {
+			t.Fatal("a create over the quota succeeded")
+		}
+	}
+	got := paths(feed(t, s, watermark.Cursor{}, Ignore{}))
+	slices.Sort(got)
+	if want := []string{"file:f0", "file:f1"}; !slices.Equal(got, want) {
+		t.Fatalf("feed: %v, want %v", got, want)
+	}
+}
+
+// TestXattrsGoWithTheirNode: deleting a node that had xattrs deletes
+// them, also when they were set before the store was reopened, and the
+// statement is saved only for nodes that never had any.
+func TestXattrsGoWithTheirNode(t *testing.T) {
+	path := t.TempDir() + "/s.db"
+	s, err := Open(ctx, path, Options{NoSync: true})
+	must(t, err)
+	a, err := s.Create(ctx, RootIno, "a", NewAttr{Mode: 0o644})
+	must(t, err)
+	must(t, s.SetXattr(ctx, a.Ino, "user.x", []byte("1"), 0))
+	must(t, s.Close())
+	s, err = Open(ctx, path, Options{NoSync: true})
+	must(t, err)
+	t.Cleanup(func() { s.Close() })
+	b, err := s.Create(ctx, RootIno, "b", NewAttr{Mode: 0o644})
+	must(t, err)
+	must(t, s.SetXattr(ctx, b.Ino, "user.y", []byte("2"), 0))
+	_, err = s.Create(ctx, RootIno, "c", NewAttr{Mode: 0o644})
+	must(t, err)
+	deletes := func(name string) int {
+		got := countStatements(t, s, func() { must(t, s.Unlink(ctx, RootIno, name)) })
+		k := 0
+		for _, q := range got {
+			if strings.HasPrefix(q, "DELETE FROM xattrs") {
+				k++
+			}
+		}
+		return k
+	}
+	if deletes("a") != 1 || deletes("b") != 1 {
+		t.Fatal("the unlink of a node with xattrs ran no DELETE on them")
+	}
+	if k := deletes("c"); k != 0 {
+		t.Fatalf("the unlink of a node that never had xattrs ran %d DELETEs on them", k)
+	}
+	must(t, s.Sync(ctx))
+	var left int
+	must(t, s.w.QueryRowContext(ctx, `SELECT count(*) FROM xattrs`).Scan(&left))
+	if left != 0 {
+		t.Fatalf("%d xattrs of deleted nodes left", left)
+	}
+}
