@@ -112,7 +112,7 @@ func (s *Store) mutate(ctx context.Context, fn func(*wtx) error) error {
 		return s.abortGroup(fmt.Errorf("savepoint: %w", err))
 	}
 	t := &wtx{ctx: ctx, s: s, sqltx: gt.sqltx, tx: gt.tx, last: gt.last, now: time.Now().UnixNano(), grp: gt,
-		touched: make(map[string]int64)}
+		touched: make(map[string]int64), before: before}
 	err := t.run(fn)
 	if err == nil {
 		// Directory times change with the mutation, not at the group's

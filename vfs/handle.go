@@ -989,7 +989,7 @@ func (f *openFile) commit(ctx context.Context) error {
 	err := f.s.mutate(ctx, func(t *wtx) error {
 		t.hold(stage)
 		t.own = own
-		t.timesOnly = true // the file's row, its paths' change rows, chunk references
+		t.carries = true // the file's row, declared below; its paths' change rows, chunk references
 		n, err := getNode(ctx, t.tx, f.ino)
 		if err != nil {
 			return err
@@ -1004,13 +1004,16 @@ func (f *openFile) commit(ctx context.Context) error {
 			t.addRefs(m)
 			t.dropRefs(old)
 			t.useFile(n.size, m.Size())
+			t.keepNode(f.ino, nil)
 			_, err = t.exec(`UPDATE nodes SET manifest = ?, size = ?, mtime = ? WHERE ino = ?`,
 				chunkstore.AppendManifest(nil, m), m.Size(), mtime, f.ino)
 			return err
 		}
-		if err := t.setContent(n, m, mtime); err != nil {
+		if err := t.setContent(&n, m, mtime); err != nil {
 			return err
 		}
+		a := n.attr()
+		t.keepNode(f.ino, &a)
 		rev = t.cur
 		return nil
 	})

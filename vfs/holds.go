@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/internal/crashpoint"
 )
 
 // Held chunks.
@@ -68,11 +69,16 @@ func (s *Store) HoldChunks(ctx context.Context, st *chunkstore.Stage, refs []chu
 				return err
 			}
 		}
+		// The stage's records are in the packs and synced, the holds
+		// written, not committed: a crash leaves records no row names.
+		crashpoint.Hit("vfs.holds.commit")
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("hold chunks: %w", err)
 	}
+	// Held, the caller not yet answered.
+	crashpoint.Hit("vfs.holds.committed")
 	return nil
 }
 

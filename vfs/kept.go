@@ -2,49 +2,101 @@ package vfs
 
 import "time"
 
-// Directory attributes kept across mutations.
+// Attributes kept across mutations.
 //
 // Right after a mutation in a directory (a create, a mkdir, an unlink) the
 // kernel asks for the directory's attributes again: it dropped them
 // because the directory changed, and its permission checks need them.
-// GetAttr keeps what it read of a directory, stamped with the write
+// After a create, a file's commit or a SetAttr, it (or the mount's own
+// SetAttr, which checks permissions against the current attributes) asks
+// for the node's. GetAttr keeps what it read, stamped with the write
 // counter (Store.writes) it read it at, and answers from it while the
 // counter has not moved: nothing at all was written since, so the row is
-// still what was read. A mutation that changes directory rows only by
-// their times (a create or an unlink sets its parent's mtime and ctime; a
-// file's commit at close changes no directory) carries what is kept
-// forward, with those times, to the counter it ends at; any other write
-// leaves it behind. A stale answer is never given: every write moves the
-// counter at its start, and a miss costs nothing but the usual read.
+// still what was read. A mutation that declares every node row it changes
+// (wtx.carries) carries what is kept forward to the counter it ends at:
+// the directories whose times it set (a create or an unlink sets its
+// parent's mtime and ctime) with those times, and the nodes it names in
+// wtx.keep with the attributes it left them (a new node, a committed
+// file, a SetAttr), or dropped (an unlinked name's node). Any other write
+// leaves everything behind. A stale answer is never given: every write
+// moves the counter at its start, and a miss costs nothing but the usual
+// read. What is kept is the rows' attributes; GetAttr adds the writes
+// open handles buffer, as it does to a row it reads.
 type keptAttrs struct {
 	at    uint64
 	attrs map[Ino]Attr
 }
 
-// maxKept bounds the directories kept.
+// maxKept bounds the nodes kept.
 const maxKept = 16
+
+// keepNode declares that the mutation left ino's row with attributes a,
+// or, with a nil a, changed or removed it in a way it does not state.
+func (t *wtx) keepNode(ino Ino, a *Attr) {
+	if t.keep == nil {
+		t.keep = make(map[Ino]*Attr, 1)
+	}
+	t.keep[ino] = a
+}
 
 // carryKept carries what is kept forward over t, a mutation whose write
 // count started from before and ended at at. Called with the writer held,
 // at the end of a successful mutation.
 func (s *Store) carryKept(t *wtx, before, at uint64) {
-	prev := s.kept.Load()
-	if !t.timesOnly || prev == nil || prev.at != before {
+	if !t.carries {
 		s.kept.Store(nil)
 		return
 	}
-	p := &keptAttrs{at: at, attrs: make(map[Ino]Attr, len(prev.attrs))}
-	for ino, a := range prev.attrs {
-		if _, ok := t.dirty[ino]; ok {
-			a.Mtime = time.Unix(0, t.now)
-			a.Ctime = a.Mtime
+	p := &keptAttrs{at: at, attrs: make(map[Ino]Attr, maxKept)}
+	if prev := s.kept.Load(); prev != nil && prev.at == before {
+		for ino, a := range prev.attrs {
+			if _, ok := t.dirty[ino]; ok {
+				a.Mtime = time.Unix(0, t.now)
+				a.Ctime = a.Mtime
+			}
+			p.attrs[ino] = a
 		}
-		p.attrs[ino] = a
+	}
+	for ino, a := range t.keep {
+		if a == nil {
+			delete(p.attrs, ino)
+			continue
+		}
+		if _, ok := p.attrs[ino]; ok || p.room(t.keep) {
+			p.attrs[ino] = *a
+		}
 	}
 	s.kept.Store(p)
 }
 
-// keptAttr returns a kept directory's attributes while nothing was
+// room makes room for one more node, giving up a file other than those
+// of spare before a directory; it reports false if every kept node is a
+// directory or in spare.
+func (p *keptAttrs) room(spare map[Ino]*Attr) bool {
+	if len(p.attrs) < maxKept {
+		return true
+	}
+	for ino, a := range p.attrs {
+		if _, ok := spare[ino]; !ok && a.Kind != KindDir {
+			delete(p.attrs, ino)
+			return true
+		}
+	}
+	return false
+}
+
+// keptAttr returns a kept node's attributes (its row's) inside mutation t,
+// when nothing was written between their keeping and t's start.
+func (t *wtx) keptAttr(ino Ino) (Attr, bool) {
+	p := t.s.kept.Load()
+	if t.grp == nil || p == nil || p.at != t.before {
+		return Attr{}, false
+	}
+	a, ok := p.attrs[ino]
+	return a, ok
+}
+
+// keptAttr returns a kept node's attributes (its row's) while nothing was
 // written since they were kept.
 func (s *Store) keptAttr(ino Ino) (Attr, bool) {
 	p := s.kept.Load()
@@ -55,21 +107,21 @@ func (s *Store) keptAttr(ino Ino) (Attr, bool) {
 	return a, ok
 }
 
-// keepAttr keeps a directory's attributes GetAttr read at write count at
+// keepAttr keeps the attributes of a node GetAttr read at write count at
 // (the counter did not move across the read).
 func (s *Store) keepAttr(a Attr, at uint64) {
-	if a.Kind != KindDir || at%2 == 1 {
+	if at%2 == 1 {
 		return // an odd count: a write was in progress (ReadDirAttrs)
 	}
 	prev := s.kept.Load()
-	p := &keptAttrs{at: at}
-	if prev != nil && prev.at == at && len(prev.attrs) < maxKept {
-		p.attrs = make(map[Ino]Attr, len(prev.attrs)+1)
+	p := &keptAttrs{at: at, attrs: make(map[Ino]Attr, maxKept)}
+	if prev != nil && prev.at == at {
 		for ino, b := range prev.attrs {
 			p.attrs[ino] = b
 		}
-	} else {
-		p.attrs = make(map[Ino]Attr, 1)
+		if _, ok := p.attrs[a.Ino]; !ok && !p.room(nil) {
+			clear(p.attrs)
+		}
 	}
 	p.attrs[a.Ino] = a
 	// A racing keep or mutation wins: this one is only a saving.

@@ -366,8 +366,9 @@ func (t *wtx) removeDir(parent Ino, name, path string, n node) error {
 }
 
 // setContent replaces a file node's manifest in place, moving chunk
-// references from the old manifest to the new one.
-func (t *wtx) setContent(n node, m chunkstore.Manifest, mtime int64) error {
+// references from the old manifest to the new one; n becomes the row it
+// writes.
+func (t *wtx) setContent(n *node, m chunkstore.Manifest, mtime int64) error {
 	old, err := n.decodeManifest()
 	if err != nil {
 		return err
@@ -380,8 +381,9 @@ func (t *wtx) setContent(n node, m chunkstore.Manifest, mtime int64) error {
 	t.addRefs(m)
 	t.dropRefs(old)
 	t.useFile(n.size, m.Size())
+	n.manifest, n.size, n.mtime, n.ctime, n.rev = chunkstore.AppendManifest(nil, m), m.Size(), mtime, t.now, t.stamp()
 	_, err = t.exec(`UPDATE nodes SET manifest = ?, size = ?, mtime = ?, ctime = ?, rev = ? WHERE ino = ?`,
-		chunkstore.AppendManifest(nil, m), m.Size(), mtime, t.now, t.stamp(), n.ino)
+		n.manifest, n.size, n.mtime, n.ctime, n.rev, n.ino)
 	if err != nil {
 		return err
 	}

@@ -51,7 +51,7 @@ func (s *Store) Lookup(ctx context.Context, parent Ino, name string) (Attr, erro
 // handles.
 func (s *Store) GetAttr(ctx context.Context, ino Ino) (Attr, error) {
 	if a, ok := s.keptAttr(ino); ok {
-		return a, nil
+		return s.overlay(a), nil
 	}
 	at := s.writes.Load()
 	n, err := s.viewAttr(ctx, ino)
@@ -163,7 +163,7 @@ func (s *Store) create(ctx context.Context, parent Ino, name string, nn newNode,
 	}
 	var n node
 	err := s.mutate(ctx, func(t *wtx) error {
-		t.timesOnly = true // the parent's times
+		t.carries = true // the parent's times, the new node
 		if err := t.freeName(parent, name); err != nil {
 			return err
 		}
@@ -172,10 +172,15 @@ func (s *Store) create(ctx context.Context, parent Ino, name string, nn newNode,
 			return err
 		}
 		n, err = t.insertNode(parent, joinPath(dp, name), name, nn)
-		if err == nil && made != nil {
+		if err != nil {
+			return err
+		}
+		a := n.attr()
+		t.keepNode(n.ino, &a)
+		if made != nil {
 			made(n)
 		}
-		return err
+		return nil
 	})
 	return n.attr(), err
 }
@@ -314,8 +319,10 @@ func (s *Store) remove(ctx context.Context, parent Ino, name string, dir bool) e
 		if err != nil {
 			return err
 		}
-		// The parent's times, unless a directory (and its subtree) goes.
-		t.timesOnly = n.kind != KindDir
+		// The parent's times and the node's row, unless a directory (and
+		// its subtree) goes.
+		t.carries = n.kind != KindDir
+		t.keepNode(n.ino, nil)
 		dp, err := t.dirPath(parent)
 		if err != nil {
 			return err
@@ -508,41 +515,45 @@ func (s *Store) SetAttr(ctx context.Context, ino Ino, sa SetAttr) (Attr, error) 
 		}
 		sa.Size = nil
 	}
-	var n node
+	var a Attr
 	err := s.mutate(ctx, func(t *wtx) error {
-		var err error
-		if n, err = getAttrs(ctx, t.tx, ino); err != nil {
-			return err
+		var ok bool
+		if a, ok = t.keptAttr(ino); !ok {
+			n, err := getAttrs(ctx, t.tx, ino)
+			if err != nil {
+				return err
+			}
+			a = n.attr()
 		}
-		// A file's attributes are no directory's row (kept.go).
-		t.timesOnly = n.kind != KindDir
+		t.carries = true // the node's row, declared below
 		synced := false
-		if sa.Mode != nil && n.kind != KindSymlink && *sa.Mode&0o7777 != n.mode {
-			n.mode = *sa.Mode & 0o7777
+		if sa.Mode != nil && a.Kind != KindSymlink && *sa.Mode&0o7777 != a.Mode {
+			a.Mode = *sa.Mode & 0o7777
 			synced = true
 		}
-		if sa.Mtime != nil && sa.Mtime.UnixNano() != n.mtime {
-			n.mtime = sa.Mtime.UnixNano()
-			synced = synced || n.kind != KindDir // directory times are local
+		if sa.Mtime != nil && sa.Mtime.UnixNano() != a.Mtime.UnixNano() {
+			a.Mtime = time.Unix(0, sa.Mtime.UnixNano())
+			synced = synced || a.Kind != KindDir // directory times are local
 		}
-		synced = synced && !n.kind.Special()
+		synced = synced && !a.Kind.Special()
 		if sa.Uid != nil {
-			n.uid = *sa.Uid
+			a.Uid = *sa.Uid
 		}
 		if sa.Gid != nil {
-			n.gid = *sa.Gid
+			a.Gid = *sa.Gid
 		}
 		if sa.Atime != nil {
-			n.atime = sa.Atime.UnixNano()
+			a.Atime = time.Unix(0, sa.Atime.UnixNano())
 		}
-		n.ctime = t.now
+		a.Ctime = time.Unix(0, t.now)
 		if synced {
-			n.rev = t.stamp() // in the row's update, not one more (touchNode's)
+			a.Rev = t.stamp() // in the row's update, not one more (touchNode's)
 		}
 		if _, err := t.exec(`UPDATE nodes SET mode = ?, uid = ?, gid = ?, mtime = ?, atime = ?, ctime = ?, rev = ? WHERE ino = ?`,
-			n.mode, n.uid, n.gid, n.mtime, n.atime, n.ctime, n.rev, ino); err != nil {
+			a.Mode, a.Uid, a.Gid, a.Mtime.UnixNano(), a.Atime.UnixNano(), t.now, a.Rev, ino); err != nil {
 			return err
 		}
+		t.keepNode(ino, &a)
 		if synced {
 			return t.touchNames(ino)
 		}
@@ -554,7 +565,7 @@ func (s *Store) SetAttr(ctx context.Context, ino Ino, sa SetAttr) (Attr, error) 
 	if sa.Mtime != nil {
 		s.setOpenMtime(ino, sa.Mtime.UnixNano())
 	}
-	return s.overlay(n.attr()), nil
+	return s.overlay(a), nil
 }
 
 // truncate sets a file's size: through its open state when open, so

@@ -178,3 +178,57 @@ func TestXattrsGoWithTheirNode(t *testing.T) {
 		t.Fatalf("%d xattrs of deleted nodes left", left)
 	}
 }
+
+// TestSetAttrFromKeptAttributes: a SetAttr of a node whose attributes
+// are kept reads no row, and what it writes is what a SetAttr that reads
+// the row writes: chown, chmod and utimes in a row (as tar makes them),
+// after a create, after a file's commit, and after a link, which keeps
+// nothing of the file.
+func TestSetAttrFromKeptAttributes(t *testing.T) {
+	s, err := Open(ctx, t.TempDir()+"/s.db", Options{NoSync: true, GroupWindow: time.Hour})
+	must(t, err)
+	t.Cleanup(func() { s.Close() })
+	uid, gid, mode := uint32(5), uint32(6), uint32(0o600)
+	mt, at := time.Unix(1000, 7), time.Unix(2000, 9)
+	setAll := func(what string, ino Ino, reads int) {
+		t.Helper()
+		got := countStatements(t, s, func() {
+			for _, sa := range []SetAttr{{Uid: &uid, Gid: &gid}, {Mode: &mode}, {Mtime: &mt, Atime: &at}} {
+				if _, err := s.SetAttr(ctx, ino, sa); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+		k := 0
+		for _, q := range got {
+			if strings.HasPrefix(q, "SELECT n.ino") {
+				k++
+			}
+		}
+		if k != reads {
+			t.Errorf("%s: %d reads of the node, want %d:\n  %s", what, k, reads, strings.Join(got, "\n  "))
+		}
+		n, err := s.viewNode(ctx, ino)
+		must(t, err)
+		if n.uid != uid || n.gid != gid || n.mode != mode || n.mtime != mt.UnixNano() || n.atime != at.UnixNano() {
+			t.Fatalf("%s: the row holds uid %d gid %d mode %o mtime %d atime %d", what, n.uid, n.gid, n.mode, n.mtime, n.atime)
+		}
+		if a, err := s.GetAttr(ctx, ino); err != nil || a != n.attr() {
+			t.Fatalf("%s: GetAttr = %+v, %v; the row holds %+v", what, a, err, n.attr())
+		}
+		uid, gid, mode = uid+1, gid+1, mode^0o044
+		mt, at = mt.Add(time.Second), at.Add(time.Second)
+	}
+	a, h, err := s.CreateOpen(ctx, RootIno, "f", NewAttr{Mode: 0o644})
+	must(t, err)
+	_, err = h.WriteAt(ctx, []byte("data"), 0)
+	must(t, err)
+	must(t, h.Release(ctx))
+	setAll("after a file's commit", a.Ino, 0)
+	b, err := s.Create(ctx, RootIno, "g", NewAttr{Mode: 0o644})
+	must(t, err)
+	setAll("after a create", b.Ino, 0)
+	_, err = s.Link(ctx, b.Ino, RootIno, "g2")
+	must(t, err)
+	setAll("after a link", b.Ino, 1)
+}

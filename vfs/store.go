@@ -401,14 +401,19 @@ type wtx struct {
 	inval []Invalidation
 	now   int64
 	dirty map[Ino]struct{} // directories whose times change at commit
-	// timesOnly: the mutation changes directory rows only by the times
-	// of dirty (kept.go).
-	timesOnly bool
-	dirs      map[string]Ino   // directory paths resolved by this transaction
-	adds      []chunkstore.Ref // chunk references to take at commit
-	drops     []chunkstore.Ref // and to release
-	dirAdds   map[Ino]string   // directory paths learnt, cached at commit
-	forgot    bool             // the cache of directory paths was dropped
+	// carries: the mutation changes node rows only by the times of the
+	// directories in dirty and by the rows it declares in keep, so kept
+	// attributes carry over it (kept.go).
+	carries bool
+	keep    map[Ino]*Attr
+	// before is the write count a group's mutation started from
+	// (wtx.keptAttr).
+	before  uint64
+	dirs    map[string]Ino   // directory paths resolved by this transaction
+	adds    []chunkstore.Ref // chunk references to take at commit
+	drops   []chunkstore.Ref // and to release
+	dirAdds map[Ino]string   // directory paths learnt, cached at commit
+	forgot  bool             // the cache of directory paths was dropped
 	// grp is the group's transaction when this is one of its mutations:
 	// the directory paths the group's earlier mutations learnt are good
 	// for this one too (unless it drops them, forgot).
