@@ -18,10 +18,11 @@ import (
 
 // syncReport is push/pull --json.
 type syncReport struct {
-	Entries     int  `json:"entries"`
-	Skipped     int  `json:"skipped"`
-	Objects     int  `json:"objects"`
-	Rebaselined bool `json:"rebaselined"`
+	Entries     int   `json:"entries"`
+	Skipped     int   `json:"skipped"`
+	Objects     int   `json:"objects"`
+	Bytes       int64 `json:"bytes"`
+	Rebaselined bool  `json:"rebaselined"`
 }
 
 func (p *pair) sync(verb string) syncReport {
