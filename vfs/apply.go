@@ -302,7 +302,7 @@ func (t *wtx) applyEntry(e *ChangeEntry) (bool, error) {
 				if _, err := t.exec(`UPDATE nodes SET mode = ? WHERE ino = ?`, e.Mode, cur.ino); err != nil {
 					return false, err
 				}
-				if err := t.setContent(&cur, e.Chunks, e.Mtime); err != nil {
+				if _, err := t.setContent(&cur, e.Chunks, e.Mtime, nil); err != nil {
 					return false, err
 				}
 				t.inval = append(t.inval, Invalidation{Ino: cur.ino, Parent: parent, Name: name})

@@ -990,9 +990,12 @@ func (f *openFile) commit(ctx context.Context) error {
 		t.hold(stage)
 		t.own = own
 		t.carries = true // the file's row, declared below; its paths' change rows, chunk references
-		n, err := getNode(ctx, t.tx, f.ino)
-		if err != nil {
-			return err
+		n, paths, ok := t.keptNode(f.ino)
+		if !ok {
+			var err error
+			if n, err = getNode(ctx, t.tx, f.ino); err != nil {
+				return err
+			}
 		}
 		if n.nlink == 0 {
 			// Unlinked while open: keep the bytes for the remaining readers,
@@ -1009,11 +1012,13 @@ func (f *openFile) commit(ctx context.Context) error {
 				chunkstore.AppendManifest(nil, m), m.Size(), mtime, f.ino)
 			return err
 		}
-		if err := t.setContent(&n, m, mtime); err != nil {
+		paths, err := t.setContent(&n, m, mtime, paths)
+		if err != nil {
 			return err
 		}
 		a := n.attr()
 		t.keepNode(f.ino, &a)
+		t.keepRow(f.ino, n.manifest, paths)
 		rev = t.cur
 		return nil
 	})

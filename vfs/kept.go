@@ -22,13 +22,63 @@ import "time"
 // moves the counter at its start, and a miss costs nothing but the usual
 // read. What is kept is the rows' attributes; GetAttr adds the writes
 // open handles buffer, as it does to a row it reads.
+//
+// For a node a mutation made or committed, the rest of its row (its
+// manifest) and its paths are kept too (wtx.keepRow), while both are
+// small: the commit of a file right after its create (every file tar, git
+// or npm writes) reads neither its row nor its names. A carried mutation
+// that names a node in keep drops what was kept of its row unless it
+// declares it again; none that carries changes a name (a create adds one
+// to its new node only, an unlink drops its node, a rename or a link
+// carries nothing).
 type keptAttrs struct {
 	at    uint64
 	attrs map[Ino]Attr
+	rows  map[Ino]keptRow // only for nodes in attrs
 }
 
-// maxKept bounds the nodes kept.
-const maxKept = 16
+// keptRow is what is kept of a node beyond its attributes.
+type keptRow struct {
+	manifest []byte   // encoded, as the row holds it
+	paths    []string // every name's path
+}
+
+// maxKept bounds the nodes kept; maxKeptManifest and maxKeptPaths what
+// is kept of a row.
+const (
+	maxKept         = 16
+	maxKeptManifest = 1 << 10
+	maxKeptPaths    = 4
+)
+
+// keepRow declares the manifest and paths of a node the mutation also
+// declares with keepNode.
+func (t *wtx) keepRow(ino Ino, manifest []byte, paths []string) {
+	if len(manifest) > maxKeptManifest || len(paths) > maxKeptPaths || len(paths) == 0 {
+		return
+	}
+	if t.rows == nil {
+		t.rows = make(map[Ino]keptRow, 1)
+	}
+	t.rows[ino] = keptRow{manifest: manifest, paths: paths}
+}
+
+// keptNode returns the whole row and the paths of a node kept at the
+// start of mutation t.
+func (t *wtx) keptNode(ino Ino) (node, []string, bool) {
+	p := t.s.kept.Load()
+	if t.grp == nil || p == nil || p.at != t.before {
+		return node{}, nil, false
+	}
+	r, ok := p.rows[ino]
+	if !ok {
+		return node{}, nil, false
+	}
+	a := p.attrs[ino]
+	return node{ino: a.Ino, kind: a.Kind, mode: a.Mode, uid: a.Uid, gid: a.Gid, nlink: a.Nlink, size: a.Size,
+		mtime: a.Mtime.UnixNano(), ctime: a.Ctime.UnixNano(), atime: a.Atime.UnixNano(), manifest: r.manifest,
+		rdev: a.Rdev, rev: a.Rev}, r.paths, true
+}
 
 // keepNode declares that the mutation left ino's row with attributes a,
 // or, with a nil a, changed or removed it in a way it does not state.
@@ -47,7 +97,7 @@ func (s *Store) carryKept(t *wtx, before, at uint64) {
 		s.kept.Store(nil)
 		return
 	}
-	p := &keptAttrs{at: at, attrs: make(map[Ino]Attr, maxKept)}
+	p := &keptAttrs{at: at, attrs: make(map[Ino]Attr, maxKept), rows: make(map[Ino]keptRow)}
 	if prev := s.kept.Load(); prev != nil && prev.at == before {
 		for ino, a := range prev.attrs {
 			if _, ok := t.dirty[ino]; ok {
@@ -56,14 +106,23 @@ func (s *Store) carryKept(t *wtx, before, at uint64) {
 			}
 			p.attrs[ino] = a
 		}
+		for ino, r := range prev.rows {
+			if _, ok := t.keep[ino]; !ok {
+				p.rows[ino] = r
+			}
+		}
 	}
 	for ino, a := range t.keep {
+		delete(p.rows, ino)
 		if a == nil {
 			delete(p.attrs, ino)
 			continue
 		}
 		if _, ok := p.attrs[ino]; ok || p.room(t.keep) {
 			p.attrs[ino] = *a
+			if r, ok := t.rows[ino]; ok {
+				p.rows[ino] = r
+			}
 		}
 	}
 	s.kept.Store(p)
@@ -79,6 +138,7 @@ func (p *keptAttrs) room(spare map[Ino]*Attr) bool {
 	for ino, a := range p.attrs {
 		if _, ok := spare[ino]; !ok && a.Kind != KindDir {
 			delete(p.attrs, ino)
+			delete(p.rows, ino)
 			return true
 		}
 	}
@@ -114,13 +174,17 @@ func (s *Store) keepAttr(a Attr, at uint64) {
 		return // an odd count: a write was in progress (ReadDirAttrs)
 	}
 	prev := s.kept.Load()
-	p := &keptAttrs{at: at, attrs: make(map[Ino]Attr, maxKept)}
+	p := &keptAttrs{at: at, attrs: make(map[Ino]Attr, maxKept), rows: make(map[Ino]keptRow)}
 	if prev != nil && prev.at == at {
 		for ino, b := range prev.attrs {
 			p.attrs[ino] = b
 		}
+		for ino, r := range prev.rows {
+			p.rows[ino] = r
+		}
 		if _, ok := p.attrs[a.Ino]; !ok && !p.room(nil) {
 			clear(p.attrs)
+			clear(p.rows)
 		}
 	}
 	p.attrs[a.Ino] = a

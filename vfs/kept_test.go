@@ -6,17 +6,24 @@ import (
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/wsync/wsync/watermark"
 )
 
 // GetAttr answers what a node's row holds, whether from what a mutation
 // kept or from the row: random mutations of every kind (in groups, as the
 // mount makes them, with group commits and failures between them), and
 // after each the attributes of every directory and file ever made
-// compared with a read of its row.
+// compared with a read of its row. Every 50 steps a peer takes the
+// changes since the last time, as a pull would, and must hold the same
+// tree: what the mutations left in the change feed is whole and right,
+// whether they read their rows or took them from what was kept.
 func TestKeptAttrsMatchTheRows(t *testing.T) {
 	s, err := Open(ctx, t.TempDir()+"/s.db", Options{NoSync: true, GroupWindow: time.Hour, Owner: NewAttr{Uid: 1000, Gid: 1000}})
 	must(t, err)
 	defer s.Close()
+	peer := newStore(t)
+	var cursor watermark.Cursor
 	rnd := rand.New(rand.NewPCG(7, 12))
 	dirs := []Ino{RootIno}
 	var files []Ino
@@ -46,6 +53,12 @@ func TestKeptAttrsMatchTheRows(t *testing.T) {
 		}
 	}
 	for step := range 1500 {
+		if step%50 == 49 {
+			cursor = syncInto(t, s, peer, cursor, Ignore{})
+			if d := diffTrees(tree(t, s), tree(t, peer)); d != "" {
+				t.Fatalf("step %d: the peer's tree differs after a pull:\n%s", step, d)
+			}
+		}
 		d := dirs[rnd.IntN(len(dirs))]
 		name := fmt.Sprint("n", rnd.IntN(40))
 		var what string
@@ -92,7 +105,10 @@ func TestKeptAttrsMatchTheRows(t *testing.T) {
 			if a, h, err := s.CreateOpen(ctx, d, name, NewAttr{Mode: 0o644}); err == nil {
 				names[d] = append(names[d], name)
 				files = append(files, a.Ino)
-				check(step, "create before its write")
+				// A pull between the create and the commit (which takes
+				// the new file's row and paths from what the create
+				// kept): the commit's change row must bring the content.
+				cursor = syncInto(t, s, peer, cursor, Ignore{})
 				_, err = h.WriteAt(ctx, []byte(name), 0)
 				must(t, err)
 				must(t, h.Release(ctx))

@@ -367,15 +367,21 @@ func (t *wtx) removeDir(parent Ino, name, path string, n node) error {
 
 // setContent replaces a file node's manifest in place, moving chunk
 // references from the old manifest to the new one; n becomes the row it
-// writes.
-func (t *wtx) setContent(n *node, m chunkstore.Manifest, mtime int64) error {
+// writes. paths are the node's paths, nil when the caller does not know
+// them (they are read); it returns them.
+func (t *wtx) setContent(n *node, m chunkstore.Manifest, mtime int64, paths []string) ([]string, error) {
 	old, err := n.decodeManifest()
 	if err != nil {
-		return err
+		return nil, err
+	}
+	if paths == nil {
+		if paths, err = t.nodePaths(n.ino); err != nil {
+			return nil, err
+		}
 	}
 	if !slices.Equal(old, m) {
-		if err := t.trashNames(n.ino, TrashOverwrite); err != nil {
-			return err
+		if err := t.trashPaths(paths, n.ino, TrashOverwrite); err != nil {
+			return nil, err
 		}
 	}
 	t.addRefs(m)
@@ -385,9 +391,14 @@ func (t *wtx) setContent(n *node, m chunkstore.Manifest, mtime int64) error {
 	_, err = t.exec(`UPDATE nodes SET manifest = ?, size = ?, mtime = ?, ctime = ?, rev = ? WHERE ino = ?`,
 		n.manifest, n.size, n.mtime, n.ctime, n.rev, n.ino)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return t.touchNames(n.ino)
+	for _, p := range paths {
+		if err := t.touch(p); err != nil {
+			return nil, err
+		}
+	}
+	return paths, nil
 }
 
 // parentDir resolves a directory inode for a mutation inside it.

@@ -171,12 +171,16 @@ func (s *Store) create(ctx context.Context, parent Ino, name string, nn newNode,
 		if err != nil {
 			return err
 		}
-		n, err = t.insertNode(parent, joinPath(dp, name), name, nn)
+		path := joinPath(dp, name)
+		n, err = t.insertNode(parent, path, name, nn)
 		if err != nil {
 			return err
 		}
 		a := n.attr()
 		t.keepNode(n.ino, &a)
+		if n.kind == KindFile {
+			t.keepRow(n.ino, n.manifest, []string{path})
+		}
 		if made != nil {
 			made(n)
 		}

@@ -213,7 +213,7 @@ func (s *Store) WriteFileFrom(ctx context.Context, path string, r io.Reader, mod
 		if _, err := t.exec(`UPDATE nodes SET mode = ? WHERE ino = ?`, mode&0o7777, cur.ino); err != nil {
 			return err
 		}
-		if err := t.setContent(&cur, m, t.now); err != nil {
+		if _, err := t.setContent(&cur, m, t.now, nil); err != nil {
 			return err
 		}
 		n, err = getNode(ctx, t.tx, cur.ino)

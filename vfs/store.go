@@ -406,6 +406,7 @@ type wtx struct {
 	// attributes carry over it (kept.go).
 	carries bool
 	keep    map[Ino]*Attr
+	rows    map[Ino]keptRow
 	// before is the write count a group's mutation started from
 	// (wtx.keptAttr).
 	before  uint64

@@ -136,14 +136,10 @@ func (t *wtx) trash(path string, ino Ino, k Kind, op string) error {
 	return nil
 }
 
-// trashNames records every name of file ino before an overwrite.
-func (t *wtx) trashNames(ino Ino, op string) error {
+// trashPaths records paths, every name of file ino, before an overwrite.
+func (t *wtx) trashPaths(paths []string, ino Ino, op string) error {
 	if t.s.opts.Trash == nil {
 		return nil
-	}
-	paths, err := t.nodePaths(ino)
-	if err != nil {
-		return err
 	}
 	for _, p := range paths {
 		if err := t.trash(p, ino, KindFile, op); err != nil {
