@@ -140,12 +140,23 @@
 // fails it (*RestoreConflictError) unless forced. trash.go has the rules;
 // docs/ARCHITECTURE.md, "Trash", the argument.
 //
-// # Kept directory attributes
+// # Kept attributes
 //
-// GetAttr keeps what it read of a directory, valid while the write counter
-// (moved at the start and end of every write) stands; a create, an unlink
-// and a file's commit carry it forward with the parent times they set.
-// kept.go.
+// GetAttr keeps what it read of a node, valid while the write counter
+// (moved at the start and end of every write) stands. A mutation that
+// declares every row it changes carries it forward: a create, an unlink
+// and a file's commit with the parent times they set, a create, a commit
+// and a SetAttr with the node's new attributes (and, for a file just made
+// or committed, its manifest and paths, so its next commit reads neither),
+// an unlink by dropping its node. kept.go.
+//
+// # A group's bookkeeping
+//
+// A mutation of a group writes its change rows at the group's commit
+// (multi-row upserts; nothing inside a group reads them), and reuses the
+// directory paths the group's earlier mutations learnt. Deleting a node
+// deletes its xattrs only if the store's set of nodes that may have some
+// (xattrinos.go) names it.
 //
 // # Held chunks
 //
