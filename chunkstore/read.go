@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"strings"
 )
 
 // ReadAt reads bytes of one chunk at off, like io.ReaderAt: fewer than
@@ -271,4 +272,129 @@ func (s *Store) getRow(ctx context.Context, q Querier, h Hash, stagedFile, retry
 		return nil, fmt.Errorf("get chunk %s: %w: file shrank to %d bytes", h, err, n)
 	}
 	return buf, nil
+}
+
+// getBatch is how many hashes GetEach looks up in one query.
+const getBatch = 256
+
+// batchInlineMax bounds the inline bytes GetEach takes with a batch's rows:
+// a larger row (stored under an older threshold) goes through Get, so a
+// batch holds at most getBatch x batchInlineMax bytes.
+const batchInlineMax = 64 << 10
+
+// GetEach calls fn with each chunk of hs, in order, as Get returns it, and
+// stops at the first error. The rows of chunks that are neither pinned nor
+// at a known pack location are looked up getBatch at a time, one query per
+// batch where Get runs one per chunk: a sender streaming 10,000 small
+// chunks spent a quarter of its CPU in those queries. A row's inline bytes
+// come with it and a pack record is read where the row says; anything else
+// (no row, a file chunk, a record gone with its pack, a remote fetch) goes
+// through Get. fn may keep data.
+func (s *Store) GetEach(ctx context.Context, q Querier, hs []Hash, fn func(Hash, []byte) error) error {
+	for len(hs) > 0 {
+		batch := hs[:min(len(hs), getBatch)]
+		hs = hs[len(batch):]
+		rows, err := s.batchRows(ctx, q, batch)
+		if err != nil {
+			return err
+		}
+		for _, h := range batch {
+			data, err := s.getBatched(ctx, q, h, rows)
+			if err != nil {
+				return err
+			}
+			if err := fn(h, data); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// batchRow is what GetEach reads of a row: its size, its inline bytes
+// (when at most batchInlineMax) and its pack location.
+type batchRow struct {
+	size   int64
+	inline []byte
+	loc    packLoc
+}
+
+// batchRows reads the rows of the hashes whose bytes are not in memory or
+// at a known pack location.
+func (s *Store) batchRows(ctx context.Context, q Querier, hs []Hash) (map[Hash]batchRow, error) {
+	args := make([]any, 0, len(hs)+1)
+	args = append(args, batchInlineMax)
+	s.mu.Lock()
+	for _, h := range hs {
+		if p := s.pins[h]; p != nil && (p.data != nil || p.loc.valid()) {
+			continue
+		}
+		if _, ok := s.locs[h]; ok && s.dir != "" {
+			continue
+		}
+		args = append(args, h[:])
+	}
+	s.mu.Unlock()
+	if len(args) == 1 {
+		return nil, nil
+	}
+	var sql strings.Builder
+	sql.WriteString("SELECT hash, size, CASE WHEN length(data) <= ? THEN data END, pack, pack_off FROM chunks WHERE hash IN (?")
+	sql.WriteString(strings.Repeat(",?", len(args)-2))
+	sql.WriteByte(')')
+	rs, err := q.QueryContext(ctx, sql.String(), args...)
+	if err != nil {
+		return nil, fmt.Errorf("get chunks: %w", err)
+	}
+	defer rs.Close()
+	rows := make(map[Hash]batchRow, len(args)-1)
+	for rs.Next() {
+		var hb []byte
+		var r batchRow
+		var pack, off *int64
+		if err := rs.Scan(&hb, &r.size, &r.inline, &pack, &off); err != nil {
+			return nil, fmt.Errorf("get chunks: %w", err)
+		}
+		if len(hb) != len(Hash{}) {
+			return nil, fmt.Errorf("get chunks: %w: a row's hash has %d bytes", ErrCorrupt, len(hb))
+		}
+		r.loc = nullLoc(pack, off)
+		rows[Hash(hb)] = r
+	}
+	if err := rs.Err(); err != nil {
+		return nil, fmt.Errorf("get chunks: %w", err)
+	}
+	return rows, nil
+}
+
+// getBatched is Get with the row batchRows read, when it read one.
+func (s *Store) getBatched(ctx context.Context, q Querier, h Hash, rows map[Hash]batchRow) ([]byte, error) {
+	s.mu.Lock()
+	var staged []byte
+	var loc packLoc
+	if p := s.pins[h]; p != nil {
+		staged, loc = p.data, p.loc
+	}
+	if !loc.valid() && s.dir != "" {
+		loc = s.locs[h]
+	}
+	s.mu.Unlock()
+	switch r, ok := rows[h]; {
+	case staged != nil:
+		return append([]byte(nil), staged...), nil
+	case loc.valid():
+		if data, err, ok := s.readRecord(loc, h, -1); ok && err == nil {
+			return data, nil
+		}
+		s.forgetLoc(h, loc)
+	case !ok:
+	case r.inline != nil && int64(len(r.inline)) == r.size:
+		return r.inline, nil
+	case r.loc.valid() && s.dir != "":
+		if data, err, ok := s.readRecord(r.loc, h, r.size); ok && err == nil {
+			s.rememberLoc(h, r.loc)
+			return data, nil
+		}
+	}
+	return s.Get(ctx, q, h)
 }

@@ -152,6 +152,21 @@ func checkContent(t testing.TB, s *Store, q Querier, m Manifest, seed uint64) {
 			t.Fatalf("chunk %d: ReadAt = %d, %v; want %d bytes equal", i, n, err, len(p))
 		}
 	}
+	var hs []Hash
+	for _, r := range m {
+		hs = append(hs, r.Hash)
+	}
+	i := 0
+	err := s.GetEach(context.Background(), q, hs, func(h Hash, got []byte) error {
+		if h != hs[i] || !bytes.Equal(got, chunkBytes(seed+uint64(i), int(m[i].Size))) {
+			t.Fatalf("chunk %d: GetEach returned different bytes", i)
+		}
+		i++
+		return nil
+	})
+	if err != nil || i != len(hs) {
+		t.Fatalf("GetEach: %d of %d chunks, %v", i, len(hs), err)
+	}
 }
 
 // layoutBytes splits the sizes into the bytes s keeps in rows and outside

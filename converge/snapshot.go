@@ -545,11 +545,7 @@ func sendChunks(ctx context.Context, sess *rpc.Session, st *callStats, local *vf
 				objs, size = objs[:0], 0
 				return o.Send(ctx, p)
 			}
-			for _, h := range part {
-				data, err := local.ReadChunk(ctx, h)
-				if err != nil {
-					return err
-				}
+			err := local.ReadChunks(ctx, part, func(h chunkstore.Hash, data []byte) error {
 				if size+len(data) > objectsTarget {
 					if err := flush(); err != nil {
 						return err
@@ -559,14 +555,18 @@ func sendChunks(ctx context.Context, sess *rpc.Session, st *callStats, local *vf
 				size += len(data) + 40
 				rep.Chunks++
 				rep.ChunkBytes += int64(len(data))
+				return nil
+			})
+			if err == nil {
+				err = flush()
 			}
-			if err := flush(); err != nil {
+			if err != nil {
 				return err
 			}
 			if err := o.CloseSend(); err != nil {
 				return err
 			}
-			_, err := o.Reply(ctx)
+			_, err = o.Reply(ctx)
 			return err
 		}()
 		if err != nil {

@@ -526,7 +526,7 @@ func (x *Exchange) send(ctx context.Context, entries iter.Seq2[vfs.ChangeEntry, 
 		var st ObjectStats
 		if len(missing) > 0 {
 			stageID = d.stageSeq.Add(1)
-			if st, err = x.s.PushObjects(ctx, stageID, missing, d.local.ReadChunk); err != nil {
+			if st, err = x.s.PushObjects(ctx, stageID, missing, d.local.ReadChunks); err != nil {
 				return err
 			}
 		}

@@ -519,14 +519,12 @@ func TestSenderRevZeroVersusPeer(t *testing.T) {
 // lyingBackend serves wrong bytes for every chunk.
 type lyingBackend struct{ *vfs.Store }
 
-func (l lyingBackend) ReadChunk(ctx context.Context, h chunkstore.Hash) ([]byte, error) {
-	b, err := l.Store.ReadChunk(ctx, h)
-	if err != nil {
-		return nil, err
-	}
-	b = bytes.Clone(b)
-	b[0] ^= 1
-	return b, nil
+func (l lyingBackend) ReadChunks(ctx context.Context, hs []chunkstore.Hash, each func(chunkstore.Hash, []byte) error) error {
+	return l.Store.ReadChunks(ctx, hs, func(h chunkstore.Hash, b []byte) error {
+		b = bytes.Clone(b)
+		b[0] ^= 1
+		return each(h, b)
+	})
 }
 
 func TestBadPeersGetTypedErrorsAndChangeNothing(t *testing.T) {
@@ -550,9 +548,9 @@ func TestBadPeersGetTypedErrorsAndChangeNothing(t *testing.T) {
 
 	t.Run("hash mismatch on push", func(t *testing.T) {
 		s := session(t, p.client)
-		_, err := NewPeer(s).PushObjects(ctx, 77, []chunkstore.Hash{h}, func(context.Context, chunkstore.Hash) ([]byte, error) {
+		_, err := NewPeer(s).PushObjects(ctx, 77, []chunkstore.Hash{h}, eachChunk(func(chunkstore.Hash) ([]byte, error) {
 			return []byte("not the payload"), nil
-		})
+		}))
 		if !errors.Is(err, chunkstore.ErrHashMismatch) {
 			t.Fatalf("err = %v, want ErrHashMismatch", err)
 		}

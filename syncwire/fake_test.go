@@ -113,7 +113,27 @@ func (f *fakeBackend) Has(ctx context.Context, hs []chunkstore.Hash) ([]chunksto
 	return out, nil
 }
 
-func (f *fakeBackend) ReadChunk(ctx context.Context, h chunkstore.Hash) ([]byte, error) {
+func (f *fakeBackend) ReadChunks(ctx context.Context, hs []chunkstore.Hash, each func(chunkstore.Hash, []byte) error) error {
+	return eachChunk(func(h chunkstore.Hash) ([]byte, error) { return f.readChunk(ctx, h) })(ctx, hs, each)
+}
+
+// eachChunk is a ChunkReader that reads one chunk at a time with read.
+func eachChunk(read func(chunkstore.Hash) ([]byte, error)) ChunkReader {
+	return func(ctx context.Context, hs []chunkstore.Hash, each func(chunkstore.Hash, []byte) error) error {
+		for _, h := range hs {
+			b, err := read(h)
+			if err != nil {
+				return err
+			}
+			if err := each(h, b); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+func (f *fakeBackend) readChunk(ctx context.Context, h chunkstore.Hash) ([]byte, error) {
 	f.reads.Add(1)
 	if f.chunkFn != nil {
 		return f.chunkFn(h)

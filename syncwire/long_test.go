@@ -2,7 +2,6 @@ package syncwire
 
 import (
 	"bytes"
-	"context"
 	"slices"
 	"testing"
 	"time"
@@ -163,7 +162,7 @@ func TestHoleHashIsNeverAnObject(t *testing.T) {
 		},
 		"local fetch": func() error { return NewPeer(s).FetchObjects(ctx, hole, func(Object) error { return nil }) },
 		"local push": func() error {
-			_, err := NewPeer(s).PushObjects(ctx, 2, hole, func(context.Context, chunkstore.Hash) ([]byte, error) { return []byte("x"), nil })
+			_, err := NewPeer(s).PushObjects(ctx, 2, hole, eachChunk(func(chunkstore.Hash) ([]byte, error) { return []byte("x"), nil }))
 			return err
 		},
 	} {

@@ -141,7 +141,7 @@ type ObjectStats struct {
 // the hashes it sends (at most MaxHashes; longer lists take
 // several calls into the same stage).
 func (p Peer) PushObjects(ctx context.Context, stage uint64, hs []chunkstore.Hash,
-	read func(context.Context, chunkstore.Hash) ([]byte, error)) (ObjectStats, error) {
+	read ChunkReader) (ObjectStats, error) {
 	var st ObjectStats
 	if err := noHoles("push objects", hs); err != nil {
 		return st, err
@@ -157,7 +157,7 @@ func (p Peer) PushObjects(ctx context.Context, stage uint64, hs []chunkstore.Has
 }
 
 func (p Peer) pushObjects(ctx context.Context, stage uint64, hs []chunkstore.Hash,
-	read func(context.Context, chunkstore.Hash) ([]byte, error), total *ObjectStats) error {
+	read ChunkReader, total *ObjectStats) error {
 	var st ObjectStats
 	o, done, err := p.open(ctx, MethodPushObjects, PushObjectsRequest{Stage: stage, Hashes: hs}.appendTo(nil), true)
 	if err != nil {

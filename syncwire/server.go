@@ -23,7 +23,9 @@ type Backend interface {
 	Changes(ctx context.Context, after, through watermark.Cursor, ig vfs.Ignore) iter.Seq2[vfs.ChangeEntry, error]
 	Apply(ctx context.Context, entries []vfs.ChangeEntry, opts vfs.ApplyOptions) (vfs.ApplyResult, error)
 	Has(ctx context.Context, hashes []chunkstore.Hash) ([]chunkstore.Hash, error)
-	ReadChunk(ctx context.Context, h chunkstore.Hash) ([]byte, error)
+	// ReadChunks calls each with every chunk of hs, in order; an error
+	// from each stops it and is returned.
+	ReadChunks(ctx context.Context, hs []chunkstore.Hash, each func(chunkstore.Hash, []byte) error) error
 	Chunks() *chunkstore.Store
 	Watermarks(ctx context.Context, peer string) (watermark.Set, error)
 	SetWatermarks(ctx context.Context, peer string, set watermark.Set) error
@@ -408,14 +410,14 @@ func (s *Server) fetchObjects(ctx context.Context, c *rpc.Incoming) error {
 		return err
 	}
 	b := s.b
-	return sendObjects(ctx, c.Send, hs, b.ReadChunk, nil)
+	return sendObjects(ctx, c.Send, hs, b.ReadChunks, nil)
 }
 
 // sendObjects streams the chunks named by hs, read with read, packed into
 // messages of about entryFrameTarget bytes. sent, if non-nil, learns the
 // raw and wire size of each chunk.
 func sendObjects(ctx context.Context, send func(context.Context, []byte) error, hs []chunkstore.Hash,
-	read func(context.Context, chunkstore.Hash) ([]byte, error), sent func(raw, wire int)) error {
+	read ChunkReader, sent func(raw, wire int)) error {
 	var msg []byte
 	count := 0
 	flush := func() error {
@@ -430,11 +432,7 @@ func sendObjects(ctx context.Context, send func(context.Context, []byte) error, 
 		crashpoint.Hit("syncwire.objects.sent")
 		return send(ctx, p)
 	}
-	for _, h := range hs {
-		data, err := read(ctx, h)
-		if err != nil {
-			return fmt.Errorf("read chunk %s: %w", h, err)
-		}
+	err := read(ctx, hs, func(h chunkstore.Hash, data []byte) error {
 		if len(data) == 0 || len(data) > chunkstore.ChunkSize {
 			return fmt.Errorf("read chunk %s: %w: %d bytes", h, chunkstore.ErrChunkTooLarge, len(data))
 		}
@@ -450,13 +448,19 @@ func sendObjects(ctx context.Context, send func(context.Context, []byte) error, 
 			sent(len(data), wire)
 		}
 		if len(msg) >= entryFrameTarget {
-			if err := flush(); err != nil {
-				return err
-			}
+			return flush()
 		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	return flush()
 }
+
+// ChunkReader calls each with every chunk of hs, in order; an error from
+// each stops it and is returned (Backend.ReadChunks).
+type ChunkReader func(ctx context.Context, hs []chunkstore.Hash, each func(chunkstore.Hash, []byte) error) error
 
 // pushObjects stages received chunks for the Push that follows. Each chunk
 // is hashed before it is staged; one mismatch fails the call and discards

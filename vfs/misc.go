@@ -88,6 +88,12 @@ func (s *Store) ReadChunk(ctx context.Context, h chunkstore.Hash) ([]byte, error
 	return s.chunks.Get(ctx, s.committed(), h)
 }
 
+// ReadChunks calls each with every chunk of hs, in order, reading their
+// rows in batches (chunkstore.Store.GetEach); an error from each stops it.
+func (s *Store) ReadChunks(ctx context.Context, hs []chunkstore.Hash, each func(chunkstore.Hash, []byte) error) error {
+	return s.chunks.GetEach(ctx, s.committed(), hs, each)
+}
+
 // GC collects chunks that no manifest references and chunk files that no
 // row names (left by a crash between writing bytes and committing).
 func (s *Store) GC(ctx context.Context) (chunkstore.GCStats, error) {
