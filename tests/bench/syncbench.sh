@@ -21,7 +21,9 @@
 # Knobs: WSYNC_BENCH_QUICK=1 (1 repetition, sizes 10000 30000), WSYNC_SYNC_SIZES, WSYNC_SYNC_REPS (default
 # WSYNC_BENCH_REPS: the 100,000-file repetition takes about 10 minutes on 2 busy cores),
 # WSYNC_WORKSPACE_SERVER / WSYNC_COMPUTERD (binaries to use instead of building ./cmd/...), WSYNC_BENCH_WAIT_QUIET,
-# WSYNC_BENCH_RESULTS=FILE (raw "N rep what value" lines), WSYNC_BENCH_LOGDIR (a failed run's daemon logs), WSYNC_BENCH_TMPFS_SIZE (default 8g here: the 100,000-file
+# WSYNC_BENCH_RESULTS=FILE (raw "N rep what value" lines), WSYNC_BENCH_PERF=DIR (a `perf record -a -g` of each timed
+# call, DIR/N-REP-SEQ-VERB.data: `perf report -i FILE --no-children --sort comm,dso,sym`; perf's sampling costs the timed
+# calls a few percent, so compare the ratios of runs without it), WSYNC_BENCH_LOGDIR (a failed run's daemon logs), WSYNC_BENCH_TMPFS_SIZE (default 8g here: the 100,000-file
 # tree is 1 GB and lives in the source, the container and the server at once), WSYNC_BENCH_STAT=min.
 # Needs root (mount, /dev/fuse), rsync, curl. Leaves no mounts or processes behind (trap on EXIT, INT, TERM).
 set -euo pipefail
@@ -103,6 +105,7 @@ cleanup() {
 	local rc=$?
 	trap - EXIT INT TERM
 	cd /
+	[[ -z ${PERF_PID:-} ]] || kill -INT "$PERF_PID" 2>/dev/null || true
 	stop_pair
 	if [[ -n $P ]]; then
 		bench_unmount "$P/mnt" || true
@@ -187,9 +190,20 @@ timed_sync() {
 	local t0 t1
 	sync
 	bench_wait_quiet "${WSYNC_BENCH_WAIT_QUIET:-0}"
+	if [[ -n ${WSYNC_BENCH_PERF:-} ]]; then # a system-wide CPU profile of the call (both daemons and the kernel)
+		mkdir -p "$WSYNC_BENCH_PERF"
+		PERF_SEQ=$((${PERF_SEQ:-0} + 1))
+		perf record -q -a -g -o "$WSYNC_BENCH_PERF/$n-$rep-$PERF_SEQ-$1.data" -- sleep 3600 2>/dev/null &
+		PERF_PID=$!
+		sleep 0.2 # perf has opened its events
+	fi
 	bench_now t0
 	SYNC_JSON=$(ws "$1" --json) || { bench_log "workspace-server $1 failed; server log:"; tail -n 20 "$P/workspace-server.log" >&2; return 1; }
 	bench_now t1
+	if [[ -n ${PERF_PID:-} ]]; then
+		kill -INT "$PERF_PID" && wait "$PERF_PID" || true
+		PERF_PID=
+	fi
 	SYNC_S=$(bench_fmt_us $((t1 - t0)))
 	SYNC_SRV=$(printf '%s' "$SYNC_JSON" | tr -d ' \n' | sed -n 's/.*"duration_ns":\([0-9]*\).*/\1/p' | awk '{ printf "%.6f", $1 / 1e9 }')
 	SYNC_N=$(printf '%s' "$SYNC_JSON" | tr -d ' \n' | sed -n 's/.*"entries":\([0-9]*\).*/\1/p')
