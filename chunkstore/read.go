@@ -338,9 +338,18 @@ func (s *Store) batchRows(ctx context.Context, q Querier, hs []Hash) (map[Hash]b
 	if len(args) == 1 {
 		return nil, nil
 	}
+	// The IN list is padded to a power of two with its last hash, so the
+	// same few statements come again for a statement cache to keep.
+	k := 1
+	for k < len(args)-1 {
+		k *= 2
+	}
+	for len(args)-1 < k {
+		args = append(args, args[len(args)-1])
+	}
 	var sql strings.Builder
 	sql.WriteString("SELECT hash, size, CASE WHEN length(data) <= ? THEN data END, pack, pack_off FROM chunks WHERE hash IN (?")
-	sql.WriteString(strings.Repeat(",?", len(args)-2))
+	sql.WriteString(strings.Repeat(",?", k-1))
 	sql.WriteByte(')')
 	rs, err := q.QueryContext(ctx, sql.String(), args...)
 	if err != nil {

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"slices"
+	"strings"
 
 	"github.com/wsync/wsync/chunkstore"
 	"github.com/wsync/wsync/watermark"
@@ -81,18 +83,23 @@ func (s *Store) feedPage(ctx context.Context, after watermark.Cursor, through in
 	if err != nil {
 		return pg, false, fmt.Errorf("changes: %w", err)
 	}
-	res := newResolver(ctx, q)
 	memo := ignoreMemo{ig: ig}
+	paths := make([]string, 0, len(rs))
+	revs := make([]int64, 0, len(rs))
 	for _, r := range rs {
 		pg.last = watermark.Within(r.rev, r.path)
 		parent, _ := splitPath(r.path)
 		if memo.dir(parent) {
 			continue // below an ignored directory: not even materialised
 		}
-		e, err := res.entry(r.path, r.rev)
-		if err != nil {
-			return pg, false, fmt.Errorf("changes: materialise %q: %w", r.path, err)
-		}
+		paths = append(paths, r.path)
+		revs = append(revs, r.rev)
+	}
+	es, err := newResolver(ctx, q).entries(paths, revs)
+	if err != nil {
+		return pg, false, fmt.Errorf("changes: materialise a page after %v: %w", after, err)
+	}
+	for _, e := range es {
 		if memo.match(e.Path, entryIsDir(e)) { // Ignore.IgnoresEntry
 			continue
 		}
@@ -138,21 +145,98 @@ func (r *resolver) dir(p string) (Ino, error) {
 
 // entry materialises the current state of path.
 func (r *resolver) entry(path string, rev int64) (ChangeEntry, error) {
-	del := ChangeEntry{Kind: EntryDelete, Rev: rev, Path: path}
-	parent, name := splitPath(path)
-	pino, err := r.dir(parent)
-	if err != nil || pino == 0 {
-		return del, err
+	es, err := r.entries([]string{path}, []int64{rev})
+	if err != nil {
+		return ChangeEntry{}, err
 	}
-	n, err := lookupNode(r.ctx, r.q, pino, name)
-	if errors.Is(err, ErrNotExist) || errors.Is(err, ErrNotDir) {
-		return del, nil
+	return es[0], nil
+}
+
+// entryCols is what an entry needs of a node (entryOf).
+const entryCols = `n.ino, n.kind, n.mode, n.size, n.mtime, n.manifest, n.target`
+
+// maxInNames is the most names one query of entries looks up.
+const maxInNames = 256
+
+// entries materialises the current state of each path, revs[i] being
+// path i's rev: a live node's entry, or a delete when the path is absent,
+// below something that is not a directory, or a special file (local: it
+// reads as absent). The names of one directory are looked up together, up
+// to maxInNames a query, where a query per path cost a sender a fifth of its
+// CPU in a pull of 10,000 files. The IN list is padded to a power of two
+// (repeating its last name), so the same few statements come again.
+func (r *resolver) entries(paths []string, revs []int64) ([]ChangeEntry, error) {
+	type key struct {
+		parent Ino
+		name   string
 	}
-	if err != nil || n.kind.Special() {
-		// A special file is local: its path reads as absent.
-		return del, err
+	out := make([]ChangeEntry, len(paths))
+	keys := make([]key, len(paths))
+	names := make(map[Ino][]string)
+	for i, p := range paths {
+		out[i] = ChangeEntry{Kind: EntryDelete, Rev: revs[i], Path: p}
+		parent, name := splitPath(p)
+		pino, err := r.dir(parent)
+		if err != nil {
+			return nil, err
+		}
+		keys[i] = key{pino, name}
+		if pino != 0 {
+			names[pino] = append(names[pino], name)
+		}
 	}
-	return entryOf(&n, rev, path)
+	found := make(map[key]node, len(paths))
+	for pino, ns := range names {
+		slices.Sort(ns)
+		ns = slices.Compact(ns)
+		for len(ns) > 0 {
+			part := ns[:min(len(ns), maxInNames)]
+			ns = ns[len(part):]
+			k := 1
+			for k < len(part) {
+				k *= 2
+			}
+			args := make([]any, 0, k+1)
+			args = append(args, pino)
+			for i := range k {
+				args = append(args, part[min(i, len(part)-1)])
+			}
+			rows, err := r.q.QueryContext(r.ctx, `SELECT d.name, `+entryCols+` FROM dirents d JOIN nodes n ON n.ino = d.child
+				WHERE d.parent = ? AND d.name IN (?`+strings.Repeat(",?", k-1)+`)`, args...)
+			if err != nil {
+				return nil, err
+			}
+			err = func() error {
+				defer rows.Close()
+				for rows.Next() {
+					var name string
+					var n node
+					var target sql.NullString
+					if err := rows.Scan(&name, &n.ino, &n.kind, &n.mode, &n.size, &n.mtime, &n.manifest, &target); err != nil {
+						return err
+					}
+					n.target = target.String
+					found[key{pino, name}] = n
+				}
+				return rows.Err()
+			}()
+			if err != nil {
+				return nil, err
+			}
+		}
+	}
+	for i, k := range keys {
+		n, ok := found[k]
+		if !ok || n.kind.Special() {
+			continue
+		}
+		e, err := entryOf(&n, revs[i], paths[i])
+		if err != nil {
+			return nil, err
+		}
+		out[i] = e
+	}
+	return out, nil
 }
 
 func entryOf(n *node, rev int64, path string) (ChangeEntry, error) {

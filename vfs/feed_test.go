@@ -231,3 +231,64 @@ func TestRmRecordsOneTombstonePerPath(t *testing.T) {
 		t.Errorf("rm of a missing path: %v", err)
 	}
 }
+
+// TestFeedLooksUpNamesPerDirectory: the feed materialises a page's paths
+// with one query per directory (and one per directory it has not resolved),
+// not one per path, and gives every path what resolving it alone gives: a
+// file's chunks, a symlink's target, a directory, a delete for a path
+// removed, for a special file (local) and for a path below a file.
+func TestFeedLooksUpNamesPerDirectory(t *testing.T) {
+	s := newStore(t)
+	for _, d := range []string{"a", "b", "c"} {
+		must(t, s.MkdirPath(ctx, d, 0o755, false))
+		for i := range 200 {
+			writeFile(t, s, fmt.Sprintf("%s/f%03d", d, i), pattern(100+i, byte(i)))
+		}
+	}
+	must(t, s.SymlinkPath(ctx, "a/f001", "b/link"))
+	c, err := s.Stat(ctx, "c")
+	must(t, err)
+	_, err = s.Mknod(ctx, c.Ino, "fifo", KindFifo, 0, NewAttr{Mode: 0o644})
+	must(t, err)
+	must(t, s.RemovePath(ctx, "a/f007", false))
+	// a/f009 is a file: a change row below it reads as a delete; so does
+	// one naming the fifo (a special file makes no change row of its own).
+	_, err = s.w.ExecContext(ctx, `INSERT INTO changes(path, rev) VALUES ('a/f009/x', ?), ('c/fifo', ?)`, s.CurrentRev(), s.CurrentRev())
+	must(t, err)
+
+	var got []ChangeEntry
+	stmts := countStatementsOn(t, s.rc, func() { got = feed(t, s, watermark.Cursor{}, Ignore{}) })
+	if len(got) != 606 {
+		t.Fatalf("feed has %d entries", len(got))
+	}
+	pages := (len(got) + feedPage - 1) / feedPage
+	// Per page: the change rows, at most three directories and three IN lists.
+	if len(stmts) > pages*7 {
+		t.Errorf("a feed of %d entries (%d pages) ran %d statements, want at most %d", len(got), pages, len(stmts), pages*7)
+	}
+	var ps []string
+	for _, e := range got {
+		ps = append(ps, e.Path)
+	}
+	want, err := s.EntriesAt(ctx, ps)
+	must(t, err)
+	for i := range got {
+		w := want[i]
+		w.Rev = got[i].Rev
+		if fmt.Sprint(got[i]) != fmt.Sprint(w) {
+			t.Errorf("feed entry %d:\n got  %+v\n want %+v", i, got[i], w)
+		}
+	}
+	byPath := map[string]ChangeEntry{}
+	for _, e := range got {
+		byPath[e.Path] = e
+	}
+	for p, kind := range map[string]EntryKind{"a/f007": EntryDelete, "c/fifo": EntryDelete, "a/f009/x": EntryDelete, "b/link": EntrySymlink, "c": EntryDir, "c/f199": EntryFile} {
+		if byPath[p].Kind != kind {
+			t.Errorf("%s: kind %v, want %v", p, byPath[p].Kind, kind)
+		}
+	}
+	if byPath["b/link"].Target != "a/f001" || byPath["c/f199"].Size != 299 {
+		t.Errorf("link %+v, file %+v", byPath["b/link"], byPath["c/f199"])
+	}
+}

@@ -13,17 +13,13 @@ import (
 func (s *Store) CountLive(ctx context.Context, paths []string) (int, error) {
 	n := 0
 	err := s.view(ctx, func(ctx context.Context, q chunkstore.Querier) error {
-		r := newResolver(ctx, q)
-		for _, p := range paths {
-			e, err := r.entry(p, 0)
-			if err != nil {
-				return err
-			}
+		es, err := newResolver(ctx, q).entries(paths, make([]int64, len(paths)))
+		for _, e := range es {
 			if e.Kind != EntryDelete {
 				n++
 			}
 		}
-		return nil
+		return err
 	})
 	if err != nil {
 		return 0, fmt.Errorf("count live: %w", err)

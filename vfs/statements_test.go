@@ -14,10 +14,17 @@ import (
 // countStatements counts the statements s's writer runs while fn runs.
 func countStatements(t *testing.T, s *Store, fn func()) []string {
 	t.Helper()
+	return countStatementsOn(t, s.wc, fn)
+}
+
+// countStatementsOn counts the statements transactions on the database of
+// cache c run while fn runs.
+func countStatementsOn(t *testing.T, cache *stmtCache, fn func()) []string {
+	t.Helper()
 	var mu sync.Mutex
 	var got []string
 	h := func(c *stmtCache, q string) {
-		if c != s.wc {
+		if c != cache {
 			return
 		}
 		mu.Lock()
