@@ -442,7 +442,28 @@ func (t *wtx) ensureDir(path string, lookupOnly bool) (Ino, error) {
 	if ino, ok := t.dirs[path]; ok {
 		return ino, nil
 	}
-	ino, err := t.walkDirs(path, func(dir Ino, name, walked string, n node, found bool) (Ino, error) {
+	// From the deepest directory above path the transaction resolved (each
+	// directory walked is remembered): a batch of new files in a deep tree
+	// looked up every directory from the root for each new directory.
+	from, fromIno := "", RootIno
+	for dir := path; dir != ""; {
+		dir, _ = splitPath(dir)
+		if ino, ok := t.dirs[dir]; ok && dir != "" {
+			from, fromIno = dir, ino
+			break
+		}
+	}
+	rest := path
+	if from != "" {
+		rest = path[len(from)+1:]
+	}
+	remember := func(walked string, ino Ino) {
+		if t.dirs == nil {
+			t.dirs = make(map[string]Ino)
+		}
+		t.dirs[walked] = ino
+	}
+	ino, err := t.walkDirsFrom(fromIno, from, rest, func(dir Ino, name, walked string, n node, found bool) (Ino, error) {
 		if lookupOnly {
 			return 0, nil
 		}
@@ -465,7 +486,7 @@ func (t *wtx) ensureDir(path string, lookupOnly bool) (Ino, error) {
 		}
 		t.inval = append(t.inval, Invalidation{Ino: d.ino, Parent: dir, Name: name})
 		return d.ino, nil
-	})
+	}, remember)
 	if err != nil || ino == 0 {
 		return 0, err
 	}

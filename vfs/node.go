@@ -253,22 +253,30 @@ func resolve(ctx context.Context, q chunkstore.Querier, path string) (node, erro
 // returns the directory to go on in, or 0 to end the walk, which then
 // returns 0. This is apply's ensureDir and mkdir -p.
 func (t *wtx) walkDirs(path string, other func(dir Ino, name, walked string, n node, found bool) (Ino, error)) (Ino, error) {
-	cur := RootIno
-	walked := ""
-	for rest := path; rest != ""; {
+	return t.walkDirsFrom(RootIno, "", path, other, nil)
+}
+
+// walkDirsFrom is walkDirs from the directory cur at walked, rest being the
+// path below it; seen, if set, learns each directory reached.
+func (t *wtx) walkDirsFrom(cur Ino, walked, rest string, other func(dir Ino, name, walked string, n node, found bool) (Ino, error),
+	seen func(walked string, ino Ino)) (Ino, error) {
+	for rest != "" {
 		var name string
 		name, rest, _ = strings.Cut(rest, "/")
 		walked = joinPath(walked, name)
 		n, err := lookupChild(t.ctx, t.tx, cur, name)
-		if err == nil && n.kind == KindDir {
+		switch {
+		case err == nil && n.kind == KindDir:
 			cur = n.ino
-			continue
-		}
-		if err != nil && !errors.Is(err, ErrNotExist) {
+		case err != nil && !errors.Is(err, ErrNotExist):
 			return 0, err
+		default:
+			if cur, err = other(cur, name, walked, n, err == nil); err != nil || cur == 0 {
+				return 0, err
+			}
 		}
-		if cur, err = other(cur, name, walked, n, err == nil); err != nil || cur == 0 {
-			return 0, err
+		if seen != nil {
+			seen(walked, cur)
 		}
 	}
 	return cur, nil

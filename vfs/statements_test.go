@@ -246,3 +246,37 @@ func TestSetAttrFromKeptAttributes(t *testing.T) {
 	must(t, err)
 	setAll("after a link", b.Ino, 1)
 }
+
+// TestApplyWalksEachDirectoryOnce: an Apply resolving the existing
+// directories of its entries looks each one up once, starting from the
+// deepest one it already resolved; a batch of new files in 50 directories
+// six levels down looked up every directory from the root for each of the
+// 50 (300 lookups).
+func TestApplyWalksEachDirectoryOnce(t *testing.T) {
+	s := newStore(t)
+	var dirs, files []ChangeEntry
+	for i := range 50 {
+		p := fmt.Sprintf("a/b/c/d/e/d%02d", i)
+		dirs = append(dirs, ChangeEntry{Kind: EntryDir, Rev: int64(i + 1), Path: p, Mode: 0o755})
+		files = append(files, ChangeEntry{Kind: EntryFile, Rev: int64(i + 100), Path: p + "/f", Mode: 0o644})
+	}
+	_, err := s.Apply(ctx, dirs, ApplyOptions{Source: Upstream})
+	must(t, err)
+	lookups := 0
+	for _, q := range countStatements(t, s, func() {
+		_, err = s.Apply(ctx, files, ApplyOptions{Source: Upstream})
+	}) {
+		if strings.Contains(q, "FROM dirents d JOIN nodes n ON n.ino = d.child WHERE d.parent = ? AND d.name = ?") {
+			lookups++
+		}
+	}
+	must(t, err)
+	if lookups > 55 {
+		t.Errorf("applying 50 files in 50 existing directories below a/b/c/d/e looked up %d names, want at most 55", lookups)
+	}
+	for _, f := range files {
+		if _, err := s.Stat(ctx, f.Path); err != nil {
+			t.Errorf("%s: %v", f.Path, err)
+		}
+	}
+}
