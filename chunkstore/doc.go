@@ -132,7 +132,9 @@
 // pack gone looks the row up once more; one that already holds the pack's
 // descriptor reads the unlinked file. A location cache (hash to record)
 // spares the FUSE read path its SQL; an entry can only go stale by naming a
-// deleted pack, which the read notices.
+// deleted pack, which the read notices. A sender streaming chunks reads
+// them with GetEach: the rows of those not cached are looked up 256 to a
+// query, and a record found gone sends that chunk through Get's retry.
 //
 // Has treats a row whose bytes are missing or short (a file deleted or
 // truncated from outside, a pack shorter than the record's end) as absent,

@@ -24,7 +24,8 @@
 // directory times (the seed keeps parent directory metadata out of sync).
 //
 // Changes(after, through, ignore) walks the changes index in (rev, path)
-// order a page at a time, materialising each path's current state, so one
+// order a page at a time, materialising each path's current state (the
+// names of one directory with one query, feed.go), so one
 // entry per path comes out however often it was rewritten, every hardlink
 // name gets its own entry, and a path rewritten while the feed runs moves
 // past through and is delivered by the next feed. Cursors are
