@@ -182,6 +182,32 @@ func BenchmarkMountReadTree(b *testing.B) {
 	})
 }
 
+// BenchmarkMountReadByPath reads every file of tree5600 by its path after
+// the kernel's caches were dropped, with no listing (a compiler reading its
+// includes, node resolving requires): a lookup, then open, read and close
+// of each file.
+func BenchmarkMountReadByPath(b *testing.B) {
+	var paths []string
+	for p := range 200 {
+		paths = append(paths, filepath.Join(fmt.Sprint("pkg", p), "package.json"))
+		for f := range 25 {
+			paths = append(paths, filepath.Join(fmt.Sprint("pkg", p), "lib", fmt.Sprint("f", f, ".js")))
+		}
+	}
+	runTargets(b, func(b *testing.B, dir string) {
+		tree5600(b, dir)
+		if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("2"), 0); err != nil {
+			b.Skipf("drop caches: %v", err)
+		}
+	}, func(b *testing.B, dir string) {
+		for _, p := range paths {
+			if _, err := os.ReadFile(filepath.Join(dir, p)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
 // BenchmarkMountUntar: `tar -xf` of tree5600 (the untar scenario's shape:
 // mkdir, create, write, close, and the times and modes tar sets).
 func BenchmarkMountUntar(b *testing.B) {
