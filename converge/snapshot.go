@@ -443,6 +443,12 @@ func Bootstrap(ctx context.Context, local *vfs.Store, sess *rpc.Session, opts Bo
 		ei++
 	}
 	for i := next; i < total; {
+		// A cancelled bootstrap starts no page: the peer stays where the
+		// last answered page left it (a page with no new chunks would
+		// otherwise go out with only the page call to notice).
+		if err := ctx.Err(); err != nil {
+			return rep, fmt.Errorf("bootstrap: %w", err)
+		}
 		var raw []byte
 		var page []snapRecord
 		for len(page) < MaxPageRecords && len(raw) < pageBytes {
