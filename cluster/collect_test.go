@@ -263,6 +263,27 @@ func collectorSeed(t *testing.T, srv *s3test.Server, seed uint64) {
 		}()
 	}
 	writers.Wait()
+	// Garbage the final collections find however the writers' timing
+	// went (on a loaded machine every content of the pool can stay
+	// referenced by a name or a trash row to the end): a chunk no other
+	// file names, uploaded, then unreferenced everywhere.
+	garbage := bytes.Repeat([]byte{0xa5}, 6<<10)
+	if _, err := ws[0].store.WriteFile(ctx, "garbage", garbage, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	caughtUp(t, owners[0], ws[0])
+	if _, err := st.Head(ctx, sharedchunks.Key(chunkstore.Sum(garbage))); err != nil {
+		t.Fatalf("the garbage chunk was not uploaded: %v", err)
+	}
+	if err := ws[0].store.RemovePath(ctx, "garbage", false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ws[0].store.PurgeTrash(ctx, "", time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ws[0].store.GC(ctx); err != nil {
+		t.Fatal(err)
+	}
 	for i, w := range ws {
 		caughtUp(t, owners[i], w)
 	}
@@ -286,6 +307,11 @@ func collectorSeed(t *testing.T, srv *s3test.Server, seed uint64) {
 	t.Logf("seed %d: %d collections, %+v", seed, runs, total)
 	if total.Purged == 0 {
 		t.Errorf("the collector deleted nothing: the test did not exercise it")
+	}
+	for _, key := range []string{sharedchunks.Key(chunkstore.Sum(garbage)), sharedchunks.TrashKey(chunkstore.Sum(garbage))} {
+		if _, err := st.Head(ctx, key); !errors.Is(err, objstore.ErrNotFound) {
+			t.Errorf("the unreferenced chunk's %s is still in the bucket (%v)", key, err)
+		}
 	}
 	for i, w := range ws {
 		got := restoredFiles(t, st, w.name)
