@@ -93,3 +93,11 @@ func TestGetEachReadsRowsInBatches(t *testing.T) {
 		t.Errorf("fn failing: %d calls, %v; want 1 and its error", calls, err)
 	}
 }
+
+func TestPadIn(t *testing.T) {
+	for n, want := range map[int]int{1: 1, 2: 2, 3: 4, 4: 4, 5: 8, 129: 256, 256: 256} {
+		if got := PadIn(n); got != want {
+			t.Errorf("PadIn(%d) = %d, want %d", n, got, want)
+		}
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"strings"
 )
 
 // ReadAt reads bytes of one chunk at off, like io.ReaderAt: fewer than
@@ -338,20 +337,12 @@ func (s *Store) batchRows(ctx context.Context, q Querier, hs []Hash) (map[Hash]b
 	if len(args) == 1 {
 		return nil, nil
 	}
-	// The IN list is padded to a power of two with its last hash, so the
-	// same few statements come again for a statement cache to keep.
-	k := 1
-	for k < len(args)-1 {
-		k *= 2
-	}
-	for len(args)-1 < k {
+	// Padded with its last hash (PadIn): a few statements, kept by the cache.
+	for k := PadIn(len(args) - 1); len(args)-1 < k; {
 		args = append(args, args[len(args)-1])
 	}
-	var sql strings.Builder
-	sql.WriteString("SELECT hash, size, CASE WHEN length(data) <= ? THEN data END, pack, pack_off FROM chunks WHERE hash IN (?")
-	sql.WriteString(strings.Repeat(",?", k-1))
-	sql.WriteByte(')')
-	rs, err := q.QueryContext(ctx, sql.String(), args...)
+	rs, err := q.QueryContext(ctx, "SELECT hash, size, CASE WHEN length(data) <= ? THEN data END, pack, pack_off FROM chunks WHERE hash IN ("+
+		Placeholders(len(args)-1)+")", args...)
 	if err != nil {
 		return nil, fmt.Errorf("get chunks: %w", err)
 	}

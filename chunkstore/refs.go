@@ -3,6 +3,7 @@ package chunkstore
 import (
 	"context"
 	"fmt"
+	"math/bits"
 	"slices"
 	"strings"
 )
@@ -430,6 +431,11 @@ func Placeholders(n int) string {
 	}
 	return strings.Repeat("?,", n-1) + "?"
 }
+
+// PadIn is how many values an IN list of n (n > 0) is padded to, repeating
+// its last one: the next power of two, so a statement cache sees a few
+// lengths of a batch query instead of every one.
+func PadIn(n int) int { return 1 << bits.Len(uint(n-1)) }
 
 // blobHash converts a hash column.
 func blobHash(b []byte) (Hash, error) {

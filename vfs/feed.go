@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"iter"
 	"slices"
-	"strings"
 
 	"github.com/wsync/wsync/chunkstore"
 	"github.com/wsync/wsync/watermark"
@@ -163,8 +162,8 @@ const maxInNames = 256
 // below something that is not a directory, or a special file (local: it
 // reads as absent). The names of one directory are looked up together, up
 // to maxInNames a query, where a query per path cost a sender a fifth of its
-// CPU in a pull of 10,000 files. The IN list is padded to a power of two
-// (repeating its last name), so the same few statements come again.
+// CPU in a pull of 10,000 files. The IN list is padded (chunkstore.PadIn),
+// so the same few statements come again.
 func (r *resolver) entries(paths []string, revs []int64) ([]ChangeEntry, error) {
 	type key struct {
 		parent Ino
@@ -192,17 +191,14 @@ func (r *resolver) entries(paths []string, revs []int64) ([]ChangeEntry, error) 
 		for len(ns) > 0 {
 			part := ns[:min(len(ns), maxInNames)]
 			ns = ns[len(part):]
-			k := 1
-			for k < len(part) {
-				k *= 2
-			}
+			k := chunkstore.PadIn(len(part))
 			args := make([]any, 0, k+1)
 			args = append(args, pino)
 			for i := range k {
 				args = append(args, part[min(i, len(part)-1)])
 			}
 			rows, err := r.q.QueryContext(r.ctx, `SELECT d.name, `+entryCols+` FROM dirents d JOIN nodes n ON n.ino = d.child
-				WHERE d.parent = ? AND d.name IN (?`+strings.Repeat(",?", k-1)+`)`, args...)
+				WHERE d.parent = ? AND d.name IN (`+chunkstore.Placeholders(k)+`)`, args...)
 			if err != nil {
 				return nil, err
 			}
