@@ -152,6 +152,7 @@ func (b *bulkRows) create(e *ChangeEntry) (handled, changed bool, err error) {
 	n := t.newRow(nn)
 	n.ino = b.next
 	b.next++
+	b.t.s.sawIno(n.ino)
 	b.nodes = append(b.nodes, n)
 	b.names = append(b.names, bulkName{parent: parent, name: name, path: e.Path})
 	t.noteName(parent, name, true)

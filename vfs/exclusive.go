@@ -25,8 +25,8 @@ func (s *Store) Exclusive(ctx context.Context, fn func(context.Context) error) e
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("exclusive: %w", err)
 	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
+	s.lockWrite()
+	defer s.unlockWrite(nil, nil)
 	if s.closed.Load() {
 		return ErrClosed
 	}

@@ -69,11 +69,8 @@ func (s *Store) groupWindow() time.Duration {
 // mutate runs fn as one local mutation in the open group, opening one if
 // needed; with groups off (or a nearly full disk) it is update.
 func (s *Store) mutate(ctx context.Context, fn func(*wtx) error) error {
-	local := fn
-	fn = func(t *wtx) error { t.origin = OriginLocal; return local(t) }
-	win := s.groupWindow()
-	if win == 0 {
-		return s.update(ctx, fn)
+	if s.groupWindow() == 0 {
+		return s.update(ctx, func(t *wtx) error { t.origin = OriginLocal; return fn(t) })
 	}
 	if s.closed.Load() && ctx.Value(closingKey{}) == nil {
 		return ErrClosed
@@ -82,17 +79,35 @@ func (s *Store) mutate(ctx context.Context, fn func(*wtx) error) error {
 	// SQLite: a cancelled request must not take the group with it (the
 	// group's statements are detached from their contexts as well).
 	ctx = context.WithoutCancel(ctx)
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
+	s.lockWrite()
+	t, err := s.mutateLocked(ctx, fn, nil)
+	s.unlockWrite(t, err)
+	return err
+}
+
+// mutateLocked is mutate with the writer held; q, when not nil, is the
+// queued mutation being run (behind.go): it runs at the time it was
+// answered and must stamp the rev it was answered with. It returns the
+// mutation's transaction (nil if it never started).
+func (s *Store) mutateLocked(ctx context.Context, fn func(*wtx) error, q *queued) (*wtx, error) {
+	local := fn
+	fn = func(t *wtx) error { t.origin = OriginLocal; return local(t) }
+	win := s.groupWindow()
 	g := s.grp
 	if g == nil {
-		if !s.roomForGroup() {
-			return s.updateLocked(ctx, fn)
+		// A queued mutation was answered already: it joins a group
+		// whatever the free space.
+		if q == nil {
+			room := s.roomForGroup()
+			s.noteRoom(room)
+			if !room {
+				return nil, s.updateLocked(ctx, fn)
+			}
 		}
 		// The group outlives the context of the mutation that opened it.
 		t, err := s.begin(context.WithoutCancel(ctx))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		t.tx.detached = true
 		g = &group{t: t}
@@ -109,11 +124,17 @@ func (s *Store) mutate(ctx context.Context, fn func(*wtx) error) error {
 		}
 	}()
 	if _, err := gt.tx.ExecContext(ctx, `SAVEPOINT mutation`); err != nil {
-		return s.abortGroup(fmt.Errorf("savepoint: %w", err))
+		return nil, s.abortGroup(fmt.Errorf("savepoint: %w", err))
 	}
 	t := &wtx{ctx: ctx, s: s, sqltx: gt.sqltx, tx: gt.tx, last: gt.last, now: time.Now().UnixNano(), grp: gt,
 		touched: make(map[string]int64), before: before}
+	if q != nil {
+		t.now = q.now
+	}
 	err := t.run(fn)
+	if err == nil && q != nil && t.cur != q.rev {
+		err = fmt.Errorf("%s: ran as rev %d, answered as rev %d: %w", q.what, t.cur, q.rev, errBehind)
+	}
 	if err == nil {
 		// Directory times change with the mutation, not at the group's
 		// commit: a stat of the parent must see them now.
@@ -121,26 +142,33 @@ func (s *Store) mutate(ctx context.Context, fn func(*wtx) error) error {
 	}
 	if err != nil {
 		if _, rerr := gt.tx.ExecContext(ctx, `ROLLBACK TO mutation`); rerr != nil {
-			return errors.Join(err, s.abortGroup(fmt.Errorf("rollback to savepoint: %w", rerr)))
+			return t, errors.Join(err, s.abortGroup(fmt.Errorf("rollback to savepoint: %w", rerr)))
 		}
 		if _, rerr := gt.tx.ExecContext(ctx, `RELEASE mutation`); rerr != nil {
-			return errors.Join(err, s.abortGroup(fmt.Errorf("release savepoint: %w", rerr)))
+			return t, errors.Join(err, s.abortGroup(fmt.Errorf("release savepoint: %w", rerr)))
 		}
-		return err
+		return t, err
 	}
 	if _, err := gt.tx.ExecContext(ctx, `RELEASE mutation`); err != nil {
-		return s.abortGroup(fmt.Errorf("release savepoint: %w", err))
+		return t, s.abortGroup(fmt.Errorf("release savepoint: %w", err))
 	}
 	gt.merge(t)
 	s.addLive(t.use, t.own)
 	g.n++
 	metricGroupMutations.Inc()
 	ended = true
-	s.carryKept(t, before, s.writes.Add(1))
-	if g.n >= groupMax {
-		return s.commitGroup()
+	at := s.writes.Add(1)
+	if q == nil || s.lastQueued(q) {
+		s.carryKept(t, before, at)
+	} else {
+		// Mutations answered after this one and not yet run changed
+		// what it would carry forward.
+		s.kept.Store(nil)
 	}
-	return nil
+	if g.n >= groupMax {
+		return t, s.commitGroup()
+	}
+	return t, nil
 }
 
 // merge takes a committed-to-savepoint mutation's bookkeeping into the
@@ -239,6 +267,7 @@ func (s *Store) groupFailed(n int, err error) error {
 	// count is a write in progress (ReadDirAttrs).
 	s.writes.Add(2)
 	s.kept.Store(nil)
+	s.forget()
 	err = fmt.Errorf("group commit of %d mutations: %w", n, err)
 	metricGroupFailures.Inc()
 	s.log.Error("mutations answered to the kernel were lost", "err", err)
@@ -252,13 +281,11 @@ func (s *Store) groupFailed(n int, err error) error {
 // without error, every mutation answered before the call survives a crash
 // of the process. It returns (once) a group failure since the last Sync.
 func (s *Store) Sync(ctx context.Context) error {
-	if !s.grpOpen.Load() {
-		s.wmu.Lock()
-		defer s.wmu.Unlock()
+	s.lockW()
+	defer s.wmu.Unlock()
+	if s.grp == nil {
 		return s.takeGroupErr()
 	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
 	err := s.commitGroup()
 	if err != nil {
 		s.grpErr = nil
@@ -276,10 +303,10 @@ func (s *Store) takeGroupErr() error {
 // settle commits the open group so the readers' connections see it; a
 // failure stays for Sync (the reader goes on with what is committed).
 func (s *Store) settle() {
-	if !s.grpOpen.Load() {
+	if !s.grpOpen.Load() && s.queuedN.Load() == 0 {
 		return
 	}
-	s.wmu.Lock()
+	s.lockW()
 	s.commitGroup()
 	s.wmu.Unlock()
 }
@@ -313,10 +340,10 @@ func (s *Store) viewAttr(ctx context.Context, ino Ino) (n node, err error) {
 // is one (it sees every mutation already answered; the group's statements
 // ignore cancellation), on a reader connection otherwise. fn must not call back into the store.
 func (s *Store) view(ctx context.Context, fn func(ctx context.Context, q chunkstore.Querier) error) error {
-	if !s.grpOpen.Load() {
+	if !s.grpOpen.Load() && s.queuedN.Load() == 0 {
 		return fn(ctx, s.rq)
 	}
-	s.wmu.Lock()
+	s.lockW()
 	defer s.wmu.Unlock()
 	return s.viewLocked(ctx, fn)
 }

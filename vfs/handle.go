@@ -173,7 +173,7 @@ func (s *Store) OpenHandleAttr(ctx context.Context, ino Ino) (*Handle, Attr, err
 	// The read waits for a write transaction in progress, so an unlink
 	// that missed the registration above has committed before it.
 	var n node
-	s.wmu.Lock()
+	s.lockW()
 	err := s.viewLocked(ctx, func(ctx context.Context, q chunkstore.Querier) (err error) {
 		n, err = getNode(ctx, q, ino)
 		return err

@@ -110,3 +110,10 @@ var (
 		Help: "Nodes brought back from the trash.",
 	}))
 )
+
+// metricBehindLost counts mutations answered from memory that were lost
+// (behind.go): a queued mutation failed, taking those after it.
+var metricBehindLost = metrics.Add(prometheus.NewCounter(prometheus.CounterOpts{
+	Name: "wsync_vfs_behind_lost_total",
+	Help: "Mount mutations answered before they ran that were lost because one of them failed (a full disk).",
+}))

@@ -105,6 +105,9 @@ type newNode struct {
 	manifest chunkstore.Manifest
 	target   string
 	rdev     uint32 // device nodes
+	// ino is the inode number to insert with (0: AUTOINCREMENT's): a
+	// mutation answered before it ran (behind.go) was told its number.
+	ino Ino
 }
 
 // insertNode creates a node with one name, (parent, name), and records the
@@ -116,17 +119,28 @@ func (t *wtx) insertNode(parent Ino, path, name string, nn newNode) (node, error
 	if n.kind == KindSymlink {
 		target = n.target
 	}
-	res, err := t.exec(`INSERT INTO nodes(kind, mode, uid, gid, nlink, size, mtime, ctime, atime, manifest, target, rdev, rev)
+	if nn.ino != 0 {
+		_, err := t.exec(`INSERT INTO nodes(ino, kind, mode, uid, gid, nlink, size, mtime, ctime, atime, manifest, target, rdev, rev)
+		VALUES(?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			nn.ino, n.kind, n.mode, n.uid, n.gid, n.size, n.mtime, n.ctime, n.atime, n.manifest, target, n.rdev, n.rev)
+		if err != nil {
+			return node{}, fmt.Errorf("insert node %d: %w", nn.ino, err)
+		}
+		n.ino = nn.ino
+	} else {
+		res, err := t.exec(`INSERT INTO nodes(kind, mode, uid, gid, nlink, size, mtime, ctime, atime, manifest, target, rdev, rev)
 		VALUES(?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?)`,
-		n.kind, n.mode, n.uid, n.gid, n.size, n.mtime, n.ctime, n.atime, n.manifest, target, n.rdev, n.rev)
-	if err != nil {
-		return node{}, fmt.Errorf("insert node: %w", err)
+			n.kind, n.mode, n.uid, n.gid, n.size, n.mtime, n.ctime, n.atime, n.manifest, target, n.rdev, n.rev)
+		if err != nil {
+			return node{}, fmt.Errorf("insert node: %w", err)
+		}
+		id, err := res.LastInsertId()
+		if err != nil {
+			return node{}, err
+		}
+		n.ino = Ino(id)
 	}
-	id, err := res.LastInsertId()
-	if err != nil {
-		return node{}, err
-	}
-	n.ino = Ino(id)
+	t.s.sawIno(n.ino)
 	if nn.kind == KindDir {
 		t.names(n.ino).complete = true // empty, and only addDirent fills it
 	}
@@ -143,22 +157,32 @@ func (t *wtx) insertNode(parent Ino, path, name string, nn newNode) (node, error
 // it stamps the mutation's rev (a synced kind) and takes references on
 // the manifest's chunks.
 func (t *wtx) newRow(nn newNode) node {
+	var rev int64
+	if !nn.kind.Special() {
+		rev = t.stamp()
+	}
+	n := rowOf(nn, t.now, rev)
+	if nn.kind == KindFile {
+		t.addRefs(nn.manifest)
+	}
+	t.useNode(n.kind, n.size)
+	return n
+}
+
+// rowOf is the row of a new node made at now with rev (0 for a special
+// file), without its inode number.
+func rowOf(nn newNode, now, rev int64) node {
 	n := node{kind: nn.kind, mode: nn.attr.Mode & 0o7777, uid: nn.attr.Uid, gid: nn.attr.Gid, nlink: 1,
-		size: nn.manifest.Size(), mtime: nn.mtime, ctime: t.now, atime: t.now, rdev: nn.rdev}
+		size: nn.manifest.Size(), mtime: nn.mtime, ctime: now, atime: now, rdev: nn.rdev, rev: rev}
 	if n.mtime == 0 {
-		n.mtime = t.now
+		n.mtime = now
 	}
 	switch nn.kind {
 	case KindSymlink:
 		n.mode, n.target, n.size = 0o777, nn.target, int64(len(nn.target))
 	case KindFile:
 		n.manifest = chunkstore.AppendManifest(nil, nn.manifest)
-		t.addRefs(nn.manifest)
 	}
-	if !nn.kind.Special() {
-		n.rev = t.stamp()
-	}
-	t.useNode(n.kind, n.size)
 	return n
 }
 
@@ -174,12 +198,20 @@ func (t *wtx) touchSynced(k Kind, path string) error {
 	return t.touch(path)
 }
 
+// nameChange is a name a mutation added (child) or removed (child 0).
+type nameChange struct {
+	dir   Ino
+	name  string
+	child Ino
+}
+
 // addDirent adds a name and updates the parent's times (local only).
 func (t *wtx) addDirent(parent Ino, name string, child Ino) error {
 	if _, err := t.exec(`INSERT INTO dirents(parent, name, child) VALUES(?, ?, ?)`, parent, name, child); err != nil {
 		return fmt.Errorf("add entry %q: %w", name, err)
 	}
 	t.noteName(parent, name, true)
+	t.named = append(t.named, nameChange{parent, name, child})
 	return t.dirChanged(parent)
 }
 
@@ -188,6 +220,7 @@ func (t *wtx) removeDirent(parent Ino, name string) error {
 		return fmt.Errorf("remove entry %q: %w", name, err)
 	}
 	t.noteName(parent, name, false)
+	t.named = append(t.named, nameChange{parent, name, 0})
 	return t.dirChanged(parent)
 }
 

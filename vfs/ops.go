@@ -34,6 +34,16 @@ func (s *Store) Lookup(ctx context.Context, parent Ino, name string) (Attr, erro
 	if err := ValidateName(name); err != nil {
 		return Attr{}, err
 	}
+	var gen uint64
+	if m := s.mem; m != nil {
+		if a, ok, err := s.memoLookup(parent, name); ok {
+			if err != nil {
+				return Attr{}, err
+			}
+			return s.overlay(a), nil
+		}
+		gen = m.snap()
+	}
 	// One query: a miss is ErrNotExist whether or not parent is a
 	// directory (the kernel only looks names up in directories).
 	var n node
@@ -44,12 +54,23 @@ func (s *Store) Lookup(ctx context.Context, parent Ino, name string) (Attr, erro
 	if err != nil {
 		return Attr{}, err
 	}
-	return s.overlay(n.attr()), nil
+	a := n.attr()
+	if s.mem != nil {
+		s.learnAttr(gen, a)
+	}
+	return s.overlay(a), nil
 }
 
 // GetAttr returns a node's attributes, including writes buffered in open
 // handles.
 func (s *Store) GetAttr(ctx context.Context, ino Ino) (Attr, error) {
+	var gen uint64
+	if m := s.mem; m != nil {
+		if a, ok := s.memoAttr(ino); ok {
+			return s.overlay(a), nil
+		}
+		gen = m.snap()
+	}
 	if a, ok := s.keptAttr(ino); ok {
 		return s.overlay(a), nil
 	}
@@ -61,6 +82,9 @@ func (s *Store) GetAttr(ctx context.Context, ino Ino) (Attr, error) {
 	a := n.attr()
 	if s.writes.Load() == at {
 		s.keepAttr(a, at)
+	}
+	if s.mem != nil {
+		s.learnAttr(gen, a)
 	}
 	return s.overlay(a), nil
 }
@@ -94,7 +118,34 @@ func (s *Store) ReadDirAttrs(ctx context.Context, dir Ino, after string, limit i
 	if limit <= 0 {
 		limit = 1024
 	}
+	var mgen uint64
+	if m := s.mem; m != nil {
+		mgen = m.snap()
+	}
 	gen = s.writes.Load()
+	out, err := s.readDirPage(ctx, dir, after, limit)
+	if err != nil {
+		return nil, 0, err
+	}
+	if m := s.mem; m != nil && after == "" && len(out) < limit {
+		// A whole directory: the memo keeps it while nothing changed.
+		m.mu.Lock()
+		if m.gen == mgen && m.busy == 0 {
+			s.learnLocked(m, dir, out)
+		}
+		m.mu.Unlock()
+	}
+	// An odd count is a write in progress when gen was read: what the
+	// query saw may be half of it, and the count would not move again
+	// until it ends.
+	if gen%2 == 1 {
+		gen = 0
+	}
+	return out, gen, nil
+}
+
+// readDirPage is ReadDirAttrs' query.
+func (s *Store) readDirPage(ctx context.Context, dir Ino, after string, limit int) ([]DirEntryAttr, error) {
 	var out []DirEntryAttr
 	err := s.view(ctx, func(ctx context.Context, q chunkstore.Querier) error {
 		rows, err := q.QueryContext(ctx, `SELECT d.name, `+attrCols+` FROM dirents d JOIN nodes n ON n.ino = d.child
@@ -122,16 +173,7 @@ func (s *Store) ReadDirAttrs(ctx context.Context, dir Ino, after string, limit i
 		}
 		return nil
 	})
-	if err != nil {
-		return nil, 0, err
-	}
-	// An odd count is a write in progress when gen was read: what the
-	// query saw may be half of it, and the count would not move again
-	// until it ends.
-	if gen%2 == 1 {
-		gen = 0
-	}
-	return out, gen, nil
+	return out, err
 }
 
 // AttrAsOf returns a, read by ReadDirAttrs at gen, with the writes open
@@ -161,8 +203,18 @@ func (s *Store) create(ctx context.Context, parent Ino, name string, nn newNode,
 	if err := ValidateName(name); err != nil {
 		return Attr{}, err
 	}
+	if a, ok, err := s.behindCreate(ctx, parent, name, nn, made); ok {
+		return a, err
+	}
 	var n node
-	err := s.mutate(ctx, func(t *wtx) error {
+	err := s.mutate(ctx, s.createFn(parent, name, nn, made, &n))
+	return n.attr(), err
+}
+
+// createFn is the mutation that creates nn as name in parent, leaving the
+// new node in n.
+func (s *Store) createFn(parent Ino, name string, nn newNode, made func(node), n *node) func(*wtx) error {
+	return func(t *wtx) error {
 		t.carries = true // the parent's times, the new node
 		if err := t.freeName(parent, name); err != nil {
 			return err
@@ -172,7 +224,7 @@ func (s *Store) create(ctx context.Context, parent Ino, name string, nn newNode,
 			return err
 		}
 		path := joinPath(dp, name)
-		n, err = t.insertNode(parent, path, name, nn)
+		*n, err = t.insertNode(parent, path, name, nn)
 		if err != nil {
 			return err
 		}
@@ -182,11 +234,10 @@ func (s *Store) create(ctx context.Context, parent Ino, name string, nn newNode,
 			t.keepRow(n.ino, n.manifest, []string{path})
 		}
 		if made != nil {
-			made(n)
+			made(*n)
 		}
 		return nil
-	})
-	return n.attr(), err
+	}
 }
 
 // CreateOpen makes an empty file, as Create, and opens a handle on it in
@@ -318,7 +369,17 @@ func (s *Store) remove(ctx context.Context, parent Ino, name string, dir bool) e
 	if err := ValidateName(name); err != nil {
 		return err
 	}
-	return s.mutate(ctx, func(t *wtx) error {
+	if ok, err := s.behindRemove(ctx, parent, name, dir); ok {
+		return err
+	}
+	return s.mutate(ctx, s.removeFn(parent, name, dir))
+}
+
+// removeFn is the mutation that removes name from parent (an rmdir when
+// dir).
+func (s *Store) removeFn(parent Ino, name string, dir bool) func(*wtx) error {
+	return func(t *wtx) error {
+		ctx := t.ctx
 		n, err := lookupLink(ctx, t.tx, parent, name)
 		if err != nil {
 			return err
@@ -346,7 +407,7 @@ func (s *Store) remove(ctx context.Context, parent Ino, name string, dir bool) e
 			return t.removeDir(parent, name, path, n)
 		}
 		return t.removeAt(parent, name, path, n)
-	})
+	}
 }
 
 // freeName checks, in one query, that parent is a directory and has no

@@ -39,6 +39,9 @@ type Options struct {
 	// DefaultGroupWindow, negative commits every mutation before it
 	// returns. An in-memory store never groups.
 	GroupWindow time.Duration
+	// NoWriteBehind answers every mount mutation after it ran, instead of
+	// answering creates and removals the memo decides first (behind.go).
+	NoWriteBehind bool
 	// Trash keeps what deletes and overwrites replace (trash.go); nil
 	// keeps nothing (a container's store).
 	Trash *TrashOptions
@@ -111,6 +114,17 @@ type Store struct {
 
 	ckpt *checkpointer // nil for an in-memory store
 
+	// Write-behind of mount mutations (behind.go): mem is nil when off;
+	// queuedN counts the mutations answered and not yet run; inoHigh is
+	// the largest inode number handed out.
+	mem        *memo
+	queuedN    atomic.Int64
+	inoHigh    atomic.Int64
+	bhFd       int // an eventfd the goroutine sleeps on
+	bhSleeping atomic.Bool
+	bhStopping atomic.Bool
+	bhDone     chan struct{}
+
 	gcState // live chunk collection (gc.go)
 }
 
@@ -136,6 +150,10 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err := s.init(ctx); err != nil {
 		s.closeDBs()
 		s.chunks.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	if err := s.startBehind(ctx); err != nil {
+		s.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
 	s.startGC()
@@ -309,7 +327,8 @@ func (s *Store) Close() error {
 	}
 	s.stopGC()
 	ferr := s.FlushAll(context.WithValue(context.Background(), closingKey{}, true))
-	s.wmu.Lock()
+	s.stopBehind()
+	s.lockW()
 	defer s.wmu.Unlock()
 	var errs []error
 	errs = append(errs, ferr, s.commitGroup())
@@ -450,6 +469,9 @@ type wtx struct {
 	origin       string
 	trashBytes   int64
 	trashEntries int64
+	// named are the names the transaction added and removed, in order
+	// (the write-behind's memo follows them: behind.go).
+	named []nameChange
 	// created counts the entries of an Apply that took a free path.
 	created int
 	// ignore is an Apply batch's ApplyOptions.Ignore; ignored counts the
@@ -467,8 +489,8 @@ func (s *Store) update(ctx context.Context, fn func(*wtx) error) error {
 	if s.holdsWriter(ctx) {
 		return s.updateLocked(ctx, fn)
 	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
+	s.lockWrite()
+	defer s.unlockWrite(nil, nil)
 	return s.updateLocked(ctx, fn)
 }
 

@@ -1,0 +1,635 @@
+package vfs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Write-behind of the mount's commonest mutations.
+//
+// A create, a mkdir, an unlink and an rmdir through the mount are answered
+// from memory and run afterwards, in order, by a goroutine of the store:
+// the SQL of one (6-9 statements, 25-45 us) overlaps the kernel's round
+// trip of the next instead of adding to it. What makes the answer right
+// without the SQL is the memo: complete listings of directories (name to
+// inode number) and the row attributes of the nodes in them, kept equal to
+// what the store will hold once every queued mutation has run. A mutation
+// is answered from memory only when the memo decides it alone: the parent's
+// listing and attributes are known, the name is free (a create) or names a
+// file or symlink with one link and no open handle, or an empty directory
+// (a removal). The inode number and rev it will get are predicted exactly:
+// nothing else writes while mutations are queued (every other writer runs
+// them first and stops new ones from queueing while it holds the store),
+// and a queued mutation that stamps another rev fails as errBehind.
+// Anything the memo cannot decide runs as before.
+//
+// What readers see: a lookup or stat the memo answers sees every mutation
+// answered; every read of the store (a listing page, an open, a feed, a
+// scan) and every other writer runs the queued mutations first (lockW).
+// What a crash may lose is unchanged in kind (ARCHITECTURE "Durability"):
+// a queued mutation joins the open group when it runs, fsync and a feed
+// read run the queue and commit the group, and a failed queued mutation
+// (a full disk) loses it and every mutation answered after it, like a
+// failed group commit: logged, counted, returned by the next fsync, so the
+// store holds a prefix of the answered mutations.
+//
+// The memo follows every writer: the queued mutations keep it current as
+// they are answered; a mutation that runs at once and declares the rows it
+// changes (wtx.carries) forgets those nodes and the listings of the
+// directories it changed; any other write (an apply, a rename, the files
+// API, a failed group) forgets everything. Listings are learnt from a
+// listing page that holds a whole directory (the mount's READDIRPLUS) and,
+// for a directory a mutation needs, from one query of at most
+// maxMemoDir+1 names.
+
+const (
+	// maxQueued bounds the mutations answered and not yet run.
+	maxQueued = 256
+	// maxMemo bounds the names and attributes the memo holds.
+	maxMemo = 1 << 16
+	// maxMemoDir is the largest directory the memo lists.
+	maxMemoDir = 4096
+)
+
+// errBehind is a queued mutation that did not run as it was answered.
+var errBehind = errors.New("a queued mutation ran otherwise than it was answered")
+
+// queued is a mutation answered from memory, to run at time now as rev.
+type queued struct {
+	fn   func(*wtx) error
+	now  int64
+	rev  int64
+	seq  uint64
+	what string
+}
+
+// memo is what the write-behind knows; guarded by mu. Lock order: wmu,
+// then mu, then openMu.
+type memo struct {
+	mu    sync.Mutex
+	dirs  map[Ino]map[string]Ino // complete listings
+	attrs map[Ino]Attr           // row attributes (GetAttr adds open handles' writes)
+	size  int                    // names and attributes held
+	big   map[Ino]struct{}       // directories too large to list
+	// lastRev and lastIno are the rev and inode number of the last
+	// mutation answered (lastIno at least the largest ever handed out).
+	lastRev int64
+	lastIno Ino
+	// busy counts writers other than the queue holding the store: no
+	// mutation is queued meanwhile.
+	busy int
+	// gen moves with every queued mutation and every change the memo does
+	// not follow: what was read while it stood may be kept.
+	gen  uint64
+	room bool // the last group found room on the disk (groupMinFree)
+	seq  uint64
+	// queue is the mutations answered and not yet run.
+	queue []queued
+}
+
+func (m *memo) reset() {
+	m.dirs = make(map[Ino]map[string]Ino)
+	m.attrs = make(map[Ino]Attr)
+	m.big = make(map[Ino]struct{})
+	m.size = 0
+}
+
+func (m *memo) dropDir(d Ino) {
+	if l, ok := m.dirs[d]; ok {
+		m.size -= len(l)
+		delete(m.dirs, d)
+	}
+	delete(m.big, d)
+}
+
+func (m *memo) dropAttr(ino Ino) {
+	if _, ok := m.attrs[ino]; ok {
+		m.size--
+		delete(m.attrs, ino)
+	}
+}
+
+func (m *memo) setAttr(a Attr) {
+	if _, ok := m.attrs[a.Ino]; !ok {
+		m.size++
+	}
+	m.attrs[a.Ino] = a
+}
+
+// behindOn reports whether the store answers mutations from memory.
+func (s *Store) behindOn() bool { return s.mem != nil }
+
+// startBehind starts the write-behind of a store whose mount mutations
+// commit in groups (not an in-memory store, not a store with a trash).
+func (s *Store) startBehind(ctx context.Context) error {
+	if s.memory || s.groupWindow() == 0 || s.opts.Trash != nil || s.opts.NoWriteBehind {
+		return nil
+	}
+	var seq int64
+	if err := s.w.QueryRowContext(ctx, `SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'nodes'), 0), (SELECT max(ino) FROM nodes))`).Scan(&seq); err != nil {
+		return fmt.Errorf("read the last inode number: %w", err)
+	}
+	s.sawIno(Ino(seq))
+	m := &memo{lastRev: s.rev.Load()}
+	m.reset()
+	// The goroutine sleeps in a read of an eventfd, not on a channel: a
+	// thread woken by the kernel takes an idle P and runs at once, where a
+	// goroutine readied by the handler waits for the handler's own P,
+	// which stays with the handler's next read of /dev/fuse (measured: 85%
+	// of queued mutations were run by the next request instead).
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("write-behind: %w", err)
+	}
+	s.mem = m
+	s.bhFd = fd
+	s.bhDone = make(chan struct{})
+	go s.runBehind()
+	return nil
+}
+
+// runBehind runs queued mutations as they come.
+func (s *Store) runBehind() {
+	defer close(s.bhDone)
+	var buf [8]byte
+	for {
+		s.bhSleeping.Store(true)
+		if s.queuedN.Load() == 0 && !s.bhStopping.Load() {
+			if _, err := unix.Read(s.bhFd, buf[:]); err != nil && err != unix.EINTR {
+				s.log.Error("write-behind: wait", "err", err)
+			}
+		}
+		s.bhSleeping.Store(false)
+		if s.bhStopping.Load() {
+			return
+		}
+		s.lockW()
+		s.wmu.Unlock()
+	}
+}
+
+// wakeBehind wakes the goroutine if it sleeps.
+func (s *Store) wakeBehind() {
+	if s.bhSleeping.Load() {
+		one := [8]byte{1}
+		unix.Write(s.bhFd, one[:])
+	}
+}
+
+// stopBehind stops the goroutine (Close runs what is queued after it).
+func (s *Store) stopBehind() {
+	if s.mem == nil {
+		return
+	}
+	s.bhStopping.Store(true)
+	one := [8]byte{1}
+	unix.Write(s.bhFd, one[:])
+	<-s.bhDone
+	unix.Close(s.bhFd)
+}
+
+// sawIno notes an inode number handed out.
+func (s *Store) sawIno(ino Ino) {
+	for {
+		cur := s.inoHigh.Load()
+		if int64(ino) <= cur || s.inoHigh.CompareAndSwap(cur, int64(ino)) {
+			return
+		}
+	}
+}
+
+// noteRoom records whether the last group found room. Called with wmu held.
+func (s *Store) noteRoom(ok bool) {
+	if m := s.mem; m != nil {
+		m.mu.Lock()
+		m.room = ok
+		m.mu.Unlock()
+	}
+}
+
+// revLocked is the rev of the last mutation that ran. Called with wmu held.
+func (s *Store) revLocked() int64 {
+	if s.grp != nil {
+		return s.grp.t.last
+	}
+	return s.rev.Load()
+}
+
+// lockW takes the writer and runs every queued mutation: what its holder
+// reads or writes then comes after every mutation answered.
+func (s *Store) lockW() {
+	s.wmu.Lock()
+	s.drainLocked(false)
+}
+
+// lockWrite is lockW for a writer other than the queue: until
+// unlockWrite no mutation is queued, so the revs and inode numbers the
+// queue hands out stay exact.
+func (s *Store) lockWrite() {
+	s.wmu.Lock()
+	s.drainLocked(true)
+}
+
+// unlockWrite ends lockWrite. t is the local mutation that ran (nil for
+// any other write) and err its result: the memo forgets what it changed.
+func (s *Store) unlockWrite(t *wtx, err error) {
+	if m := s.mem; m != nil {
+		m.mu.Lock()
+		m.busy--
+		m.gen++
+		switch {
+		case err != nil:
+			// Undone (a lost group has forgotten everything already).
+		case t != nil && t.carries:
+			// It declared every row it changed, and its names.
+			for _, c := range t.named {
+				if l, ok := m.dirs[c.dir]; ok {
+					if c.child == 0 {
+						delete(l, c.name)
+						m.size--
+					} else if _, ok := l[c.name]; !ok {
+						l[c.name] = c.child
+						m.size++
+					}
+				}
+			}
+			for d := range t.dirty {
+				if a, ok := m.attrs[d]; ok {
+					a.Mtime = time.Unix(0, t.now)
+					a.Ctime = a.Mtime
+					m.attrs[d] = a
+				}
+			}
+			for ino, a := range t.keep {
+				if a == nil {
+					m.dropAttr(ino)
+				} else if m.size < maxMemo {
+					m.setAttr(*a)
+				}
+			}
+		default:
+			s.forgetLocked(m)
+		}
+		m.lastRev = s.revLocked()
+		m.lastIno = max(m.lastIno, Ino(s.inoHigh.Load()))
+		m.mu.Unlock()
+	}
+	s.wmu.Unlock()
+}
+
+// drainLocked runs the queue until it is empty; with busy, it marks a
+// writer holding the store in the same step. Called with wmu held.
+func (s *Store) drainLocked(busy bool) {
+	m := s.mem
+	if m == nil {
+		return
+	}
+	for {
+		m.mu.Lock()
+		q := m.queue
+		m.queue = nil
+		if len(q) == 0 {
+			if busy {
+				m.busy++
+				m.gen++
+			}
+			// Exact now: nothing is queued and the writer is held.
+			m.lastRev = s.revLocked()
+			m.lastIno = max(m.lastIno, Ino(s.inoHigh.Load()))
+			m.mu.Unlock()
+			return
+		}
+		m.mu.Unlock()
+		s.runQueued(q)
+	}
+}
+
+// runQueued runs queued mutations in order. A failure loses the mutation
+// and every one answered after it.
+func (s *Store) runQueued(q []queued) {
+	ctx := context.Background()
+	for i := range q {
+		fn := q[i].fn
+		if behindRunHook != nil {
+			if err := behindRunHook(q[i].what); err != nil {
+				fn = func(*wtx) error { return err }
+			}
+		}
+		if _, err := s.mutateLocked(ctx, fn, &q[i]); err != nil {
+			s.queuedFailed(&q[i], err, len(q)-i-1)
+			break
+		}
+	}
+	s.queuedN.Add(-int64(len(q)))
+}
+
+// queuedFailed drops the queue after a queued mutation failed. Called with
+// wmu held.
+func (s *Store) queuedFailed(q *queued, err error, after int) {
+	m := s.mem
+	m.mu.Lock()
+	after += len(m.queue)
+	s.queuedN.Add(-int64(len(m.queue)))
+	m.queue = nil
+	s.forgetLocked(m)
+	m.lastRev = s.revLocked()
+	m.mu.Unlock()
+	err = fmt.Errorf("%s, answered before it ran, and %d mutations answered after it: %w", q.what, after, err)
+	metricBehindLost.Add(float64(after + 1))
+	s.log.Error("mutations answered to the kernel were lost", "err", err)
+	if s.grpErr == nil {
+		s.grpErr = err
+	}
+	if behindFailHook != nil {
+		behindFailHook(err)
+	}
+}
+
+// behindFailHook, when set (tests), sees every lost queued mutation;
+// behindRunHook fails the queued mutation it returns an error for.
+var (
+	behindFailHook func(error)
+	behindRunHook  func(what string) error
+)
+
+// forget drops everything the memo knows. Called with wmu held.
+func (s *Store) forget() {
+	if m := s.mem; m != nil {
+		m.mu.Lock()
+		s.forgetLocked(m)
+		m.mu.Unlock()
+	}
+}
+
+// forgetLocked drops the memo. What was kept of attributes goes with it:
+// a queued mutation may have changed a kept node in a way only the memo
+// knew. Called with m.mu held.
+func (s *Store) forgetLocked(m *memo) {
+	m.reset()
+	m.gen++
+	s.kept.Store(nil)
+	s.writes.Add(2)
+}
+
+// lastQueued reports whether q is the last mutation answered. Called with
+// wmu held, by the queue.
+func (s *Store) lastQueued(q *queued) bool {
+	m := s.mem
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return q.seq == m.seq
+}
+
+// enqueue queues fn, answered at now as rev. Called with m.mu held.
+func (s *Store) enqueue(m *memo, what string, now, rev int64, fn func(*wtx) error) {
+	m.seq++
+	m.gen++
+	m.lastRev = rev
+	m.queue = append(m.queue, queued{fn: fn, now: now, rev: rev, seq: m.seq, what: what})
+	s.queuedN.Add(1)
+	// Kept attributes and listings read before now are stale.
+	s.writes.Add(2)
+	s.wakeBehind()
+}
+
+// memoFor returns the memo locked, ready to answer a mutation in dir:
+// its listing and attributes known, nothing else writing, room in the
+// queue. nil means the mutation runs at once.
+func (s *Store) memoFor(ctx context.Context, dir Ino) *memo {
+	m := s.mem
+	if m == nil || s.quota.Load() != nil || s.closed.Load() {
+		return nil
+	}
+	for try := 0; ; try++ {
+		m.mu.Lock()
+		_, listed := m.dirs[dir]
+		_, attrs := m.attrs[dir]
+		_, big := m.big[dir]
+		full := len(m.queue) >= maxQueued
+		switch {
+		case m.busy > 0 || !m.room || big:
+			m.mu.Unlock()
+			return nil
+		case listed && attrs && !full:
+			return m
+		}
+		m.mu.Unlock()
+		if try == 2 {
+			return nil
+		}
+		if full {
+			s.lockW()
+			s.wmu.Unlock()
+			continue
+		}
+		if err := s.learnDir(ctx, dir); err != nil {
+			return nil
+		}
+	}
+}
+
+// learnDir reads what the memo lacks of a directory: its listing, its
+// attributes.
+func (s *Store) learnDir(ctx context.Context, dir Ino) error {
+	m := s.mem
+	m.mu.Lock()
+	gen := m.gen
+	_, listed := m.dirs[dir]
+	m.mu.Unlock()
+	var page []DirEntryAttr
+	if !listed {
+		var err error
+		if page, err = s.readDirPage(ctx, dir, "", maxMemoDir+1); err != nil {
+			return err
+		}
+	}
+	n, err := s.viewAttr(ctx, dir)
+	if err != nil {
+		return err
+	}
+	if n.kind != KindDir {
+		return ErrNotDir
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(page) > maxMemoDir {
+		m.big[dir] = struct{}{}
+		return nil
+	}
+	if m.gen != gen || m.busy > 0 {
+		return nil
+	}
+	if !listed {
+		s.learnLocked(m, dir, page)
+	}
+	if _, ok := m.attrs[dir]; !ok {
+		m.setAttr(n.attr())
+	}
+	return nil
+}
+
+// snap returns the memo's generation, for learning what is read next.
+func (m *memo) snap() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.gen
+}
+
+// learnLocked keeps a directory's whole listing. Called with m.mu held,
+// the generation unchanged since the listing was read.
+func (s *Store) learnLocked(m *memo, dir Ino, page []DirEntryAttr) {
+	if _, ok := m.dirs[dir]; ok {
+		return
+	}
+	if m.size+2*len(page)+2 > maxMemo {
+		s.forgetLocked(m)
+	}
+	l := make(map[string]Ino, len(page))
+	for _, e := range page {
+		l[e.Name] = e.Attr.Ino
+		if _, ok := m.attrs[e.Attr.Ino]; !ok {
+			m.setAttr(e.Attr)
+		}
+	}
+	m.dirs[dir] = l
+	m.size += len(l)
+}
+
+// learnAttr keeps attributes read while the generation stood at gen.
+func (s *Store) learnAttr(gen uint64, a Attr) {
+	m := s.mem
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.gen != gen || m.busy > 0 {
+		return
+	}
+	if _, ok := m.attrs[a.Ino]; ok {
+		return
+	}
+	if m.size+1 > maxMemo {
+		s.forgetLocked(m)
+	}
+	m.setAttr(a)
+}
+
+// memoLookup answers a lookup from the memo; ok is false when it cannot.
+func (s *Store) memoLookup(parent Ino, name string) (_ Attr, ok bool, _ error) {
+	m := s.mem
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l, listed := m.dirs[parent]
+	if !listed {
+		return Attr{}, false, nil
+	}
+	ino, found := l[name]
+	if !found {
+		return Attr{}, true, ErrNotExist
+	}
+	a, ok := m.attrs[ino]
+	return a, ok, nil
+}
+
+// memoAttr answers a stat from the memo.
+func (s *Store) memoAttr(ino Ino) (Attr, bool) {
+	m := s.mem
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a, ok := m.attrs[ino]
+	return a, ok
+}
+
+// behindCreate answers the creation of a file or directory from memory
+// and queues it; ok is false when the memo cannot decide it (the caller
+// runs it at once). made runs as the node is answered.
+func (s *Store) behindCreate(ctx context.Context, parent Ino, name string, nn newNode, made func(node)) (_ Attr, ok bool, _ error) {
+	if nn.kind != KindFile && nn.kind != KindDir || len(nn.manifest) > 0 {
+		return Attr{}, false, nil
+	}
+	m := s.memoFor(ctx, parent)
+	if m == nil {
+		return Attr{}, false, nil
+	}
+	defer m.mu.Unlock()
+	l := m.dirs[parent]
+	if _, taken := l[name]; taken {
+		return Attr{}, true, ErrExist
+	}
+	now := time.Now().UnixNano()
+	rev := m.lastRev + 1
+	m.lastIno = max(m.lastIno+1, Ino(s.inoHigh.Load())+1)
+	nn.ino = m.lastIno
+	s.sawIno(nn.ino)
+	n := rowOf(nn, now, rev)
+	n.ino = nn.ino
+	a := n.attr()
+	l[name] = n.ino
+	m.size++
+	m.setAttr(a)
+	if nn.kind == KindDir {
+		m.dirs[n.ino] = make(map[string]Ino)
+	}
+	s.touchParent(m, parent, now)
+	if made != nil {
+		made(n)
+	}
+	s.enqueue(m, fmt.Sprintf("create %q in %d", name, parent), now, rev, s.createFn(parent, name, nn, nil, new(node)))
+	return a, true, nil
+}
+
+// behindRemove answers an unlink or rmdir from memory and queues it; ok is
+// false when the memo cannot decide it.
+func (s *Store) behindRemove(ctx context.Context, parent Ino, name string, dir bool) (ok bool, _ error) {
+	m := s.memoFor(ctx, parent)
+	if m == nil {
+		return false, nil
+	}
+	defer m.mu.Unlock()
+	l := m.dirs[parent]
+	ino, found := l[name]
+	if !found {
+		return true, ErrNotExist
+	}
+	a, known := m.attrs[ino]
+	if !known {
+		return false, nil
+	}
+	switch {
+	case dir && a.Kind != KindDir:
+		return true, ErrNotDir
+	case !dir && a.Kind == KindDir:
+		return true, ErrIsDir
+	case dir:
+		sub, listed := m.dirs[ino]
+		if !listed {
+			return false, nil
+		}
+		if len(sub) > 0 {
+			return true, ErrNotEmpty
+		}
+	case a.Kind != KindFile && a.Kind != KindSymlink, a.Nlink != 1, s.isOpen(ino):
+		return false, nil
+	}
+	now := time.Now().UnixNano()
+	rev := m.lastRev + 1
+	delete(l, name)
+	m.size--
+	m.dropAttr(ino)
+	m.dropDir(ino)
+	s.touchParent(m, parent, now)
+	s.enqueue(m, fmt.Sprintf("remove %q from %d", name, parent), now, rev, s.removeFn(parent, name, dir))
+	return true, nil
+}
+
+// touchParent sets a directory's times as a change of its entries does.
+func (s *Store) touchParent(m *memo, dir Ino, now int64) {
+	if a, ok := m.attrs[dir]; ok {
+		a.Mtime = time.Unix(0, now)
+		a.Ctime = a.Mtime
+		m.attrs[dir] = a
+	}
+}

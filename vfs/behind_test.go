@@ -1,0 +1,405 @@
+package vfs
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/wsync/wsync/watermark"
+)
+
+// openBehind opens a store whose mount mutations are answered from memory
+// (the default for a grouped, trash-less store), failing the test on any
+// queued mutation that does not run as it was answered.
+func openBehind(t *testing.T) *Store {
+	t.Helper()
+	s, err := Open(ctx, t.TempDir()+"/s.db", Options{NoSync: true, GroupWindow: time.Hour, Owner: NewAttr{Uid: 1000, Gid: 1000}})
+	must(t, err)
+	t.Cleanup(func() { s.Close() })
+	if !s.behindOn() {
+		t.Fatal("the write-behind is off on a grouped store")
+	}
+	behindFailHook = func(err error) { t.Errorf("a queued mutation was lost: %v", err) }
+	t.Cleanup(func() { behindFailHook = nil })
+	return s
+}
+
+func queuedSoFar(s *Store) uint64 {
+	s.mem.mu.Lock()
+	defer s.mem.mu.Unlock()
+	return s.mem.seq
+}
+
+// While another writer holds the store (a long commit, an apply), a
+// create, mkdir, unlink and rmdir in a directory the memo knows, and the
+// lookups and stats of what they made, are answered without it; the rows
+// they leave once they run are what was answered.
+func TestBehindAnswersWhileTheWriterIsHeld(t *testing.T) {
+	s := openBehind(t)
+	d, err := s.Mkdir(ctx, RootIno, "d", NewAttr{Mode: 0o755})
+	must(t, err)
+	_, err = s.Create(ctx, d.Ino, "old", NewAttr{Mode: 0o644})
+	must(t, err)
+	_, err = s.Mkdir(ctx, d.Ino, "olddir", NewAttr{Mode: 0o755})
+	must(t, err)
+	must(t, s.Sync(ctx))
+	if _, _, err := s.ReadDirAttrs(ctx, d.Ino, "", 100); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetAttr(ctx, d.Ino); err != nil {
+		t.Fatal(err)
+	}
+
+	s.wmu.Lock()
+	held := true
+	defer func() {
+		if held {
+			s.wmu.Unlock()
+		}
+	}()
+	answered := map[string]Attr{}
+	done := make(chan error, 1)
+	reached := make(chan struct{})
+	go func() {
+		done <- func() error {
+			f, h, err := s.CreateOpen(ctx, d.Ino, "f", NewAttr{Mode: 0o640, Uid: 7, Gid: 8})
+			if err != nil {
+				return fmt.Errorf("create: %w", err)
+			}
+			answered["f"] = f
+			if _, err := h.WriteAt(ctx, []byte("hello"), 0); err != nil {
+				return err
+			}
+			sub, err := s.Mkdir(ctx, d.Ino, "sub", NewAttr{Mode: 0o700})
+			if err != nil {
+				return fmt.Errorf("mkdir: %w", err)
+			}
+			answered["sub"] = sub
+			if _, err := s.Create(ctx, sub.Ino, "inner", NewAttr{Mode: 0o600}); err != nil {
+				return fmt.Errorf("create below a new directory: %w", err)
+			}
+			if err := s.Unlink(ctx, d.Ino, "old"); err != nil {
+				return fmt.Errorf("unlink: %w", err)
+			}
+			if err := s.Rmdir(ctx, d.Ino, "olddir"); err != nil {
+				return fmt.Errorf("rmdir: %w", err)
+			}
+			for name, want := range map[string]error{"old": ErrNotExist, "olddir": ErrNotExist, "f": nil, "sub": nil} {
+				if _, err := s.Lookup(ctx, d.Ino, name); !errors.Is(err, want) {
+					return fmt.Errorf("lookup %q: %v, want %v", name, err, want)
+				}
+			}
+			if err := s.Rmdir(ctx, d.Ino, "sub"); !errors.Is(err, ErrNotEmpty) {
+				return fmt.Errorf("rmdir of a directory with a queued create: %v, want ErrNotEmpty", err)
+			}
+			if _, err := s.Create(ctx, d.Ino, "f", NewAttr{Mode: 0o644}); !errors.Is(err, ErrExist) {
+				return fmt.Errorf("create over a queued create: %v, want ErrExist", err)
+			}
+			// The memo's answers now: sub's times moved with its create.
+			madeSub := answered["sub"]
+			for name, ino := range map[string]Ino{"d": d.Ino, "sub": madeSub.Ino, "f": answered["f"].Ino} {
+				if answered[name], err = s.GetAttr(ctx, ino); err != nil {
+					return err
+				}
+			}
+			if a := answered["sub"]; a.Ino != madeSub.Ino || a.Rev != madeSub.Rev || a.Mode != madeSub.Mode || a.Mtime.Before(madeSub.Mtime) {
+				return fmt.Errorf("sub: made %+v, then %+v", madeSub, a)
+			}
+			if answered["d"].Mtime.Before(answered["sub"].Mtime) {
+				return fmt.Errorf("the parent's times after the mutations: %+v", answered["d"])
+			}
+			close(reached)
+			return h.Release(ctx) // runs the queue: it waits for the writer
+		}()
+	}()
+	// Everything up to the release is answered with the writer held: the
+	// release is the first call to wait (it commits the file).
+	select {
+	case <-reached:
+	case err := <-done:
+		t.Fatalf("returned before the writer was free: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("a mutation waited for the writer")
+	}
+	if n := s.queuedN.Load(); n != 5 {
+		t.Fatalf("%d mutations queued, want 5", n)
+	}
+	held = false
+	s.wmu.Unlock()
+	select {
+	case err := <-done:
+		must(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the mutations did not finish once the writer was free")
+	}
+	must(t, s.Sync(ctx))
+	for name, a := range answered {
+		ino := a.Ino
+		n, err := s.viewNode(ctx, ino)
+		must(t, err)
+		row := n.attr()
+		if name == "f" {
+			// The release committed its bytes since.
+			row.Size, row.Mtime, row.Ctime, row.Rev = a.Size, a.Mtime, a.Ctime, a.Rev
+		}
+		if row != a {
+			t.Errorf("%s: answered %+v, the row holds %+v", name, a, n.attr())
+		}
+	}
+	if got := string(readFile(t, s, "d/f")); got != "hello" {
+		t.Errorf("d/f holds %q", got)
+	}
+	if _, err := s.Stat(ctx, "d/old"); !errors.Is(err, ErrNotExist) {
+		t.Errorf("d/old after its queued unlink: %v", err)
+	}
+}
+
+// The memo's answers are the rows' after a random mix of every mutation
+// the mount makes, queued or not, with pulls out of the store between.
+func TestBehindMatchesTheRows(t *testing.T) {
+	s := openBehind(t)
+	peer := newStore(t)
+	var cursor watermark.Cursor
+	rnd := rand.New(rand.NewPCG(3, 9))
+	dirs := []Ino{RootIno}
+	names := []string{"a", "b", "c", "d", "e", "f"}
+	check := func(step int, what string) {
+		t.Helper()
+		type answer struct {
+			a   Attr
+			err error
+		}
+		got := map[string]answer{}
+		for _, d := range dirs {
+			for _, name := range names {
+				a, err := s.Lookup(ctx, d, name)
+				got[fmt.Sprint(d, "/", name)] = answer{a, err}
+			}
+			a, err := s.GetAttr(ctx, d)
+			got[fmt.Sprint(d)] = answer{a, err}
+		}
+		must(t, s.Sync(ctx))
+		for _, d := range dirs {
+			for _, name := range names {
+				var want answer
+				n, err := lookupNode(ctx, s.rq, d, name)
+				if err == nil {
+					want.a = s.overlay(n.attr())
+				} else {
+					want.err = err
+				}
+				g := got[fmt.Sprint(d, "/", name)]
+				if g.a != want.a || !errors.Is(g.err, want.err) && (g.err != nil || want.err != nil) {
+					t.Fatalf("step %d (%s): Lookup(%d, %q) = %+v, %v; the rows hold %+v, %v", step, what, d, name, g.a, g.err, want.a, want.err)
+				}
+			}
+			n, err := getNode(ctx, s.rq, d)
+			g := got[fmt.Sprint(d)]
+			if err != nil {
+				if g.err == nil {
+					t.Fatalf("step %d (%s): GetAttr of removed directory %d = %+v", step, what, d, g.a)
+				}
+				continue
+			}
+			if want := n.attr(); g.a != want {
+				t.Fatalf("step %d (%s): GetAttr(%d) = %+v, the row holds %+v", step, what, d, g.a, want)
+			}
+		}
+	}
+	for step := range 600 {
+		d := dirs[rnd.IntN(len(dirs))]
+		name := names[rnd.IntN(len(names))]
+		var what string
+		switch k := rnd.IntN(12); {
+		case k < 3:
+			what = "create"
+			if _, h, err := s.CreateOpen(ctx, d, name, NewAttr{Mode: 0o644}); err == nil {
+				if rnd.IntN(2) == 0 {
+					_, err = h.WriteAt(ctx, []byte(what), 0)
+					must(t, err)
+				}
+				must(t, h.Release(ctx))
+			}
+		case k < 5:
+			what = "mkdir"
+			if a, err := s.Mkdir(ctx, d, name, NewAttr{Mode: 0o755}); err == nil {
+				dirs = append(dirs, a.Ino)
+			}
+		case k < 7:
+			what = "unlink"
+			s.Unlink(ctx, d, name)
+		case k < 8:
+			what = "rmdir"
+			s.Rmdir(ctx, d, name)
+		case k < 9:
+			what = "rename"
+			s.Rename(ctx, d, name, dirs[rnd.IntN(len(dirs))], names[rnd.IntN(len(names))], 0)
+		case k < 10:
+			what = "link"
+			if a, err := s.Lookup(ctx, d, name); err == nil && a.Kind == KindFile {
+				s.Link(ctx, a.Ino, dirs[rnd.IntN(len(dirs))], names[rnd.IntN(len(names))])
+			}
+		case k < 11:
+			what = "chmod"
+			if a, err := s.Lookup(ctx, d, name); err == nil {
+				mode := uint32(0o600 + rnd.IntN(0o100))
+				s.SetAttr(ctx, a.Ino, SetAttr{Mode: &mode})
+			}
+		default:
+			what = "readdir"
+			s.ReadDirAttrs(ctx, d, "", 256)
+		}
+		if step%7 == 0 {
+			check(step, what)
+		}
+		if step%100 == 99 {
+			cursor = syncInto(t, s, peer, cursor, Ignore{})
+			if diff := diffTrees(tree(t, s), tree(t, peer)); diff != "" {
+				t.Fatalf("step %d: the peer's tree differs after a pull:\n%s", step, diff)
+			}
+		}
+	}
+	check(600, "end")
+	if n := queuedSoFar(s); n < 100 {
+		t.Fatalf("only %d mutations were answered from memory: the test checks little of the memo", n)
+	}
+	t.Logf("%d mutations answered from memory", queuedSoFar(s))
+}
+
+// A queued mutation that fails (a disk that filled) is lost with every
+// mutation answered after it, and nothing before it: the store holds a
+// prefix of the answered mutations, the next Sync reports the loss, and
+// the store goes on.
+func TestBehindFailureLosesASuffix(t *testing.T) {
+	s := openBehind(t)
+	behindFailHook = nil
+	d, err := s.Mkdir(ctx, RootIno, "d", NewAttr{Mode: 0o755})
+	must(t, err)
+	must(t, s.Sync(ctx))
+	// Hold the writer so the mutations queue, then fail the fourth.
+	s.wmu.Lock()
+	var mu sync.Mutex
+	ran := 0
+	behindRunHook = func(what string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		ran++
+		if ran == 4 {
+			return errors.New("the disk filled")
+		}
+		return nil
+	}
+	t.Cleanup(func() { behindRunHook = nil })
+	for i := range 8 {
+		if _, err := s.Create(ctx, d.Ino, fmt.Sprint("f", i), NewAttr{Mode: 0o644}); err != nil {
+			s.wmu.Unlock()
+			t.Fatal(err)
+		}
+	}
+	if n := s.queuedN.Load(); n != 8 {
+		s.wmu.Unlock()
+		t.Fatalf("%d mutations queued, want 8", n)
+	}
+	s.wmu.Unlock()
+	err = s.Sync(ctx)
+	if err == nil || !strings.Contains(err.Error(), "the disk filled") || !strings.Contains(err.Error(), "4 mutations answered after it") {
+		t.Fatalf("Sync after a lost queued mutation: %v", err)
+	}
+	for i := range 8 {
+		_, err := s.Stat(ctx, fmt.Sprint("d/f", i))
+		if i < 3 && err != nil || i >= 3 && !errors.Is(err, ErrNotExist) {
+			t.Errorf("d/f%d: %v", i, err)
+		}
+		if _, lerr := s.Lookup(ctx, d.Ino, fmt.Sprint("f", i)); errors.Is(lerr, ErrNotExist) != errors.Is(err, ErrNotExist) {
+			t.Errorf("lookup of f%d answers %v where the rows say %v", i, lerr, err)
+		}
+	}
+	must(t, s.Sync(ctx)) // reported once
+	if _, err := s.Create(ctx, d.Ino, "after", NewAttr{Mode: 0o644}); err != nil {
+		t.Fatal(err)
+	}
+	must(t, s.Sync(ctx))
+	if _, err := s.Stat(ctx, "d/after"); err != nil {
+		t.Fatalf("a create after the loss: %v", err)
+	}
+}
+
+// Concurrent creates and removals in shared and separate directories,
+// with renames and pulls between, end with the memo and the rows in
+// agreement and no queued mutation lost.
+func TestBehindConcurrentWriters(t *testing.T) {
+	s := openBehind(t)
+	peer := newStore(t)
+	shared, err := s.Mkdir(ctx, RootIno, "shared", NewAttr{Mode: 0o755})
+	must(t, err)
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			own, err := s.Mkdir(ctx, RootIno, fmt.Sprint("own", w), NewAttr{Mode: 0o755})
+			if err != nil {
+				errs <- err
+				return
+			}
+			for i := range 150 {
+				dir := own.Ino
+				if i%2 == 0 {
+					dir = shared.Ino
+				}
+				name := fmt.Sprint("w", w, "-", i%10)
+				switch i % 5 {
+				case 0, 1, 2:
+					if _, err := s.Create(ctx, dir, name, NewAttr{Mode: 0o644}); err != nil && !errors.Is(err, ErrExist) {
+						errs <- fmt.Errorf("create: %w", err)
+						return
+					}
+				case 3:
+					if err := s.Unlink(ctx, dir, name); err != nil && !errors.Is(err, ErrNotExist) {
+						errs <- fmt.Errorf("unlink: %w", err)
+						return
+					}
+				default:
+					s.Rename(ctx, dir, name, dir, name+"x", 0)
+				}
+			}
+		}()
+	}
+	var cursor watermark.Cursor
+	for range 5 {
+		cursor = syncInto(t, s, peer, cursor, Ignore{})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	cursor = syncInto(t, s, peer, cursor, Ignore{})
+	if diff := diffTrees(tree(t, s), tree(t, peer)); diff != "" {
+		t.Fatalf("the peer's tree differs:\n%s", diff)
+	}
+	_ = cursor
+	// Every name the memo answers for is a row, and the other way round.
+	for _, dir := range []string{"shared", "own0", "own7"} {
+		a, err := s.Stat(ctx, dir)
+		must(t, err)
+		for i := range 10 {
+			for _, suffix := range []string{"", "x"} {
+				name := fmt.Sprint("w0-", i, suffix)
+				la, lerr := s.Lookup(ctx, a.Ino, name)
+				n, rerr := lookupNode(ctx, s.committed(), a.Ino, name)
+				if !errors.Is(lerr, rerr) && (lerr != nil || rerr != nil) || rerr == nil && la.Ino != n.ino {
+					t.Errorf("%s/%s: lookup %+v %v, rows %d %v", dir, name, la, lerr, n.ino, rerr)
+				}
+			}
+		}
+	}
+	if queuedSoFar(s) == 0 {
+		t.Fatal("nothing was answered from memory")
+	}
+}
