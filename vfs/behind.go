@@ -320,7 +320,10 @@ func (s *Store) runQueued(q []queued) {
 				fn = func(*wtx) error { return err }
 			}
 		}
-		if _, err := s.mutateLocked(ctx, fn, &q[i]); err != nil {
+		if t, err := s.mutateLocked(ctx, fn, &q[i]); err != nil {
+			if t != nil {
+				t.releaseStages() // nobody retries a lost commit
+			}
 			s.queuedFailed(&q[i], err, len(q)-i-1)
 			break
 		}
@@ -389,7 +392,9 @@ func (s *Store) lastQueued(q *queued) bool {
 func (s *Store) enqueue(m *memo, what string, now, rev int64, fn func(*wtx) error) {
 	m.seq++
 	m.gen++
-	m.lastRev = rev
+	if rev != 0 {
+		m.lastRev = rev // 0: a change of local state only stamps no rev
+	}
 	m.queue = append(m.queue, queued{fn: fn, now: now, rev: rev, seq: m.seq, what: what})
 	s.queuedN.Add(1)
 	// Kept attributes and listings read before now are stale.
@@ -623,6 +628,75 @@ func (s *Store) behindRemove(ctx context.Context, parent Ino, name string, dir b
 	s.touchParent(m, parent, now)
 	s.enqueue(m, fmt.Sprintf("remove %q from %d", name, parent), now, rev, s.removeFn(parent, name, dir))
 	return true, nil
+}
+
+// memoOf returns the memo locked, ready to answer a mutation of node ino
+// whose attributes it knows; nil means the mutation runs at once.
+func (s *Store) memoOf(ino Ino) (*memo, Attr) {
+	m := s.mem
+	if m == nil || s.quota.Load() != nil || s.closed.Load() {
+		return nil, Attr{}
+	}
+	for try := 0; ; try++ {
+		m.mu.Lock()
+		a, known := m.attrs[ino]
+		switch {
+		case m.busy > 0 || !m.room || !known:
+			m.mu.Unlock()
+			return nil, Attr{}
+		case len(m.queue) < maxQueued:
+			return m, a
+		}
+		m.mu.Unlock()
+		if try == 1 {
+			return nil, Attr{}
+		}
+		s.lockW()
+		s.wmu.Unlock()
+	}
+}
+
+// behindSetAttr answers a SetAttr (without a size) of a node the memo
+// knows and queues it; ok is false when it cannot.
+func (s *Store) behindSetAttr(ino Ino, sa SetAttr) (_ Attr, ok bool) {
+	if sa.Size != nil {
+		return Attr{}, false
+	}
+	m, a := s.memoOf(ino)
+	if m == nil {
+		return Attr{}, false
+	}
+	defer m.mu.Unlock()
+	now := time.Now().UnixNano()
+	var rev int64
+	if applySetAttr(&a, sa, now) {
+		rev = m.lastRev + 1
+		a.Rev = rev
+	}
+	m.setAttr(a)
+	s.enqueue(m, fmt.Sprintf("setattr of %d", ino), now, rev, setAttrFn(ino, sa, new(Attr)))
+	return a, true
+}
+
+// behindCommit answers the commit of a file's new content (manifest m of
+// size bytes, mtime) when the memo knows its node, and queues fn, the
+// commit's mutation; ok is false when it cannot. It returns the rev the
+// commit stamps.
+func (s *Store) behindCommit(ino Ino, size, mtime int64, fn func(*wtx) error) (rev int64, ok bool) {
+	m, a := s.memoOf(ino)
+	if m == nil {
+		return 0, false
+	}
+	defer m.mu.Unlock()
+	if a.Kind != KindFile || a.Nlink == 0 {
+		return 0, false
+	}
+	now := time.Now().UnixNano()
+	rev = m.lastRev + 1
+	a.Size, a.Mtime, a.Ctime, a.Rev = size, time.Unix(0, mtime), time.Unix(0, now), rev
+	m.setAttr(a)
+	s.enqueue(m, fmt.Sprintf("commit of %d", ino), now, rev, fn)
+	return rev, true
 }
 
 // touchParent sets a directory's times as a change of its entries does.

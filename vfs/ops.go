@@ -580,37 +580,32 @@ func (s *Store) SetAttr(ctx context.Context, ino Ino, sa SetAttr) (Attr, error) 
 		}
 		sa.Size = nil
 	}
-	var a Attr
-	err := s.mutate(ctx, func(t *wtx) error {
+	a, ok := s.behindSetAttr(ino, sa)
+	if !ok {
+		if err := s.mutate(ctx, setAttrFn(ino, sa, &a)); err != nil {
+			return Attr{}, err
+		}
+	}
+	if sa.Mtime != nil {
+		s.setOpenMtime(ino, sa.Mtime.UnixNano())
+	}
+	return s.overlay(a), nil
+}
+
+// setAttrFn is the mutation that sets sa on ino, leaving the node's
+// attributes in a.
+func setAttrFn(ino Ino, sa SetAttr, a *Attr) func(*wtx) error {
+	return func(t *wtx) error {
 		var ok bool
-		if a, ok = t.keptAttr(ino); !ok {
-			n, err := getAttrs(ctx, t.tx, ino)
+		if *a, ok = t.keptAttr(ino); !ok {
+			n, err := getAttrs(t.ctx, t.tx, ino)
 			if err != nil {
 				return err
 			}
-			a = n.attr()
+			*a = n.attr()
 		}
 		t.carries = true // the node's row, declared below
-		synced := false
-		if sa.Mode != nil && a.Kind != KindSymlink && *sa.Mode&0o7777 != a.Mode {
-			a.Mode = *sa.Mode & 0o7777
-			synced = true
-		}
-		if sa.Mtime != nil && sa.Mtime.UnixNano() != a.Mtime.UnixNano() {
-			a.Mtime = time.Unix(0, sa.Mtime.UnixNano())
-			synced = synced || a.Kind != KindDir // directory times are local
-		}
-		synced = synced && !a.Kind.Special()
-		if sa.Uid != nil {
-			a.Uid = *sa.Uid
-		}
-		if sa.Gid != nil {
-			a.Gid = *sa.Gid
-		}
-		if sa.Atime != nil {
-			a.Atime = time.Unix(0, sa.Atime.UnixNano())
-		}
-		a.Ctime = time.Unix(0, t.now)
+		synced := applySetAttr(a, sa, t.now)
 		if synced {
 			a.Rev = t.stamp() // in the row's update, not one more (touchNode's)
 		}
@@ -618,19 +613,38 @@ func (s *Store) SetAttr(ctx context.Context, ino Ino, sa SetAttr) (Attr, error) 
 			a.Mode, a.Uid, a.Gid, a.Mtime.UnixNano(), a.Atime.UnixNano(), t.now, a.Rev, ino); err != nil {
 			return err
 		}
-		t.keepNode(ino, &a)
+		kept := *a
+		t.keepNode(ino, &kept)
 		if synced {
 			return t.touchNames(ino)
 		}
 		return nil
-	})
-	if err != nil {
-		return Attr{}, err
 	}
-	if sa.Mtime != nil {
-		s.setOpenMtime(ino, sa.Mtime.UnixNano())
+}
+
+// applySetAttr sets sa on a at time now (but its rev) and reports whether
+// the change syncs (a new mode, a file's new mtime).
+func applySetAttr(a *Attr, sa SetAttr, now int64) (synced bool) {
+	if sa.Mode != nil && a.Kind != KindSymlink && *sa.Mode&0o7777 != a.Mode {
+		a.Mode = *sa.Mode & 0o7777
+		synced = true
 	}
-	return s.overlay(a), nil
+	if sa.Mtime != nil && sa.Mtime.UnixNano() != a.Mtime.UnixNano() {
+		a.Mtime = time.Unix(0, sa.Mtime.UnixNano())
+		synced = synced || a.Kind != KindDir // directory times are local
+	}
+	synced = synced && !a.Kind.Special()
+	if sa.Uid != nil {
+		a.Uid = *sa.Uid
+	}
+	if sa.Gid != nil {
+		a.Gid = *sa.Gid
+	}
+	if sa.Atime != nil {
+		a.Atime = time.Unix(0, sa.Atime.UnixNano())
+	}
+	a.Ctime = time.Unix(0, now)
+	return synced
 }
 
 // truncate sets a file's size: through its open state when open, so

@@ -156,11 +156,18 @@ func (s *Store) Quota() Quota {
 // Usage is the store's usage: every answered mutation, committed or in the
 // open group. It reads two counters.
 func (s *Store) Usage() Usage {
-	return Usage{Bytes: s.useBytes.Load(), Entries: s.useEntries.Load()}
+	if s.queuedN.Load() > 0 {
+		// Mutations answered from memory count when they run.
+		s.lockW()
+		s.wmu.Unlock()
+	}
+	return s.live()
 }
 
 // live is the usage every answered mutation left. Changed under wmu.
-func (s *Store) live() Usage { return s.Usage() }
+func (s *Store) live() Usage {
+	return Usage{Bytes: s.useBytes.Load(), Entries: s.useEntries.Load()}
+}
 
 // addLive moves the usage by d and hands back released bytes of
 // reservations, in one step under resMu: a commit's growth moves from its
