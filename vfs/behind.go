@@ -397,6 +397,7 @@ func (s *Store) enqueue(m *memo, what string, now, rev int64, fn func(*wtx) erro
 	}
 	m.queue = append(m.queue, queued{fn: fn, now: now, rev: rev, seq: m.seq, what: what})
 	s.queuedN.Add(1)
+	metricBehindAnswered.Inc()
 	// Kept attributes and listings read before now are stale.
 	s.writes.Add(2)
 	s.wakeBehind()

@@ -117,3 +117,10 @@ var metricBehindLost = metrics.Add(prometheus.NewCounter(prometheus.CounterOpts{
 	Name: "wsync_vfs_behind_lost_total",
 	Help: "Mount mutations answered before they ran that were lost because one of them failed (a full disk).",
 }))
+
+// metricBehindAnswered counts mount mutations answered from memory and
+// queued (behind.go).
+var metricBehindAnswered = metrics.Add(prometheus.NewCounter(prometheus.CounterOpts{
+	Name: "wsync_vfs_behind_answered_total",
+	Help: "Mount mutations answered from the write-behind's memo and run afterwards.",
+}))
