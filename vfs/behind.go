@@ -8,24 +8,32 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/wsync/wsync/chunkstore"
 )
 
 // Write-behind of the mount's commonest mutations.
 //
-// A create, a mkdir, an unlink and an rmdir through the mount are answered
-// from memory and run afterwards, in order, by a goroutine of the store:
-// the SQL of one (6-9 statements, 25-45 us) overlaps the kernel's round
-// trip of the next instead of adding to it. What makes the answer right
-// without the SQL is the memo: complete listings of directories (name to
-// inode number) and the row attributes of the nodes in them, kept equal to
-// what the store will hold once every queued mutation has run. A mutation
-// is answered from memory only when the memo decides it alone: the parent's
-// listing and attributes are known, the name is free (a create) or names a
-// file or symlink with one link and no open handle, or an empty directory
-// (a removal). The inode number and rev it will get are predicted exactly:
-// nothing else writes while mutations are queued (every other writer runs
-// them first and stops new ones from queueing while it holds the store),
-// and a queued mutation that stamps another rev fails as errBehind.
+// A create, a mkdir, an unlink, an rmdir, a SetAttr without a size and a
+// file's commit through the mount are answered from memory and run
+// afterwards, in order, by a goroutine of the store: the SQL of one (3-9
+// statements, 15-45 us) overlaps the kernel's round trip of the next
+// instead of adding to it. What makes the answer right
+// without the SQL is the memo: the names of directories in use (name to
+// inode number, or free) and the row attributes of their nodes, kept equal
+// to what the store will hold once every queued mutation has run. A
+// listing is complete when a listing page held the whole directory (the
+// mount's READDIRPLUS) or the memo saw the directory made; otherwise it
+// learns names one lookup at a time (the kernel looks a name up before it
+// creates or removes it, and a name the memo lacks costs one query). A
+// mutation is answered from memory only when the memo decides it alone:
+// the parent's attributes and what the name holds are known, the name is
+// free (a create) or names a file or symlink with one link and no open
+// handle, or an empty directory (a removal). The inode number and rev it
+// will get are predicted exactly: nothing else writes while mutations are
+// queued (every other writer runs them first and stops new ones from
+// queueing while it holds the store), and a queued mutation that stamps
+// another rev fails as errBehind.
 // Anything the memo cannot decide runs as before.
 //
 // What readers see: a lookup or stat the memo answers sees every mutation
@@ -40,20 +48,17 @@ import (
 //
 // The memo follows every writer: the queued mutations keep it current as
 // they are answered; a mutation that runs at once and declares the rows it
-// changes (wtx.carries) forgets those nodes and the listings of the
-// directories it changed; any other write (an apply, a rename, the files
-// API, a failed group) forgets everything. Listings are learnt from a
-// listing page that holds a whole directory (the mount's READDIRPLUS) and,
-// for a directory a mutation needs, from one query of at most
-// maxMemoDir+1 names.
+// changes (wtx.carries: a create, an unlink, an rmdir, a commit, a
+// SetAttr, a rename of a non-directory) updates the names it added and
+// removed and the attributes it declared; any other write (an apply, a
+// directory's rename, a link, xattrs, a watermark, the files
+// API, a failed group) forgets everything.
 
 const (
 	// maxQueued bounds the mutations answered and not yet run.
 	maxQueued = 256
 	// maxMemo bounds the names and attributes the memo holds.
 	maxMemo = 1 << 16
-	// maxMemoDir is the largest directory the memo lists.
-	maxMemoDir = 4096
 )
 
 // errBehind is a queued mutation that did not run as it was answered.
@@ -72,10 +77,9 @@ type queued struct {
 // then mu, then openMu.
 type memo struct {
 	mu    sync.Mutex
-	dirs  map[Ino]map[string]Ino // complete listings
-	attrs map[Ino]Attr           // row attributes (GetAttr adds open handles' writes)
-	size  int                    // names and attributes held
-	big   map[Ino]struct{}       // directories too large to list
+	dirs  map[Ino]*listing // names known per directory
+	attrs map[Ino]Attr     // row attributes (GetAttr adds open handles' writes)
+	size  int              // names and attributes held
 	// lastRev and lastIno are the rev and inode number of the last
 	// mutation answered (lastIno at least the largest ever handed out).
 	lastRev int64
@@ -92,19 +96,58 @@ type memo struct {
 	queue []queued
 }
 
+// listing is what the memo knows of a directory's names: name to inode,
+// 0 for a name known to be free. A complete listing holds every name (a
+// name it lacks is free); another learns names one lookup at a time.
+type listing struct {
+	names    map[string]Ino
+	complete bool
+	n        int // names in use (non-zero)
+}
+
+// lookup reports what the listing says of name: its inode (0: free) and
+// whether it knows.
+func (l *listing) lookup(name string) (Ino, bool) {
+	ino, ok := l.names[name]
+	return ino, ok || l.complete
+}
+
+// set records name as naming ino (0: free); it returns the change in the
+// memo's size.
+func (l *listing) set(name string, ino Ino) int {
+	old, had := l.names[name]
+	if had && old != 0 {
+		l.n--
+	}
+	if ino != 0 {
+		l.n++
+	}
+	switch {
+	case ino == 0 && l.complete:
+		delete(l.names, name)
+		if had {
+			return -1
+		}
+		return 0
+	case had:
+		l.names[name] = ino
+		return 0
+	}
+	l.names[name] = ino
+	return 1
+}
+
 func (m *memo) reset() {
-	m.dirs = make(map[Ino]map[string]Ino)
+	m.dirs = make(map[Ino]*listing)
 	m.attrs = make(map[Ino]Attr)
-	m.big = make(map[Ino]struct{})
 	m.size = 0
 }
 
 func (m *memo) dropDir(d Ino) {
 	if l, ok := m.dirs[d]; ok {
-		m.size -= len(l)
+		m.size -= len(l.names)
 		delete(m.dirs, d)
 	}
-	delete(m.big, d)
 }
 
 func (m *memo) dropAttr(ino Ino) {
@@ -119,6 +162,13 @@ func (m *memo) setAttr(a Attr) {
 		m.size++
 	}
 	m.attrs[a.Ino] = a
+}
+
+// setName records name in dir if the memo lists dir.
+func (m *memo) setName(dir Ino, name string, ino Ino) {
+	if l, ok := m.dirs[dir]; ok {
+		m.size += l.set(name, ino)
+	}
 }
 
 // behindOn reports whether the store answers mutations from memory.
@@ -248,13 +298,11 @@ func (s *Store) unlockWrite(t *wtx, err error) {
 		case t != nil && t.carries:
 			// It declared every row it changed, and its names.
 			for _, c := range t.named {
-				if l, ok := m.dirs[c.dir]; ok {
-					if c.child == 0 {
-						delete(l, c.name)
-						m.size--
-					} else if _, ok := l[c.name]; !ok {
-						l[c.name] = c.child
-						m.size++
+				m.setName(c.dir, c.name, c.child)
+				if a := t.keep[c.child]; a != nil && a.Kind == KindDir {
+					// A directory made by a create that carries: empty.
+					if _, ok := m.dirs[c.child]; !ok {
+						m.dirs[c.child] = &listing{names: make(map[string]Ino), complete: true}
 					}
 				}
 			}
@@ -268,6 +316,7 @@ func (s *Store) unlockWrite(t *wtx, err error) {
 			for ino, a := range t.keep {
 				if a == nil {
 					m.dropAttr(ino)
+					m.dropDir(ino) // a removed directory
 				} else if m.size < maxMemo {
 					m.setAttr(*a)
 				}
@@ -403,25 +452,28 @@ func (s *Store) enqueue(m *memo, what string, now, rev int64, fn func(*wtx) erro
 	s.wakeBehind()
 }
 
-// memoFor returns the memo locked, ready to answer a mutation in dir:
-// its listing and attributes known, nothing else writing, room in the
-// queue. nil means the mutation runs at once.
-func (s *Store) memoFor(ctx context.Context, dir Ino) *memo {
+// memoFor returns the memo locked, ready to answer a mutation of name in
+// dir: what dir holds under name and dir's attributes known, nothing
+// else writing, room in the queue. nil means the mutation runs at once.
+func (s *Store) memoFor(ctx context.Context, dir Ino, name string) *memo {
 	m := s.mem
 	if m == nil || s.quota.Load() != nil || s.closed.Load() {
 		return nil
 	}
 	for try := 0; ; try++ {
 		m.mu.Lock()
-		_, listed := m.dirs[dir]
-		_, attrs := m.attrs[dir]
-		_, big := m.big[dir]
+		l, listed := m.dirs[dir]
+		da, attrs := m.attrs[dir]
+		known := false
+		if listed {
+			_, known = l.lookup(name)
+		}
 		full := len(m.queue) >= maxQueued
 		switch {
-		case m.busy > 0 || !m.room || big:
+		case m.busy > 0 || !m.room || attrs && da.Kind != KindDir:
 			m.mu.Unlock()
 			return nil
-		case listed && attrs && !full:
+		case known && attrs && !full:
 			return m
 		}
 		m.mu.Unlock()
@@ -433,48 +485,59 @@ func (s *Store) memoFor(ctx context.Context, dir Ino) *memo {
 			s.wmu.Unlock()
 			continue
 		}
-		if err := s.learnDir(ctx, dir); err != nil {
+		if err := s.learnName(ctx, dir, name); err != nil {
 			return nil
 		}
 	}
 }
 
-// learnDir reads what the memo lacks of a directory: its listing, its
-// attributes.
-func (s *Store) learnDir(ctx context.Context, dir Ino) error {
+// learnName reads what the memo lacks for a mutation of name in dir: the
+// directory's attributes, what the name holds.
+func (s *Store) learnName(ctx context.Context, dir Ino, name string) error {
 	m := s.mem
 	m.mu.Lock()
 	gen := m.gen
-	_, listed := m.dirs[dir]
+	_, attrs := m.attrs[dir]
 	m.mu.Unlock()
-	var page []DirEntryAttr
-	if !listed {
+	var d node
+	if !attrs {
 		var err error
-		if page, err = s.readDirPage(ctx, dir, "", maxMemoDir+1); err != nil {
+		if d, err = s.viewAttr(ctx, dir); err != nil {
 			return err
 		}
+		if d.kind != KindDir {
+			return ErrNotDir
+		}
 	}
-	n, err := s.viewAttr(ctx, dir)
-	if err != nil {
+	var child node
+	err := s.view(ctx, func(ctx context.Context, q chunkstore.Querier) (err error) {
+		child, err = lookupChildAttrs(ctx, q, dir, name)
 		return err
-	}
-	if n.kind != KindDir {
-		return ErrNotDir
+	})
+	if err != nil && !errors.Is(err, ErrNotExist) {
+		return err
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if len(page) > maxMemoDir {
-		m.big[dir] = struct{}{}
-		return nil
-	}
 	if m.gen != gen || m.busy > 0 {
 		return nil
 	}
-	if !listed {
-		s.learnLocked(m, dir, page)
+	if m.size+3 > maxMemo {
+		s.forgetLocked(m) // what was just read stays true
 	}
-	if _, ok := m.attrs[dir]; !ok {
-		m.setAttr(n.attr())
+	if !attrs {
+		m.setAttr(d.attr())
+	}
+	if _, ok := m.dirs[dir]; !ok {
+		m.dirs[dir] = &listing{names: make(map[string]Ino)}
+	}
+	if err == nil {
+		m.setName(dir, name, child.ino)
+		if _, ok := m.attrs[child.ino]; !ok {
+			m.setAttr(child.attr())
+		}
+	} else {
+		m.setName(dir, name, 0)
 	}
 	return nil
 }
@@ -489,21 +552,21 @@ func (m *memo) snap() uint64 {
 // learnLocked keeps a directory's whole listing. Called with m.mu held,
 // the generation unchanged since the listing was read.
 func (s *Store) learnLocked(m *memo, dir Ino, page []DirEntryAttr) {
-	if _, ok := m.dirs[dir]; ok {
+	if l, ok := m.dirs[dir]; ok && l.complete {
 		return
 	}
+	m.dropDir(dir)
 	if m.size+2*len(page)+2 > maxMemo {
 		s.forgetLocked(m)
 	}
-	l := make(map[string]Ino, len(page))
+	l := &listing{names: make(map[string]Ino, len(page)), complete: true}
 	for _, e := range page {
-		l[e.Name] = e.Attr.Ino
+		m.size += l.set(e.Name, e.Attr.Ino)
 		if _, ok := m.attrs[e.Attr.Ino]; !ok {
 			m.setAttr(e.Attr)
 		}
 	}
 	m.dirs[dir] = l
-	m.size += len(l)
 }
 
 // learnAttr keeps attributes read while the generation stood at gen.
@@ -532,12 +595,35 @@ func (s *Store) memoLookup(parent Ino, name string) (_ Attr, ok bool, _ error) {
 	if !listed {
 		return Attr{}, false, nil
 	}
-	ino, found := l[name]
-	if !found {
+	ino, known := l.lookup(name)
+	switch {
+	case !known:
+		return Attr{}, false, nil
+	case ino == 0:
 		return Attr{}, true, ErrNotExist
 	}
 	a, ok := m.attrs[ino]
 	return a, ok, nil
+}
+
+// learnLookup keeps what a lookup read while the generation stood at gen:
+// the name's inode (or that it is free) in a listed directory, and the
+// node's attributes.
+func (s *Store) learnLookup(gen uint64, parent Ino, name string, a Attr, err error) {
+	m := s.mem
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.gen != gen || m.busy > 0 || m.size+2 > maxMemo {
+		return
+	}
+	if err == nil {
+		m.setName(parent, name, a.Ino)
+		if _, ok := m.attrs[a.Ino]; !ok {
+			m.setAttr(a)
+		}
+	} else if errors.Is(err, ErrNotExist) {
+		m.setName(parent, name, 0)
+	}
 }
 
 // memoAttr answers a stat from the memo.
@@ -556,13 +642,13 @@ func (s *Store) behindCreate(ctx context.Context, parent Ino, name string, nn ne
 	if nn.kind != KindFile && nn.kind != KindDir || len(nn.manifest) > 0 {
 		return Attr{}, false, nil
 	}
-	m := s.memoFor(ctx, parent)
+	m := s.memoFor(ctx, parent, name)
 	if m == nil {
 		return Attr{}, false, nil
 	}
 	defer m.mu.Unlock()
 	l := m.dirs[parent]
-	if _, taken := l[name]; taken {
+	if ino, _ := l.lookup(name); ino != 0 {
 		return Attr{}, true, ErrExist
 	}
 	now := time.Now().UnixNano()
@@ -573,11 +659,10 @@ func (s *Store) behindCreate(ctx context.Context, parent Ino, name string, nn ne
 	n := rowOf(nn, now, rev)
 	n.ino = nn.ino
 	a := n.attr()
-	l[name] = n.ino
-	m.size++
+	m.size += l.set(name, n.ino)
 	m.setAttr(a)
 	if nn.kind == KindDir {
-		m.dirs[n.ino] = make(map[string]Ino)
+		m.dirs[n.ino] = &listing{names: make(map[string]Ino), complete: true}
 	}
 	s.touchParent(m, parent, now)
 	if made != nil {
@@ -590,14 +675,14 @@ func (s *Store) behindCreate(ctx context.Context, parent Ino, name string, nn ne
 // behindRemove answers an unlink or rmdir from memory and queues it; ok is
 // false when the memo cannot decide it.
 func (s *Store) behindRemove(ctx context.Context, parent Ino, name string, dir bool) (ok bool, _ error) {
-	m := s.memoFor(ctx, parent)
+	m := s.memoFor(ctx, parent, name)
 	if m == nil {
 		return false, nil
 	}
 	defer m.mu.Unlock()
 	l := m.dirs[parent]
-	ino, found := l[name]
-	if !found {
+	ino, _ := l.lookup(name)
+	if ino == 0 {
 		return true, ErrNotExist
 	}
 	a, known := m.attrs[ino]
@@ -611,10 +696,10 @@ func (s *Store) behindRemove(ctx context.Context, parent Ino, name string, dir b
 		return true, ErrIsDir
 	case dir:
 		sub, listed := m.dirs[ino]
-		if !listed {
-			return false, nil
-		}
-		if len(sub) > 0 {
+		switch {
+		case !listed || !sub.complete && sub.n == 0:
+			return false, nil // empty or not: a query says
+		case sub.n > 0:
 			return true, ErrNotEmpty
 		}
 	case a.Kind != KindFile && a.Kind != KindSymlink, a.Nlink != 1, s.isOpen(ino):
@@ -622,8 +707,7 @@ func (s *Store) behindRemove(ctx context.Context, parent Ino, name string, dir b
 	}
 	now := time.Now().UnixNano()
 	rev := m.lastRev + 1
-	delete(l, name)
-	m.size--
+	m.size += l.set(name, 0)
 	m.dropAttr(ino)
 	m.dropDir(ino)
 	s.touchParent(m, parent, now)

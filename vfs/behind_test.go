@@ -285,6 +285,9 @@ func TestBehindFailureLosesASuffix(t *testing.T) {
 	d, err := s.Mkdir(ctx, RootIno, "d", NewAttr{Mode: 0o755})
 	must(t, err)
 	must(t, s.Sync(ctx))
+	if _, err := s.GetAttr(ctx, d.Ino); err != nil {
+		t.Fatal(err)
+	}
 	// Hold the writer so the mutations queue, then fail the fourth.
 	s.wmu.Lock()
 	var mu sync.Mutex

@@ -51,12 +51,12 @@ func (s *Store) Lookup(ctx context.Context, parent Ino, name string) (Attr, erro
 		n, err = lookupChildAttrs(ctx, q, parent, name)
 		return err
 	})
-	if err != nil {
-		return Attr{}, err
-	}
 	a := n.attr()
 	if s.mem != nil {
-		s.learnAttr(gen, a)
+		s.learnLookup(gen, parent, name, a, err)
+	}
+	if err != nil {
+		return Attr{}, err
 	}
 	return s.overlay(a), nil
 }
@@ -384,9 +384,9 @@ func (s *Store) removeFn(parent Ino, name string, dir bool) func(*wtx) error {
 		if err != nil {
 			return err
 		}
-		// The parent's times and the node's row, unless a directory (and
-		// its subtree) goes.
-		t.carries = n.kind != KindDir
+		// The parent's times and the node's row (a directory goes only
+		// empty, below).
+		t.carries = true
 		t.keepNode(n.ino, nil)
 		dp, err := t.dirPath(parent)
 		if err != nil {
@@ -527,6 +527,17 @@ func (t *wtx) rename(parent Ino, name string, newParent Ino, newName string, fla
 	}
 	t.noteName(parent, name, false)
 	t.noteName(newParent, newName, true)
+	t.named = append(t.named, nameChange{parent, name, 0}, nameChange{newParent, newName, src.ino})
+	if src.kind != KindDir {
+		// The rows it changes: the moved node's and the replaced one's
+		// (declared changed, not stated), the parents' times. A directory
+		// moves its subtree's revs with it, and carries nothing.
+		t.carries = true
+		t.keepNode(src.ino, nil)
+		if dst.ino != 0 {
+			t.keepNode(dst.ino, nil)
+		}
+	}
 	if err := t.dirChanged(parent); err != nil {
 		return err
 	}
