@@ -17,7 +17,8 @@ import (
 )
 
 // TestCrashDuringGroupCommit SIGKILLs computerd at a group commit of local
-// mutations (vfs/group.go), before or after SQLite's commit, while one
+// mutations (vfs/group.go), before or after SQLite's commit, or as the
+// write-behind runs a queued mutation (vfs/behind.go), while one
 // process creates, writes and closes files through the mount and fsyncs
 // every 25th. The durability contract (docs/ARCHITECTURE.md "Durability")
 // says what may survive: the store after the crash is the state after some
@@ -36,6 +37,10 @@ func TestCrashDuringGroupCommit(t *testing.T) {
 		{"vfs.group.commit", 40},
 		{"vfs.group.committed", 7},
 		{"vfs.group.committed", 55},
+		// While mutations answered from memory wait in the queue of the
+		// write-behind (vfs/behind.go): the same prefix must survive.
+		{"vfs.behind.run", 9},
+		{"vfs.behind.run", 400},
 	} {
 		t.Run(fmt.Sprintf("%s:%d", sc.point, sc.hit), func(t *testing.T) {
 			dir := t.TempDir()

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/internal/crashpoint"
 )
 
 // Write-behind of the mount's commonest mutations.
@@ -286,7 +287,8 @@ func (s *Store) lockWrite() {
 }
 
 // unlockWrite ends lockWrite. t is the local mutation that ran (nil for
-// any other write) and err its result: the memo forgets what it changed.
+// any other write) and err its result: the memo follows what it changed,
+// or forgets everything.
 func (s *Store) unlockWrite(t *wtx, err error) {
 	if m := s.mem; m != nil {
 		m.mu.Lock()
@@ -314,10 +316,11 @@ func (s *Store) unlockWrite(t *wtx, err error) {
 				}
 			}
 			for ino, a := range t.keep {
-				if a == nil {
+				switch _, had := m.attrs[ino]; {
+				case a == nil:
 					m.dropAttr(ino)
 					m.dropDir(ino) // a removed directory
-				} else if m.size < maxMemo {
+				case had || m.size < maxMemo:
 					m.setAttr(*a)
 				}
 			}
@@ -369,6 +372,7 @@ func (s *Store) runQueued(q []queued) {
 				fn = func(*wtx) error { return err }
 			}
 		}
+		crashpoint.Hit("vfs.behind.run")
 		if t, err := s.mutateLocked(ctx, fn, &q[i]); err != nil {
 			if t != nil {
 				t.releaseStages() // nobody retries a lost commit
