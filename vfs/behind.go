@@ -80,7 +80,10 @@ type memo struct {
 	mu    sync.Mutex
 	dirs  map[Ino]*listing // names known per directory
 	attrs map[Ino]Attr     // row attributes (GetAttr adds open handles' writes)
-	size  int              // names and attributes held
+	// mans are encoded chunk lists of files in attrs, when small
+	// (maxKeptManifest): an open of one reads no row.
+	mans map[Ino][]byte
+	size int // names and attributes held
 	// lastRev and lastIno are the rev and inode number of the last
 	// mutation answered (lastIno at least the largest ever handed out).
 	lastRev int64
@@ -141,6 +144,7 @@ func (l *listing) set(name string, ino Ino) int {
 func (m *memo) reset() {
 	m.dirs = make(map[Ino]*listing)
 	m.attrs = make(map[Ino]Attr)
+	m.mans = make(map[Ino][]byte)
 	m.size = 0
 }
 
@@ -155,6 +159,27 @@ func (m *memo) dropAttr(ino Ino) {
 	if _, ok := m.attrs[ino]; ok {
 		m.size--
 		delete(m.attrs, ino)
+	}
+	m.dropMan(ino)
+}
+
+// setMan keeps a file's encoded chunk list (a copy), if small, for a node
+// whose attributes the memo holds; a larger one is forgotten.
+func (m *memo) setMan(ino Ino, man []byte) {
+	if len(man) > maxKeptManifest {
+		m.dropMan(ino)
+		return
+	}
+	if _, ok := m.mans[ino]; !ok {
+		m.size++
+	}
+	m.mans[ino] = append([]byte{}, man...)
+}
+
+func (m *memo) dropMan(ino Ino) {
+	if _, ok := m.mans[ino]; ok {
+		m.size--
+		delete(m.mans, ino)
 	}
 }
 
@@ -322,6 +347,13 @@ func (s *Store) unlockWrite(t *wtx, err error) {
 					m.dropDir(ino) // a removed directory
 				case had || m.size < maxMemo:
 					m.setAttr(*a)
+					if r, ok := t.rows[ino]; ok {
+						m.setMan(ino, r.manifest)
+					} else if a.Kind == KindFile {
+						m.dropMan(ino)
+					}
+				default:
+					m.dropAttr(ino)
 				}
 			}
 		default:
@@ -553,24 +585,52 @@ func (m *memo) snap() uint64 {
 	return m.gen
 }
 
-// learnLocked keeps a directory's whole listing. Called with m.mu held,
-// the generation unchanged since the listing was read.
-func (s *Store) learnLocked(m *memo, dir Ino, page []DirEntryAttr) {
-	if l, ok := m.dirs[dir]; ok && l.complete {
-		return
-	}
-	m.dropDir(dir)
-	if m.size+2*len(page)+2 > maxMemo {
+// learnLocked keeps a listing page's attributes and small chunk lists
+// (mans, in the page's order), and when complete, the directory's whole
+// listing. Called with m.mu held, the generation unchanged since the page
+// was read.
+func (s *Store) learnLocked(m *memo, dir Ino, page []DirEntryAttr, mans [][]byte, complete bool) {
+	if m.size+3*len(page)+2 > maxMemo {
 		s.forgetLocked(m)
 	}
-	l := &listing{names: make(map[string]Ino, len(page)), complete: true}
-	for _, e := range page {
-		m.size += l.set(e.Name, e.Attr.Ino)
+	// Nothing was written since the page was read: it is what the memo
+	// would say.
+	for i, e := range page {
 		if _, ok := m.attrs[e.Attr.Ino]; !ok {
 			m.setAttr(e.Attr)
 		}
+		if _, ok := m.mans[e.Attr.Ino]; !ok && e.Attr.Kind == KindFile && i < len(mans) && (mans[i] != nil || e.Attr.Size == 0) {
+			m.setMan(e.Attr.Ino, mans[i])
+		}
+	}
+	if l, ok := m.dirs[dir]; !complete || ok && l.complete {
+		return
+	}
+	m.dropDir(dir)
+	l := &listing{names: make(map[string]Ino, len(page)), complete: true}
+	for _, e := range page {
+		m.size += l.set(e.Name, e.Attr.Ino)
 	}
 	m.dirs[dir] = l
+}
+
+// memoOpen returns the committed state of a file the memo holds whole
+// (attributes and chunk list) while nothing is queued or being written.
+func (s *Store) memoOpen(ino Ino) (node, bool) {
+	m := s.mem
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.busy > 0 || s.queuedN.Load() > 0 {
+		return node{}, false
+	}
+	a, ok := m.attrs[ino]
+	man, known := m.mans[ino]
+	if !ok || !known || a.Kind != KindFile {
+		return node{}, false
+	}
+	return node{ino: a.Ino, kind: a.Kind, mode: a.Mode, uid: a.Uid, gid: a.Gid, nlink: a.Nlink, size: a.Size,
+		mtime: a.Mtime.UnixNano(), ctime: a.Ctime.UnixNano(), atime: a.Atime.UnixNano(), manifest: man,
+		rdev: a.Rdev, rev: a.Rev}, true
 }
 
 // learnAttr keeps attributes read while the generation stood at gen.
@@ -665,6 +725,9 @@ func (s *Store) behindCreate(ctx context.Context, parent Ino, name string, nn ne
 	a := n.attr()
 	m.size += l.set(name, n.ino)
 	m.setAttr(a)
+	if nn.kind == KindFile {
+		m.setMan(n.ino, n.manifest)
+	}
 	if nn.kind == KindDir {
 		m.dirs[n.ino] = &listing{names: make(map[string]Ino), complete: true}
 	}
@@ -767,11 +830,11 @@ func (s *Store) behindSetAttr(ino Ino, sa SetAttr) (_ Attr, ok bool) {
 	return a, true
 }
 
-// behindCommit answers the commit of a file's new content (manifest m of
-// size bytes, mtime) when the memo knows its node, and queues fn, the
+// behindCommit answers the commit of a file's new content (manifest man,
+// mtime) when the memo knows its node, and queues fn, the
 // commit's mutation; ok is false when it cannot. It returns the rev the
 // commit stamps.
-func (s *Store) behindCommit(ino Ino, size, mtime int64, fn func(*wtx) error) (rev int64, ok bool) {
+func (s *Store) behindCommit(ino Ino, man chunkstore.Manifest, mtime int64, fn func(*wtx) error) (rev int64, ok bool) {
 	m, a := s.memoOf(ino)
 	if m == nil {
 		return 0, false
@@ -782,8 +845,9 @@ func (s *Store) behindCommit(ino Ino, size, mtime int64, fn func(*wtx) error) (r
 	}
 	now := time.Now().UnixNano()
 	rev = m.lastRev + 1
-	a.Size, a.Mtime, a.Ctime, a.Rev = size, time.Unix(0, mtime), time.Unix(0, now), rev
+	a.Size, a.Mtime, a.Ctime, a.Rev = man.Size(), time.Unix(0, mtime), time.Unix(0, now), rev
 	m.setAttr(a)
+	m.setMan(ino, chunkstore.AppendManifest(nil, man))
 	s.enqueue(m, fmt.Sprintf("commit of %d", ino), now, rev, fn)
 	return rev, true
 }

@@ -411,3 +411,53 @@ func TestBehindConcurrentWriters(t *testing.T) {
 		t.Fatal("nothing was answered from memory")
 	}
 }
+
+// An open of a small file the memo holds whole (a listing page read its
+// attributes and chunk list) reads no row, and reads what the file holds;
+// a file whose content changed since (an apply) is read from its row.
+func TestBehindOpenReadsNoRow(t *testing.T) {
+	s := openBehind(t)
+	must(t, s.MkdirPath(ctx, "d", 0o755, false))
+	writeFile(t, s, "d/small", []byte("small content"))
+	writeFile(t, s, "d/empty", nil)
+	must(t, s.Sync(ctx))
+	d, err := s.Stat(ctx, "d")
+	must(t, err)
+	if _, _, err := s.ReadDirAttrs(ctx, d.Ino, "", 256); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"small": "small content", "empty": ""} {
+		a, err := s.Lookup(ctx, d.Ino, name)
+		must(t, err)
+		var h *Handle
+		got := countStatementsOn(t, nil, func() {
+			h, _, err = s.OpenHandleAttr(ctx, a.Ino)
+			must(t, err)
+		})
+		if len(got) != 0 {
+			t.Errorf("open of %s ran %d statements:\n  %s", name, len(got), strings.Join(got, "\n  "))
+		}
+		buf := make([]byte, 64)
+		n, err := h.ReadAt(ctx, buf, 0)
+		if err != nil && n == 0 && want != "" {
+			t.Fatal(err)
+		}
+		if string(buf[:n]) != want {
+			t.Errorf("%s reads %q, want %q", name, buf[:n], want)
+		}
+		must(t, h.Release(ctx))
+	}
+	// Replaced by an apply (another writer): the memo forgets, the open
+	// reads the row.
+	writeFile(t, s, "d/small", []byte("replaced"))
+	a, err := s.Lookup(ctx, d.Ino, "small")
+	must(t, err)
+	h, _, err := s.OpenHandleAttr(ctx, a.Ino)
+	must(t, err)
+	buf := make([]byte, 64)
+	n, _ := h.ReadAt(ctx, buf, 0)
+	if string(buf[:n]) != "replaced" {
+		t.Errorf("after a rewrite: reads %q", buf[:n])
+	}
+	must(t, h.Release(ctx))
+}

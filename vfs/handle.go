@@ -170,6 +170,24 @@ func (s *Store) OpenHandleAttr(ctx context.Context, ino Ino) (*Handle, Attr, err
 	// one that committed before makes the read fail.
 	f := s.register(ino)
 	h := &Handle{f: f}
+	if s.mem != nil {
+		// A file the memo holds whole, while nothing is queued or being
+		// written: an unlink from now on sees the file open.
+		f.mu.Lock()
+		n, ok := s.memoOpen(ino)
+		if ok && f.needsLoad() {
+			ok = f.loadFrom(n) == nil
+		}
+		f.mu.Unlock()
+		if ok {
+			if n.nlink == 0 {
+				s.openMu.Lock()
+				f.orphan = true
+				s.openMu.Unlock()
+			}
+			return h, s.overlay(n.attr()), nil
+		}
+	}
 	// The read waits for a write transaction in progress, so an unlink
 	// that missed the registration above has committed before it.
 	var n node
@@ -1025,7 +1043,7 @@ func (f *openFile) commit(ctx context.Context) error {
 	}
 	// Answered from memory when the memo knows the node (behind.go): the
 	// chunks are staged, the row is written when the queue runs it.
-	rev, queued := f.s.behindCommit(f.ino, m.Size(), mtime, commitFn(new(int64)))
+	rev, queued := f.s.behindCommit(f.ino, m, mtime, commitFn(new(int64)))
 	if !queued {
 		if err := f.s.mutate(ctx, commitFn(&rev)); err != nil {
 			return fmt.Errorf("flush inode %d: %w", f.ino, err)

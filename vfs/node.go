@@ -112,6 +112,11 @@ const nodeCols = `n.ino, n.kind, n.mode, n.uid, n.gid, n.nlink, n.size, n.mtime,
 // attributes need, without reading a large file's chunk list.
 const attrCols = `n.ino, n.kind, n.mode, n.uid, n.gid, n.nlink, n.size, n.mtime, n.ctime, n.atime, NULL, n.target, n.rdev, n.rev`
 
+// pageCols is attrCols with the manifest of a node whose encoded manifest
+// is at most maxKeptManifest bytes (NULL for a larger one): what a listing
+// page reads for the write-behind's memo (behind.go).
+const pageCols = `n.ino, n.kind, n.mode, n.uid, n.gid, n.nlink, n.size, n.mtime, n.ctime, n.atime, CASE WHEN length(n.manifest) <= 1024 THEN n.manifest END, n.target, n.rdev, n.rev`
+
 func scanNode(sc interface{ Scan(...any) error }) (node, error) {
 	var n node
 	var target sql.NullString

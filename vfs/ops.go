@@ -123,15 +123,21 @@ func (s *Store) ReadDirAttrs(ctx context.Context, dir Ino, after string, limit i
 		mgen = m.snap()
 	}
 	gen = s.writes.Load()
-	out, err := s.readDirPage(ctx, dir, after, limit)
+	var mans *[][]byte
+	if s.mem != nil {
+		mans = new([][]byte)
+	}
+	out, err := s.readDirPage(ctx, dir, after, limit, mans)
 	if err != nil {
 		return nil, 0, err
 	}
-	if m := s.mem; m != nil && after == "" && len(out) < limit {
-		// A whole directory: the memo keeps it while nothing changed.
+	if m := s.mem; m != nil {
+		// The memo keeps the page's attributes (and a small file's chunk
+		// list, for its open), and a whole directory's names, while
+		// nothing changed.
 		m.mu.Lock()
 		if m.gen == mgen && m.busy == 0 {
-			s.learnLocked(m, dir, out)
+			s.learnLocked(m, dir, out, *mans, after == "" && len(out) < limit)
 		}
 		m.mu.Unlock()
 	}
@@ -145,18 +151,31 @@ func (s *Store) ReadDirAttrs(ctx context.Context, dir Ino, after string, limit i
 }
 
 // readDirPage is ReadDirAttrs' query.
-func (s *Store) readDirPage(ctx context.Context, dir Ino, after string, limit int) ([]DirEntryAttr, error) {
+// With mans, it also reads each entry's encoded chunk list when it is at
+// most maxKeptManifest bytes (nil otherwise: unknown unless the file is
+// empty), appended to *mans in the page's order.
+func (s *Store) readDirPage(ctx context.Context, dir Ino, after string, limit int, mans *[][]byte) ([]DirEntryAttr, error) {
 	var out []DirEntryAttr
+	cols := attrCols
+	if mans != nil {
+		cols = pageCols
+	}
 	err := s.view(ctx, func(ctx context.Context, q chunkstore.Querier) error {
-		rows, err := q.QueryContext(ctx, `SELECT d.name, `+attrCols+` FROM dirents d JOIN nodes n ON n.ino = d.child
+		rows, err := q.QueryContext(ctx, `SELECT d.name, `+cols+` FROM dirents d JOIN nodes n ON n.ino = d.child
 			WHERE d.parent = ? AND d.name > ? ORDER BY d.name LIMIT ?`, dir, after, limit)
 		if err != nil {
 			return fmt.Errorf("readdir %d: %w", dir, err)
+		}
+		if mans != nil {
+			*mans = (*mans)[:0]
 		}
 		out, err = scanRows(rows, func(r *sql.Rows, e *DirEntryAttr) error {
 			var name string
 			n, err := scanNode(prefixScanner{r, &name})
 			e.Name, e.Attr = name, n.attr()
+			if mans != nil {
+				*mans = append(*mans, n.manifest)
+			}
 			return err
 		})
 		if err != nil {

@@ -109,6 +109,9 @@ func (c *stmtCache) close() {
 type dbQuerier struct{ c *stmtCache }
 
 func (d dbQuerier) stmt(ctx context.Context, q string) *sql.Stmt {
+	if h := stmtHook.Load(); h != nil {
+		(*h)(d.c, q)
+	}
 	if st := d.c.get(q); st != nil {
 		return st
 	}
@@ -163,8 +166,8 @@ func newTxQuerier(tx *sql.Tx, c *stmtCache) *txQuerier {
 
 var TraceStmts func(q string)
 
-// stmtHook, when set (by tests), sees every statement a transaction runs,
-// with the cache of the database it runs on.
+// stmtHook, when set (by tests), sees every statement a transaction or a
+// read outside one runs, with the cache of the database it runs on.
 var stmtHook atomic.Pointer[func(c *stmtCache, q string)]
 
 func (t *txQuerier) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
