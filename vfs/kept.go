@@ -28,9 +28,11 @@ import "time"
 // small: the commit of a file right after its create (every file tar, git
 // or npm writes) reads neither its row nor its names. A carried mutation
 // that names a node in keep drops what was kept of its row unless it
-// declares it again; none that carries changes a name (a create adds one
-// to its new node only, an unlink drops its node, a rename or a link
-// carries nothing).
+// declares it again; none that carries changes the names of a node it
+// does not declare (a create adds one to its new node only, an unlink
+// drops its node, a link and a rename of a non-directory change the names
+// of the nodes they declare, and a directory's rename, which moves the
+// paths of its subtree, carries nothing).
 type keptAttrs struct {
 	at    uint64
 	attrs map[Ino]Attr

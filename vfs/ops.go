@@ -368,8 +368,15 @@ func (s *Store) Link(ctx context.Context, ino, newParent Ino, newName string) (A
 		if err := t.touchSynced(n.kind, joinPath(dp, newName)); err != nil {
 			return err
 		}
-		n, err = getNode(ctx, t.tx, ino)
-		return err
+		if n, err = getNode(ctx, t.tx, ino); err != nil {
+			return err
+		}
+		// The rows it changed: the node's (declared) and the new parent's
+		// times; its one new name is in t.named.
+		t.carries = true
+		a := n.attr()
+		t.keepNode(ino, &a)
+		return nil
 	})
 	return n.attr(), err
 }

@@ -198,10 +198,12 @@ func TestXattrsGoWithTheirNode(t *testing.T) {
 // TestSetAttrFromKeptAttributes: a SetAttr of a node whose attributes
 // are kept reads no row, and what it writes is what a SetAttr that reads
 // the row writes: chown, chmod and utimes in a row (as tar makes them),
-// after a create, after a file's commit, and after a link, which keeps
-// nothing of the file.
+// after a create, after a file's commit, and after a link (which declares
+// the node's new attributes). Without the write-behind, whose memo answers
+// these first and whose goroutine would run its statements inside the
+// count.
 func TestSetAttrFromKeptAttributes(t *testing.T) {
-	s, err := Open(ctx, t.TempDir()+"/s.db", Options{NoSync: true, GroupWindow: time.Hour})
+	s, err := Open(ctx, t.TempDir()+"/s.db", Options{NoSync: true, GroupWindow: time.Hour, NoWriteBehind: true})
 	must(t, err)
 	t.Cleanup(func() { s.Close() })
 	uid, gid, mode := uint32(5), uint32(6), uint32(0o600)
@@ -246,7 +248,7 @@ func TestSetAttrFromKeptAttributes(t *testing.T) {
 	setAll("after a create", b.Ino, 0)
 	_, err = s.Link(ctx, b.Ino, RootIno, "g2")
 	must(t, err)
-	setAll("after a link", b.Ino, 1)
+	setAll("after a link", b.Ino, 0)
 }
 
 // TestApplyWalksEachDirectoryOnce: an Apply resolving the existing
