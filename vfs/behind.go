@@ -50,9 +50,9 @@ import (
 // The memo follows every writer: the queued mutations keep it current as
 // they are answered; a mutation that runs at once and declares the rows it
 // changes (wtx.carries: a create, an unlink, an rmdir, a commit, a
-// SetAttr, a rename of a non-directory) updates the names it added and
-// removed and the attributes it declared; any other write (an apply, a
-// directory's rename, a link, xattrs, a watermark, the files
+// SetAttr, a link, a rename of a non-directory) updates the names it
+// added and removed and the attributes it declared; any other write (an
+// apply, a directory's rename, xattrs, a watermark, the files
 // API, a failed group) forgets everything.
 
 const (
