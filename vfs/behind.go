@@ -620,7 +620,9 @@ func (s *Store) memoOpen(ino Ino) (node, bool) {
 	m := s.mem
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.busy > 0 || s.queuedN.Load() > 0 {
+	if m.busy > 0 || s.queuedN.Load() > 0 || s.quota.Load() != nil {
+		// A quota's reservations count open files in the order the
+		// writer sees them: such opens wait for it, as before.
 		return node{}, false
 	}
 	a, ok := m.attrs[ino]
