@@ -461,3 +461,36 @@ func TestBehindOpenReadsNoRow(t *testing.T) {
 	}
 	must(t, h.Release(ctx))
 }
+
+// A group opened by a queued mutation checks the free space too: once the
+// disk is below the floor, mutations are no longer answered from memory
+// but commit before they are answered (ENOSPC reaches the caller).
+func TestBehindStopsBelowTheFreeSpaceFloor(t *testing.T) {
+	s := openBehind(t)
+	d, err := s.Mkdir(ctx, RootIno, "d", NewAttr{Mode: 0o755})
+	must(t, err)
+	must(t, s.Sync(ctx))
+	if _, err := s.GetAttr(ctx, d.Ino); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Create(ctx, d.Ino, "queued", NewAttr{Mode: 0o644}); err != nil {
+		t.Fatal(err)
+	}
+	if queuedSoFar(s) == 0 {
+		t.Fatal("the create was not answered from memory: the test needs it")
+	}
+	s.wmu.Lock()
+	s.groupMinFree = 1 << 62 // no disk has this much free
+	s.wmu.Unlock()
+	must(t, s.Sync(ctx)) // the queued create opens a group and finds no room
+	before := queuedSoFar(s)
+	if _, err := s.Create(ctx, d.Ino, "after", NewAttr{Mode: 0o644}); err != nil {
+		t.Fatal(err)
+	}
+	if queuedSoFar(s) != before || s.grpOpen.Load() {
+		t.Fatalf("a create below the floor was answered before it committed (queued %d -> %d, group open %v)", before, queuedSoFar(s), s.grpOpen.Load())
+	}
+	if _, err := lookupNode(ctx, s.rq, d.Ino, "after"); err != nil {
+		t.Fatalf("the create below the floor is not committed: %v", err)
+	}
+}

@@ -96,13 +96,12 @@ func (s *Store) mutateLocked(ctx context.Context, fn func(*wtx) error, q *queued
 	g := s.grp
 	if g == nil {
 		// A queued mutation was answered already: it joins a group
-		// whatever the free space.
-		if q == nil {
-			room := s.roomForGroup()
-			s.noteRoom(room)
-			if !room {
-				return nil, s.updateLocked(ctx, fn)
-			}
+		// whatever the free space, and tells the memo what it found, so
+		// that mutations stop being answered early once the disk fills.
+		room := s.roomForGroup()
+		s.noteRoom(room)
+		if !room && q == nil {
+			return nil, s.updateLocked(ctx, fn)
 		}
 		// The group outlives the context of the mutation that opened it.
 		t, err := s.begin(context.WithoutCancel(ctx))
