@@ -205,6 +205,17 @@ func Start(ctx context.Context, o Options) (*Replicator, error) {
 		ls.Close(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("replica: start %s: %w", dir, err)
 	}
+	// Fill litestream's cache of each level's last file while the bucket
+	// answers. A compaction monitor that finds a level uncached lists the
+	// bucket holding the lock DB.Sync takes under the gate: with the
+	// bucket hanging, the gate, and so the store's writer, hung with it
+	// (a TestOutage run stopped there for minutes).
+	for _, lvl := range []int{0, 1, 2, litestream.SnapshotLevel} {
+		if _, err := db.MaxLTXFileInfo(ctx, lvl); err != nil {
+			ls.Close(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("replica: start %s: level %d: %w", dir, lvl, err)
+		}
+	}
 	go r.run()
 	return r, nil
 }
