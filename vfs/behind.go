@@ -84,10 +84,9 @@ type memo struct {
 	// (maxKeptManifest): an open of one reads no row.
 	mans map[Ino][]byte
 	size int // names and attributes held
-	// lastRev and lastIno are the rev and inode number of the last
-	// mutation answered (lastIno at least the largest ever handed out).
+	// lastRev is the rev of the last mutation answered. (The inode number
+	// the next create gets is one past Store.inoHigh.)
 	lastRev int64
-	lastIno Ino
 	// busy counts writers other than the queue holding the store: no
 	// mutation is queued meanwhile.
 	busy int
@@ -360,7 +359,6 @@ func (s *Store) unlockWrite(t *wtx, err error) {
 			s.forgetLocked(m)
 		}
 		m.lastRev = s.revLocked()
-		m.lastIno = max(m.lastIno, Ino(s.inoHigh.Load()))
 		m.mu.Unlock()
 	}
 	s.wmu.Unlock()
@@ -384,7 +382,6 @@ func (s *Store) drainLocked(busy bool) {
 			}
 			// Exact now: nothing is queued and the writer is held.
 			m.lastRev = s.revLocked()
-			m.lastIno = max(m.lastIno, Ino(s.inoHigh.Load()))
 			m.mu.Unlock()
 			return
 		}
@@ -590,6 +587,9 @@ func (m *memo) snap() uint64 {
 // listing. Called with m.mu held, the generation unchanged since the page
 // was read.
 func (s *Store) learnLocked(m *memo, dir Ino, page []DirEntryAttr, mans [][]byte, complete bool) {
+	if 3*len(page)+2 > maxMemo {
+		return // no page of the mount's or the API's is this long
+	}
 	if m.size+3*len(page)+2 > maxMemo {
 		s.forgetLocked(m)
 	}
@@ -630,9 +630,7 @@ func (s *Store) memoOpen(ino Ino) (node, bool) {
 	if !ok || !known || a.Kind != KindFile {
 		return node{}, false
 	}
-	return node{ino: a.Ino, kind: a.Kind, mode: a.Mode, uid: a.Uid, gid: a.Gid, nlink: a.Nlink, size: a.Size,
-		mtime: a.Mtime.UnixNano(), ctime: a.Ctime.UnixNano(), atime: a.Atime.UnixNano(), manifest: man,
-		rdev: a.Rdev, rev: a.Rev}, true
+	return nodeOf(a, man), true
 }
 
 // learnAttr keeps attributes read while the generation stood at gen.
@@ -652,24 +650,25 @@ func (s *Store) learnAttr(gen uint64, a Attr) {
 	m.setAttr(a)
 }
 
-// memoLookup answers a lookup from the memo; ok is false when it cannot.
-func (s *Store) memoLookup(parent Ino, name string) (_ Attr, ok bool, _ error) {
+// memoLookup answers a lookup from the memo; ok is false when it cannot,
+// and gen is then the generation to learn what the caller reads at.
+func (s *Store) memoLookup(parent Ino, name string) (_ Attr, gen uint64, ok bool, _ error) {
 	m := s.mem
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	l, listed := m.dirs[parent]
 	if !listed {
-		return Attr{}, false, nil
+		return Attr{}, m.gen, false, nil
 	}
 	ino, known := l.lookup(name)
 	switch {
 	case !known:
-		return Attr{}, false, nil
+		return Attr{}, m.gen, false, nil
 	case ino == 0:
-		return Attr{}, true, ErrNotExist
+		return Attr{}, 0, true, ErrNotExist
 	}
 	a, ok := m.attrs[ino]
-	return a, ok, nil
+	return a, m.gen, ok, nil
 }
 
 // learnLookup keeps what a lookup read while the generation stood at gen:
@@ -692,13 +691,14 @@ func (s *Store) learnLookup(gen uint64, parent Ino, name string, a Attr, err err
 	}
 }
 
-// memoAttr answers a stat from the memo.
-func (s *Store) memoAttr(ino Ino) (Attr, bool) {
+// memoAttr answers a stat from the memo; ok is false when it cannot, and
+// gen is then the generation to learn what the caller reads at.
+func (s *Store) memoAttr(ino Ino) (_ Attr, gen uint64, ok bool) {
 	m := s.mem
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	a, ok := m.attrs[ino]
-	return a, ok
+	return a, m.gen, ok
 }
 
 // behindCreate answers the creation of a file or directory from memory
@@ -719,8 +719,9 @@ func (s *Store) behindCreate(ctx context.Context, parent Ino, name string, nn ne
 	}
 	now := time.Now().UnixNano()
 	rev := m.lastRev + 1
-	m.lastIno = max(m.lastIno+1, Ino(s.inoHigh.Load())+1)
-	nn.ino = m.lastIno
+	// Every other inserter holds the writer as a busy writer, or is the
+	// queue inserting numbers handed out here: inoHigh stands.
+	nn.ino = Ino(s.inoHigh.Load() + 1)
 	s.sawIno(nn.ino)
 	n := rowOf(nn, now, rev)
 	n.ino = nn.ino

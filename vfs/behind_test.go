@@ -28,6 +28,20 @@ func openBehind(t *testing.T) *Store {
 	return s
 }
 
+// committedDir makes directory d, commits it, and has the memo learn its
+// attributes (a directory the memo saw made starts with a complete
+// listing): creates in it are answered from memory.
+func committedDir(t *testing.T, s *Store) Attr {
+	t.Helper()
+	d, err := s.Mkdir(ctx, RootIno, "d", NewAttr{Mode: 0o755})
+	must(t, err)
+	must(t, s.Sync(ctx))
+	if _, err := s.GetAttr(ctx, d.Ino); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
 func queuedSoFar(s *Store) uint64 {
 	s.mem.mu.Lock()
 	defer s.mem.mu.Unlock()
@@ -282,12 +296,7 @@ func TestBehindMatchesTheRows(t *testing.T) {
 func TestBehindFailureLosesASuffix(t *testing.T) {
 	s := openBehind(t)
 	behindFailHook = nil
-	d, err := s.Mkdir(ctx, RootIno, "d", NewAttr{Mode: 0o755})
-	must(t, err)
-	must(t, s.Sync(ctx))
-	if _, err := s.GetAttr(ctx, d.Ino); err != nil {
-		t.Fatal(err)
-	}
+	d := committedDir(t, s)
 	// Hold the writer so the mutations queue, then fail the fourth.
 	s.wmu.Lock()
 	var mu sync.Mutex
@@ -313,7 +322,7 @@ func TestBehindFailureLosesASuffix(t *testing.T) {
 		t.Fatalf("%d mutations queued, want 8", n)
 	}
 	s.wmu.Unlock()
-	err = s.Sync(ctx)
+	err := s.Sync(ctx)
 	if err == nil || !strings.Contains(err.Error(), "the disk filled") || !strings.Contains(err.Error(), "4 mutations answered after it") {
 		t.Fatalf("Sync after a lost queued mutation: %v", err)
 	}
@@ -467,12 +476,7 @@ func TestBehindOpenReadsNoRow(t *testing.T) {
 // but commit before they are answered (ENOSPC reaches the caller).
 func TestBehindStopsBelowTheFreeSpaceFloor(t *testing.T) {
 	s := openBehind(t)
-	d, err := s.Mkdir(ctx, RootIno, "d", NewAttr{Mode: 0o755})
-	must(t, err)
-	must(t, s.Sync(ctx))
-	if _, err := s.GetAttr(ctx, d.Ino); err != nil {
-		t.Fatal(err)
-	}
+	d := committedDir(t, s)
 	// The disk fills; the memo still holds the room the last group found,
 	// so the next create is answered from memory, and no group is open:
 	// that create opens the next one when it runs.

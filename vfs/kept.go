@@ -76,10 +76,7 @@ func (t *wtx) keptNode(ino Ino) (node, []string, bool) {
 	if !ok {
 		return node{}, nil, false
 	}
-	a := p.attrs[ino]
-	return node{ino: a.Ino, kind: a.Kind, mode: a.Mode, uid: a.Uid, gid: a.Gid, nlink: a.Nlink, size: a.Size,
-		mtime: a.Mtime.UnixNano(), ctime: a.Ctime.UnixNano(), atime: a.Atime.UnixNano(), manifest: r.manifest,
-		rdev: a.Rdev, rev: a.Rev}, r.paths, true
+	return nodeOf(p.attrs[ino], r.manifest), r.paths, true
 }
 
 // keepNode declares that the mutation left ino's row with attributes a,

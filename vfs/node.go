@@ -140,6 +140,14 @@ func scanRows[T any](rows *sql.Rows, scan func(r *sql.Rows, x *T) error) ([]T, e
 	return out, rows.Err()
 }
 
+// nodeOf is the row that has attributes a and the encoded manifest: the
+// inverse of attr, for rows kept in memory (kept.go, behind.go).
+func nodeOf(a Attr, manifest []byte) node {
+	return node{ino: a.Ino, kind: a.Kind, mode: a.Mode, uid: a.Uid, gid: a.Gid, nlink: a.Nlink, size: a.Size,
+		mtime: a.Mtime.UnixNano(), ctime: a.Ctime.UnixNano(), atime: a.Atime.UnixNano(), manifest: manifest,
+		rdev: a.Rdev, rev: a.Rev}
+}
+
 func (n *node) attr() Attr {
 	return Attr{
 		Ino: n.ino, Kind: n.kind, Mode: n.mode, Uid: n.uid, Gid: n.gid, Nlink: n.nlink, Size: n.size, Rdev: n.rdev,

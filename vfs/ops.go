@@ -35,14 +35,16 @@ func (s *Store) Lookup(ctx context.Context, parent Ino, name string) (Attr, erro
 		return Attr{}, err
 	}
 	var gen uint64
-	if m := s.mem; m != nil {
-		if a, ok, err := s.memoLookup(parent, name); ok {
+	if s.mem != nil {
+		var a Attr
+		var ok bool
+		var err error
+		if a, gen, ok, err = s.memoLookup(parent, name); ok {
 			if err != nil {
 				return Attr{}, err
 			}
 			return s.overlay(a), nil
 		}
-		gen = m.snap()
 	}
 	// One query: a miss is ErrNotExist whether or not parent is a
 	// directory (the kernel only looks names up in directories).
@@ -65,11 +67,12 @@ func (s *Store) Lookup(ctx context.Context, parent Ino, name string) (Attr, erro
 // handles.
 func (s *Store) GetAttr(ctx context.Context, ino Ino) (Attr, error) {
 	var gen uint64
-	if m := s.mem; m != nil {
-		if a, ok := s.memoAttr(ino); ok {
+	if s.mem != nil {
+		var a Attr
+		var ok bool
+		if a, gen, ok = s.memoAttr(ino); ok {
 			return s.overlay(a), nil
 		}
-		gen = m.snap()
 	}
 	if a, ok := s.keptAttr(ino); ok {
 		return s.overlay(a), nil
