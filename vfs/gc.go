@@ -20,7 +20,8 @@ type GCOptions struct {
 	// collection: only Open and explicit GC and RunGC calls collect.
 	Interval time.Duration
 	// Threshold runs a pass early once this many chunk bytes have lost
-	// their last reference since the last pass (0: DefaultGCThreshold).
+	// their last reference since the last pass (0: DefaultGCThreshold),
+	// as soon as their Grace is over.
 	Threshold int64
 	// SliceChunks bounds one step: the unreferenced rows it deletes, the
 	// released files it checks and the pack records it moves, each at most
@@ -120,18 +121,30 @@ func (s *Store) runGCLoop(ctx context.Context) {
 	mark := s.chunks.DroppedBytes()
 	timer := time.NewTimer(o.Interval)
 	defer timer.Stop()
+	// A threshold crossed starts a pass once the grace of the bytes that
+	// crossed it is over: a pass sooner could collect none of them, and
+	// would spend its CPU and the writer in the middle of the burst of
+	// deletes (an rm -rf) that dropped them.
+	var ripe <-chan time.Time
 	for {
 		trigger := "interval"
 		select {
 		case <-ctx.Done():
 			return
 		case <-dropped:
-			if s.chunks.DroppedBytes()-mark < o.Threshold {
+			if ripe != nil || s.chunks.DroppedBytes()-mark < o.Threshold {
+				continue
+			}
+			if o.Grace > 0 {
+				ripe = time.After(o.Grace)
 				continue
 			}
 			trigger = "threshold"
+		case <-ripe:
+			trigger = "threshold"
 		case <-timer.C:
 		}
+		ripe = nil
 		mark = s.chunks.DroppedBytes()
 		rep, err := s.runGC(ctx, trigger)
 		next := o.Interval

@@ -92,6 +92,38 @@ func TestLiveGCReturnsMemoryOfAMemoryStore(t *testing.T) {
 	}
 }
 
+// TestLiveGCThresholdWaitsOutTheGrace: bytes that cross the threshold
+// start a pass once their grace is over. A pass at once could collect
+// none of them, all younger than the grace, and ran in the middle of the
+// deletes that dropped them (7% of computerd's CPU during an rm -rf of
+// node_modules).
+func TestLiveGCThresholdWaitsOutTheGrace(t *testing.T) {
+	const grace = time.Second
+	path := filepath.Join(t.TempDir(), "store.db")
+	s, err := Open(ctx, path, Options{NoSync: true, GC: GCOptions{Interval: time.Hour, Threshold: 1 << 20, Grace: grace}})
+	must(t, err)
+	t.Cleanup(func() { s.Close() })
+	for i := range 8 {
+		writeFile(t, s, fmt.Sprintf("f%d", i), pattern(cs, byte(i)))
+	}
+	runs := counterValue(t, "threshold")
+	start := time.Now()
+	for i := range 8 {
+		must(t, s.RemovePath(ctx, fmt.Sprintf("f%d", i), false))
+	}
+	testutil.WaitFor(t, "a pass started by the bytes dropped", 30*time.Second, func() bool {
+		return counterValue(t, "threshold") > runs
+	})
+	if d := time.Since(start); d < grace {
+		t.Errorf("a threshold pass ended %v after the deletes, within their grace of %v", d, grace)
+	}
+	st, err := s.Chunks().Stats(ctx, s.r)
+	must(t, err)
+	if st.Chunks != 0 {
+		t.Errorf("%d chunks left after the threshold pass: it ran before they were old enough", st.Chunks)
+	}
+}
+
 // diskBytes sums the chunk files and packs under dir.
 func diskBytes(t testing.TB, dir string) int64 {
 	t.Helper()
