@@ -24,8 +24,10 @@
 // among the handles of an inode, so descriptors see each other's writes.
 // Writes go into the handle, which hashes and stores each 512 KiB chunk in
 // the background as it fills, so a long write holds a few chunks of memory.
-// The store commits the manifest as one rev on flush (every close(2)), fsync
-// and the last release; truncation and fallocate commit at once.
+// The store commits the manifest as one rev on flush (every close(2) of a
+// writable descriptor: a read-only open asks the kernel for no FLUSH,
+// FOPEN_NOFLUSH, since nothing is written through it), fsync and the last
+// release; truncation and fallocate commit at once.
 // copy_file_range(2) (cp) is done inside the daemon in one request. Because
 // close commits, a file is in the change feed when its writer has closed it,
 // even though the kernel's RELEASE comes later. For files still open by
