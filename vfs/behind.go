@@ -614,13 +614,13 @@ func (s *Store) learnLocked(m *memo, dir Ino, page []DirEntryAttr, mans [][]byte
 	m.dirs[dir] = l
 }
 
-// memoOpen returns the committed state of a file the memo holds whole
-// (attributes and chunk list) while nothing is queued or being written.
+// memoOpen returns the state of a file the memo holds whole
+// (attributes and chunk list), as answered, while no other writer works.
 func (s *Store) memoOpen(ino Ino) (node, bool) {
 	m := s.mem
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.busy > 0 || s.queuedN.Load() > 0 || s.quota.Load() != nil {
+	if m.busy > 0 || s.quota.Load() != nil {
 		// A quota's reservations count open files in the order the
 		// writer sees them: such opens wait for it, as before.
 		return node{}, false
@@ -772,17 +772,53 @@ func (s *Store) behindRemove(ctx context.Context, parent Ino, name string, dir b
 		case sub.n > 0:
 			return true, ErrNotEmpty
 		}
-	case a.Kind != KindFile && a.Kind != KindSymlink, a.Nlink != 1, s.isOpen(ino):
+	case a.Kind != KindFile && a.Kind != KindSymlink, a.Nlink == 0, a.Nlink == 1 && s.isOpen(ino):
+		// An open file's last name leaves an orphan: that runs at once.
 		return false, nil
 	}
 	now := time.Now().UnixNano()
 	rev := m.lastRev + 1
 	m.size += l.set(name, 0)
-	m.dropAttr(ino)
-	m.dropDir(ino)
+	if a.Kind != KindDir && a.Nlink > 1 {
+		// One name of several: the node stays, one link fewer.
+		a.Nlink--
+		a.Ctime = time.Unix(0, now)
+		m.setAttr(a)
+	} else {
+		m.dropAttr(ino)
+		m.dropDir(ino)
+	}
 	s.touchParent(m, parent, now)
 	s.enqueue(m, fmt.Sprintf("remove %q from %d", name, parent), now, rev, s.removeFn(parent, name, dir))
 	return true, nil
+}
+
+// behindLink answers a link of a file or symlink the memo knows, under a
+// name the memo knows free, and queues fn, the link's mutation; ok is
+// false when it cannot.
+func (s *Store) behindLink(ctx context.Context, ino, parent Ino, name string, fn func(*wtx) error) (_ Attr, ok bool, _ error) {
+	m := s.memoFor(ctx, parent, name)
+	if m == nil {
+		return Attr{}, false, nil
+	}
+	defer m.mu.Unlock()
+	a, known := m.attrs[ino]
+	if !known || a.Kind != KindFile && a.Kind != KindSymlink || a.Nlink == 0 {
+		return Attr{}, false, nil
+	}
+	l := m.dirs[parent]
+	if c, _ := l.lookup(name); c != 0 {
+		return Attr{}, true, ErrExist
+	}
+	now := time.Now().UnixNano()
+	rev := m.lastRev + 1 // the new path's
+	a.Nlink++
+	a.Ctime = time.Unix(0, now)
+	m.size += l.set(name, ino)
+	m.setAttr(a)
+	s.touchParent(m, parent, now)
+	s.enqueue(m, fmt.Sprintf("link of %d as %q in %d", ino, name, parent), now, rev, fn)
+	return a, true, nil
 }
 
 // memoOf returns the memo locked, ready to answer a mutation of node ino

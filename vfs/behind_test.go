@@ -174,6 +174,92 @@ func TestBehindAnswersWhileTheWriterIsHeld(t *testing.T) {
 	}
 }
 
+// git writes each loose object as a temporary file that it links to the
+// object's name and then unlinks: the link, and the unlink of one name of
+// several, are answered from memory as well, and leave the rows they were
+// answered with.
+func TestBehindLinksWhileTheWriterIsHeld(t *testing.T) {
+	s := openBehind(t)
+	d := committedDir(t, s)
+	s.wmu.Lock()
+	held := true
+	defer func() {
+		if held {
+			s.wmu.Unlock()
+		}
+	}()
+	var answered Attr
+	done := make(chan error, 1)
+	reached := make(chan struct{})
+	go func() {
+		done <- func() error {
+			tmp, h, err := s.CreateOpen(ctx, d.Ino, "tmp_obj", NewAttr{Mode: 0o444})
+			if err != nil {
+				return fmt.Errorf("create: %w", err)
+			}
+			if _, err := h.WriteAt(ctx, []byte("blob"), 0); err != nil {
+				return err
+			}
+			if err := h.Release(ctx); err != nil {
+				return err
+			}
+			a, err := s.Link(ctx, tmp.Ino, d.Ino, "obj")
+			if err != nil {
+				return fmt.Errorf("link: %w", err)
+			}
+			if a.Nlink != 2 || a.Ino != tmp.Ino || a.Size != 4 {
+				return fmt.Errorf("link answered %+v", a)
+			}
+			if _, err := s.Link(ctx, tmp.Ino, d.Ino, "obj"); !errors.Is(err, ErrExist) {
+				return fmt.Errorf("link over a queued link: %v, want ErrExist", err)
+			}
+			if err := s.Unlink(ctx, d.Ino, "tmp_obj"); err != nil {
+				return fmt.Errorf("unlink: %w", err)
+			}
+			if _, err := s.Lookup(ctx, d.Ino, "tmp_obj"); !errors.Is(err, ErrNotExist) {
+				return fmt.Errorf("lookup of the unlinked name: %v", err)
+			}
+			if answered, err = s.Lookup(ctx, d.Ino, "obj"); err != nil {
+				return err
+			}
+			if answered.Nlink != 1 || answered.Ctime.Before(a.Ctime) {
+				return fmt.Errorf("after the unlink of its other name: %+v (linked: %+v)", answered, a)
+			}
+			close(reached)
+			return s.Sync(ctx)
+		}()
+	}()
+	select {
+	case <-reached:
+	case err := <-done:
+		t.Fatalf("returned before the writer was free: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("a mutation waited for the writer")
+	}
+	if n := s.queuedN.Load(); n != 4 {
+		t.Fatalf("%d mutations queued, want 4 (create, commit, link, unlink)", n)
+	}
+	held = false
+	s.wmu.Unlock()
+	select {
+	case err := <-done:
+		must(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the mutations did not finish once the writer was free")
+	}
+	n, err := s.viewNode(ctx, answered.Ino)
+	must(t, err)
+	if row := n.attr(); row != answered {
+		t.Errorf("answered %+v, the row holds %+v", answered, row)
+	}
+	if got := string(readFile(t, s, "d/obj")); got != "blob" {
+		t.Errorf("d/obj holds %q", got)
+	}
+	if _, err := s.Stat(ctx, "d/tmp_obj"); !errors.Is(err, ErrNotExist) {
+		t.Errorf("d/tmp_obj after its queued unlink: %v", err)
+	}
+}
+
 // The memo's answers are the rows' after a random mix of every mutation
 // the mount makes, queued or not, with pulls out of the store between.
 func TestBehindMatchesTheRows(t *testing.T) {

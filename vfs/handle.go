@@ -171,8 +171,11 @@ func (s *Store) OpenHandleAttr(ctx context.Context, ino Ino) (*Handle, Attr, err
 	f := s.register(ino)
 	h := &Handle{f: f}
 	if s.mem != nil {
-		// A file the memo holds whole, while nothing is queued or being
-		// written: an unlink from now on sees the file open.
+		// A file the memo holds whole, while no other writer works: an
+		// unlink answered from now on sees the file open, and one
+		// answered before took the file out of the memo. (A queued
+		// commit of the file put its new chunk list there, and holds its
+		// chunks' stage until it runs.)
 		f.mu.Lock()
 		n, ok := s.memoOpen(ino)
 		if ok && f.needsLoad() {

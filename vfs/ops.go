@@ -336,9 +336,19 @@ func (s *Store) Link(ctx context.Context, ino, newParent Ino, newName string) (A
 		return Attr{}, err
 	}
 	var n node
-	err := s.mutate(ctx, func(t *wtx) error {
-		var err error
-		n, err = getNode(ctx, t.tx, ino)
+	fn := linkFn(ino, newParent, newName, &n)
+	if a, ok, err := s.behindLink(ctx, ino, newParent, newName, fn); ok {
+		return a, err
+	}
+	err := s.mutate(ctx, fn)
+	return n.attr(), err
+}
+
+// linkFn is Link's mutation; it leaves the node as linked in out.
+func linkFn(ino, newParent Ino, newName string, out *node) func(*wtx) error {
+	return func(t *wtx) error {
+		ctx := t.ctx
+		n, err := getNode(ctx, t.tx, ino)
 		if err != nil {
 			return err
 		}
@@ -348,12 +358,7 @@ func (s *Store) Link(ctx context.Context, ino, newParent Ino, newName string) (A
 		if n.nlink == 0 {
 			return ErrNotExist
 		}
-		if _, err := t.parentDir(newParent); err != nil {
-			return err
-		}
-		if _, err := lookupNode(ctx, t.tx, newParent, newName); err == nil {
-			return ErrExist
-		} else if !errors.Is(err, ErrNotExist) {
+		if err := t.freeName(newParent, newName); err != nil {
 			return err
 		}
 		if err := t.addDirent(newParent, newName, ino); err != nil {
@@ -371,17 +376,16 @@ func (s *Store) Link(ctx context.Context, ino, newParent Ino, newName string) (A
 		if err := t.touchSynced(n.kind, joinPath(dp, newName)); err != nil {
 			return err
 		}
-		if n, err = getNode(ctx, t.tx, ino); err != nil {
-			return err
-		}
+		n.nlink++
+		n.ctime = t.now
+		*out = n
 		// The rows it changed: the node's (declared) and the new parent's
 		// times; its one new name is in t.named.
 		t.carries = true
-		a := n.attr()
+		a := out.attr()
 		t.keepNode(ino, &a)
 		return nil
-	})
-	return n.attr(), err
+	}
 }
 
 // Unlink removes a non-directory name.
