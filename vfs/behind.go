@@ -461,15 +461,6 @@ func (s *Store) forgetLocked(m *memo) {
 	s.writes.Add(2)
 }
 
-// lastQueued reports whether q is the last mutation answered. Called with
-// wmu held, by the queue.
-func (s *Store) lastQueued(q *queued) bool {
-	m := s.mem
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return q.seq == m.seq
-}
-
 // enqueue queues fn, answered at now as rev. Called with m.mu held.
 func (s *Store) enqueue(m *memo, what string, now, rev int64, fn func(*wtx) error) {
 	m.seq++
@@ -480,8 +471,8 @@ func (s *Store) enqueue(m *memo, what string, now, rev int64, fn func(*wtx) erro
 	m.queue = append(m.queue, queued{fn: fn, now: now, rev: rev, seq: m.seq, what: what})
 	s.queuedN.Add(1)
 	metricBehindAnswered.Inc()
-	// Kept attributes and listings read before now are stale.
-	s.writes.Add(2)
+	// Kept attributes and listings read before now are stale: their
+	// readers (keptAttr, AttrAsOf) see the queue is not empty.
 	s.wakeBehind()
 }
 

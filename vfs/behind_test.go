@@ -587,3 +587,47 @@ func TestBehindStopsBelowTheFreeSpaceFloor(t *testing.T) {
 		t.Fatalf("the create below the floor is not committed: %v", err)
 	}
 }
+
+// The commit of a file queued right after its create reads neither the
+// file's row nor its names when the queue runs them: the create, queued
+// too, keeps them for it (kept.go), as a create and commit that run at
+// once do (TestMountMutationStatements).
+func TestBehindQueuedCommitReadsNoRow(t *testing.T) {
+	s := openBehind(t)
+	d := committedDir(t, s)
+	s.wmu.Lock()
+	for i := range 3 {
+		_, h, err := s.CreateOpen(ctx, d.Ino, fmt.Sprint("f", i), NewAttr{Mode: 0o644})
+		if err != nil {
+			s.wmu.Unlock()
+			t.Fatal(err)
+		}
+		if _, err := h.WriteAt(ctx, []byte("content"), 0); err != nil {
+			s.wmu.Unlock()
+			t.Fatal(err)
+		}
+		if err := h.Release(ctx); err != nil {
+			s.wmu.Unlock()
+			t.Fatal(err)
+		}
+	}
+	if n := s.queuedN.Load(); n != 6 {
+		s.wmu.Unlock()
+		t.Fatalf("%d mutations queued, want 6 (3 creates, 3 commits)", n)
+	}
+	got := countStatementsOn(t, nil, func() {
+		s.wmu.Unlock()
+		must(t, s.Sync(ctx))
+	})
+	for _, q := range got {
+		if strings.HasPrefix(q, "SELECT n.ino, n.kind") && strings.Contains(q, "FROM nodes n WHERE n.ino = ?") ||
+			q == "SELECT parent, name FROM dirents WHERE child = ?" {
+			t.Errorf("the queue read a node or its names: %s", q)
+		}
+	}
+	for i := range 3 {
+		if got := string(readFile(t, s, fmt.Sprint("d/f", i))); got != "content" {
+			t.Errorf("d/f%d holds %q", i, got)
+		}
+	}
+}

@@ -156,14 +156,10 @@ func (s *Store) mutateLocked(ctx context.Context, fn func(*wtx) error, q *queued
 	g.n++
 	metricGroupMutations.Inc()
 	ended = true
-	at := s.writes.Add(1)
-	if q == nil || s.lastQueued(q) {
-		s.carryKept(t, before, at)
-	} else {
-		// Mutations answered after this one and not yet run changed
-		// what it would carry forward.
-		s.kept.Store(nil)
-	}
+	// A queued mutation carries too: what it keeps is the rows' state
+	// after it, which the next queued mutation starts from (readers get
+	// nothing kept while mutations are queued: keptAttr).
+	s.carryKept(t, before, s.writes.Add(1))
 	if g.n >= groupMax {
 		return t, s.commitGroup()
 	}

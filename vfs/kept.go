@@ -19,8 +19,10 @@ import "time"
 // wtx.keep with the attributes it left them (a new node, a committed
 // file, a SetAttr), or dropped (an unlinked name's node). Any other write
 // leaves everything behind. A stale answer is never given: every write
-// moves the counter at its start, and a miss costs nothing but the usual
-// read. What is kept is the rows' attributes; GetAttr adds the writes
+// moves the counter at its start, nothing kept answers a reader while
+// mutations answered from the memo wait in the queue (behind.go; they
+// carry what is kept from one to the next as they run), and a miss costs
+// nothing but the usual read. What is kept is the rows' attributes; GetAttr adds the writes
 // open handles buffer, as it does to a row it reads.
 //
 // For a node a mutation made or committed, the rest of its row (its
@@ -156,8 +158,14 @@ func (t *wtx) keptAttr(ino Ino) (Attr, bool) {
 }
 
 // keptAttr returns a kept node's attributes (its row's) while nothing was
-// written since they were kept.
+// written since they were kept and no mutation answered from the memo
+// waits in the queue (the rows are not yet what was answered; the count
+// of queued mutations is read first, so one that ran since has carried
+// what is kept, or dropped it).
 func (s *Store) keptAttr(ino Ino) (Attr, bool) {
+	if s.queuedN.Load() > 0 {
+		return Attr{}, false
+	}
 	p := s.kept.Load()
 	if p == nil || p.at != s.writes.Load() {
 		return Attr{}, false

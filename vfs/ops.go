@@ -202,7 +202,7 @@ func (s *Store) readDirPage(ctx context.Context, dir Ino, after string, limit in
 // handles buffer, when nothing was written to the store since gen (the
 // answer a Lookup would give now); ok is false otherwise.
 func (s *Store) AttrAsOf(a Attr, gen uint64) (_ Attr, ok bool) {
-	if gen == 0 || s.writes.Load() != gen {
+	if gen == 0 || s.queuedN.Load() > 0 || s.writes.Load() != gen {
 		return Attr{}, false
 	}
 	return s.overlay(a), true
