@@ -624,6 +624,18 @@ func (s *Store) memoOpen(ino Ino) (node, bool) {
 	return nodeOf(a, man), true
 }
 
+// memoEmptyDir reports whether the memo knows dir as a directory with no
+// names (one it saw made, or listed whole, and emptied since): its listing
+// needs no query (find over a tree of directories lists each leaf).
+func (s *Store) memoEmptyDir(dir Ino) bool {
+	m := s.mem
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a, known := m.attrs[dir]
+	l := m.dirs[dir]
+	return m.busy == 0 && known && a.Kind == KindDir && l != nil && l.complete && l.n == 0
+}
+
 // learnAttr keeps attributes read while the generation stood at gen.
 func (s *Store) learnAttr(gen uint64, a Attr) {
 	m := s.mem

@@ -631,3 +631,34 @@ func TestBehindQueuedCommitReadsNoRow(t *testing.T) {
 		}
 	}
 }
+
+// A directory the memo knows empty (it saw it made, or listed it whole)
+// lists with no query: find over a tree of directories lists every leaf.
+// Once a name is added, or the directory is gone, the listing says so.
+func TestBehindListsAnEmptyDirFromMemory(t *testing.T) {
+	s := openBehind(t)
+	d := committedDir(t, s)
+	e, err := s.Mkdir(ctx, d.Ino, "e", NewAttr{Mode: 0o755})
+	must(t, err)
+	var page []DirEntryAttr
+	got := countStatementsOn(t, nil, func() {
+		page, _, err = s.ReadDirAttrs(ctx, e.Ino, "", 256)
+		must(t, err)
+	})
+	if len(got) != 0 || len(page) != 0 {
+		t.Errorf("listing an empty directory the memo saw made: %d entries, %d statements:\n  %s", len(page), len(got), strings.Join(got, "\n  "))
+	}
+	_, err = s.Create(ctx, e.Ino, "x", NewAttr{Mode: 0o644})
+	must(t, err)
+	if page, _, err = s.ReadDirAttrs(ctx, e.Ino, "", 256); err != nil || len(page) != 1 || page[0].Name != "x" {
+		t.Fatalf("after a create: %v, %v", page, err)
+	}
+	must(t, s.Unlink(ctx, e.Ino, "x"))
+	if page, _, err = s.ReadDirAttrs(ctx, e.Ino, "", 256); err != nil || len(page) != 0 {
+		t.Fatalf("after the unlink: %v, %v", page, err)
+	}
+	must(t, s.Rmdir(ctx, d.Ino, "e"))
+	if _, _, err = s.ReadDirAttrs(ctx, e.Ino, "", 256); !errors.Is(err, ErrNotExist) {
+		t.Fatalf("listing a removed directory: %v, want ErrNotExist", err)
+	}
+}

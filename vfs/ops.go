@@ -123,6 +123,9 @@ func (s *Store) ReadDirAttrs(ctx context.Context, dir Ino, after string, limit i
 	}
 	var mgen uint64
 	if m := s.mem; m != nil {
+		if after == "" && s.memoEmptyDir(dir) {
+			return nil, 0, nil
+		}
 		mgen = m.snap()
 	}
 	gen = s.writes.Load()
