@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wsync/wsync/internal/testutil"
 	"github.com/wsync/wsync/watermark"
 )
 
@@ -660,5 +661,27 @@ func TestBehindListsAnEmptyDirFromMemory(t *testing.T) {
 	must(t, s.Rmdir(ctx, d.Ino, "e"))
 	if _, _, err = s.ReadDirAttrs(ctx, e.Ino, "", 256); !errors.Is(err, ErrNotExist) {
 		t.Fatalf("listing a removed directory: %v, want ErrNotExist", err)
+	}
+}
+
+// The queue runs by itself, whether the goroutine naps (a burst: nobody
+// wakes it) or sleeps (it must be woken): nothing else touches the store
+// here, and every answered mutation still runs.
+func TestBehindQueueRunsByItself(t *testing.T) {
+	s := openBehind(t)
+	d := committedDir(t, s)
+	for round := range 3 {
+		testutil.WaitFor(t, "the goroutine to sleep", 30*time.Second, func() bool { return s.bhSleeping.Load() })
+		for i := range 5 {
+			_, err := s.Create(ctx, d.Ino, fmt.Sprintf("f%d-%d", round, i), NewAttr{Mode: 0o644})
+			must(t, err)
+		}
+		testutil.WaitFor(t, "the queued creates to run", 30*time.Second, func() bool { return s.queuedN.Load() == 0 })
+	}
+	must(t, s.Sync(ctx))
+	page, _, err := s.ReadDirAttrs(ctx, d.Ino, "", 256)
+	must(t, err)
+	if len(page) != 15 {
+		t.Fatalf("%d files after 15 creates", len(page))
 	}
 }

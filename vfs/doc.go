@@ -153,14 +153,15 @@
 //
 // # Write-behind
 //
-// The mount's creates, mkdirs, unlinks, rmdirs, SetAttrs without a size
-// and file commits are answered from a memo of whole directory listings
-// and their nodes' attributes, and queued; a goroutine runs the queue in
+// The mount's creates, mkdirs, links, unlinks, rmdirs, SetAttrs without a
+// size and file commits are answered from a memo of directory names and
+// their nodes' attributes, and queued; a goroutine runs the queue in
 // order in the open group, so the SQL overlaps the kernel's next request.
 // The inode numbers and revs answered are exact (no other writer runs
 // while mutations are queued), every other read and write of the store
-// runs the queue first, and a queued mutation that fails loses itself and
-// those after it, as a lost group does. behind.go.
+// runs the queue first (lookups, stats, opens of small files and listings
+// of empty directories the memo answers), and a queued mutation that
+// fails loses itself and those after it, as a lost group does. behind.go.
 //
 // # A group's bookkeeping
 //
