@@ -129,18 +129,21 @@ func (s *Store) carryKept(t *wtx, before, at uint64) {
 	s.kept.Store(p)
 }
 
-// room makes room for one more node, giving up a file other than those
-// of spare before a directory; it reports false if every kept node is a
-// directory or in spare.
+// room makes room for one more node, giving up a node other than those
+// of spare, a file before a directory (a checkout that made more than
+// maxKept directories would otherwise keep nothing of the files it
+// writes next); it reports false if every kept node is in spare.
 func (p *keptAttrs) room(spare map[Ino]*Attr) bool {
 	if len(p.attrs) < maxKept {
 		return true
 	}
-	for ino, a := range p.attrs {
-		if _, ok := spare[ino]; !ok && a.Kind != KindDir {
-			delete(p.attrs, ino)
-			delete(p.rows, ino)
-			return true
+	for _, dirs := range []bool{false, true} {
+		for ino, a := range p.attrs {
+			if _, ok := spare[ino]; !ok && (dirs || a.Kind != KindDir) {
+				delete(p.attrs, ino)
+				delete(p.rows, ino)
+				return true
+			}
 		}
 	}
 	return false

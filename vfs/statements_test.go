@@ -97,6 +97,34 @@ func TestMountMutationStatements(t *testing.T) {
 	}
 }
 
+// TestCommitAfterManyDirectories: a checkout makes directories before
+// the files in them; once more directories than maxKept were made, the
+// commit of a file right after its create still reads neither its row
+// nor its names (the kept set used to hold only the directories, with
+// no room left for a file, and git clone's commits each read the row).
+func TestCommitAfterManyDirectories(t *testing.T) {
+	s, err := Open(ctx, t.TempDir()+"/s.db", Options{NoSync: true, GroupWindow: time.Hour, NoWriteBehind: true})
+	must(t, err)
+	t.Cleanup(func() { s.Close() })
+	d := RootIno
+	for i := range 2 * maxKept {
+		a, err := s.Mkdir(ctx, d, fmt.Sprint("d", i), NewAttr{Mode: 0o755})
+		must(t, err)
+		d = a.Ino
+	}
+	_, h, err := s.CreateOpen(ctx, d, "f", NewAttr{Mode: 0o644})
+	must(t, err)
+	_, err = h.WriteAt(ctx, []byte("hello"), 0)
+	must(t, err)
+	got := countStatements(t, s, func() { must(t, h.Flush(ctx)) })
+	for _, q := range got {
+		if strings.Contains(q, "FROM nodes n WHERE n.ino = ?") || q == "SELECT parent, name FROM dirents WHERE child = ?" {
+			t.Errorf("the commit read the file's row or names: %s", q)
+		}
+	}
+	must(t, h.Release(ctx))
+}
+
 // TestGroupPathsAfterARename: a directory renamed inside a group takes
 // its new path at once for every later mutation of the group, below it
 // and below its subdirectories, although the group had learnt the old
