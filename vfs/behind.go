@@ -812,6 +812,12 @@ func (s *Store) behindRemove(ctx context.Context, parent Ino, name string, dir b
 		// An open file's last name leaves an orphan: that runs at once.
 		return false, nil
 	}
+	var was *node
+	if !dir {
+		// The node's number, kind and links as they are before the
+		// removal: what it would read.
+		was = &node{ino: ino, kind: a.Kind, nlink: a.Nlink}
+	}
 	now := time.Now().UnixNano()
 	rev := m.lastRev + 1
 	m.size += l.set(name, 0)
@@ -825,7 +831,7 @@ func (s *Store) behindRemove(ctx context.Context, parent Ino, name string, dir b
 		m.dropDir(ino)
 	}
 	s.touchParent(m, parent, now)
-	s.enqueue(m, fmt.Sprintf("remove %q from %d", name, parent), now, rev, s.removeFn(parent, name, dir))
+	s.enqueue(m, fmt.Sprintf("remove %q from %d", name, parent), now, rev, s.removeFn(parent, name, dir, was))
 	return true, nil
 }
 

@@ -685,3 +685,25 @@ func TestBehindQueueRunsByItself(t *testing.T) {
 		t.Fatalf("%d files after 15 creates", len(page))
 	}
 }
+
+// A removal answered from the memo runs without reading what the name
+// holds; the entry's removal checks it, so a memo that was wrong (a bug)
+// fails the mutation instead of deleting another node.
+func TestBehindRemoveChecksTheNameItWasAnsweredFor(t *testing.T) {
+	s := openBehind(t)
+	behindFailHook = nil
+	a, err := s.Create(ctx, RootIno, "a", NewAttr{Mode: 0o644})
+	must(t, err)
+	b, err := s.Create(ctx, RootIno, "b", NewAttr{Mode: 0o644})
+	must(t, err)
+	err = s.mutate(ctx, s.removeFn(RootIno, "a", false, &node{ino: b.Ino, kind: KindFile, nlink: 1}))
+	if !errors.Is(err, ErrNotExist) {
+		t.Fatalf("removing a with b's node: %v, want ErrNotExist", err)
+	}
+	for name, ino := range map[string]Ino{"a": a.Ino, "b": b.Ino} {
+		got, err := s.Lookup(ctx, RootIno, name)
+		if err != nil || got.Ino != ino {
+			t.Errorf("%s after the failed removal: %+v, %v", name, got, err)
+		}
+	}
+}

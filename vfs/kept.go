@@ -98,8 +98,16 @@ func (s *Store) carryKept(t *wtx, before, at uint64) {
 		s.kept.Store(nil)
 		return
 	}
+	prev := s.kept.Load()
+	if prev != nil && prev.at == before && !t.changesKept(prev) {
+		// Nothing kept changed (an unlink of a node not kept, in a
+		// directory not kept): the same maps, which nobody writes once
+		// they are published, at the new count.
+		s.kept.Store(&keptAttrs{at: at, attrs: prev.attrs, rows: prev.rows})
+		return
+	}
 	p := &keptAttrs{at: at, attrs: make(map[Ino]Attr, maxKept), rows: make(map[Ino]keptRow)}
-	if prev := s.kept.Load(); prev != nil && prev.at == before {
+	if prev != nil && prev.at == before {
 		for ino, a := range prev.attrs {
 			if _, ok := t.dirty[ino]; ok {
 				a.Mtime = time.Unix(0, t.now)
@@ -127,6 +135,24 @@ func (s *Store) carryKept(t *wtx, before, at uint64) {
 		}
 	}
 	s.kept.Store(p)
+}
+
+// changesKept reports whether carrying t over p changes what p keeps.
+func (t *wtx) changesKept(p *keptAttrs) bool {
+	for ino, a := range t.keep {
+		if a != nil {
+			return true
+		}
+		if _, ok := p.attrs[ino]; ok {
+			return true
+		}
+	}
+	for d := range t.dirty {
+		if _, ok := p.attrs[d]; ok {
+			return true
+		}
+	}
+	return false
 }
 
 // room makes room for one more node, giving up a node other than those

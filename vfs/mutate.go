@@ -215,9 +215,15 @@ func (t *wtx) addDirent(parent Ino, name string, child Ino) error {
 	return t.dirChanged(parent)
 }
 
-func (t *wtx) removeDirent(parent Ino, name string) error {
-	if _, err := t.exec(`DELETE FROM dirents WHERE parent = ? AND name = ?`, parent, name); err != nil {
+// removeDirent removes the name, which must name child (a removal
+// answered from the memo did not read it), and updates the parent's times.
+func (t *wtx) removeDirent(parent Ino, name string, child Ino) error {
+	res, err := t.exec(`DELETE FROM dirents WHERE parent = ? AND name = ? AND child = ?`, parent, name, child)
+	if err != nil {
 		return fmt.Errorf("remove entry %q: %w", name, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n != 1 {
+		return fmt.Errorf("remove entry %q of inode %d: it does not name inode %d: %w", name, parent, child, errors.Join(err, ErrNotExist))
 	}
 	t.noteName(parent, name, false)
 	t.named = append(t.named, nameChange{parent, name, 0})
@@ -278,7 +284,7 @@ func (t *wtx) dropName(parent Ino, name, path string, n node) error {
 	if err := t.trash(path, n.ino, n.kind, TrashDelete); err != nil {
 		return err
 	}
-	if err := t.removeDirent(parent, name); err != nil {
+	if err := t.removeDirent(parent, name, n.ino); err != nil {
 		return err
 	}
 	if err := t.touchSynced(n.kind, path); err != nil {
@@ -388,7 +394,7 @@ func (t *wtx) removeDir(parent Ino, name, path string, n node) error {
 	if err := t.trash(path, n.ino, n.kind, TrashDelete); err != nil {
 		return err
 	}
-	if err := t.removeDirent(parent, name); err != nil {
+	if err := t.removeDirent(parent, name, n.ino); err != nil {
 		return err
 	}
 	if err := t.touch(path); err != nil {

@@ -408,17 +408,23 @@ func (s *Store) remove(ctx context.Context, parent Ino, name string, dir bool) e
 	if ok, err := s.behindRemove(ctx, parent, name, dir); ok {
 		return err
 	}
-	return s.mutate(ctx, s.removeFn(parent, name, dir))
+	return s.mutate(ctx, s.removeFn(parent, name, dir, nil))
 }
 
 // removeFn is the mutation that removes name from parent (an rmdir when
 // dir).
-func (s *Store) removeFn(parent Ino, name string, dir bool) func(*wtx) error {
+func (s *Store) removeFn(parent Ino, name string, dir bool, known *node) func(*wtx) error {
 	return func(t *wtx) error {
-		ctx := t.ctx
-		n, err := lookupLink(ctx, t.tx, parent, name)
-		if err != nil {
-			return err
+		var n node
+		if known != nil {
+			// Answered from the memo, which knew what the name holds: the
+			// entry's removal below checks that it still does.
+			n = *known
+		} else {
+			var err error
+			if n, err = lookupLink(t.ctx, t.tx, parent, name); err != nil {
+				return err
+			}
 		}
 		// The parent's times and the node's row (a directory goes only
 		// empty, below).
