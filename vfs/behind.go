@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -61,6 +63,10 @@ const (
 	maxQueued = 256
 	// maxMemo bounds the names and attributes the memo holds.
 	maxMemo = 1 << 16
+	// maxMemoPage bounds the directories the memo lists (memoPage): a
+	// larger one changed between listings would be sorted again each time,
+	// holding the memo.
+	maxMemoPage = 4096
 )
 
 // errBehind is a queued mutation that did not run as it was answered.
@@ -107,6 +113,9 @@ type listing struct {
 	names    map[string]Ino
 	complete bool
 	n        int // names in use (non-zero)
+	// sorted is a complete listing's names in order, kept from the last
+	// page answered until a name comes or goes (memoPage).
+	sorted []string
 }
 
 // lookup reports what the listing says of name: its inode (0: free) and
@@ -120,6 +129,9 @@ func (l *listing) lookup(name string) (Ino, bool) {
 // memo's size.
 func (l *listing) set(name string, ino Ino) int {
 	old, had := l.names[name]
+	if had != (ino != 0) {
+		l.sorted = nil
+	}
 	if had && old != 0 {
 		l.n--
 	}
@@ -657,16 +669,38 @@ func (s *Store) memoOpen(ino Ino) (node, bool) {
 	return nodeOf(a, man), true
 }
 
-// memoEmptyDir reports whether the memo knows dir as a directory with no
-// names (one it saw made, or listed whole, and emptied since): its listing
-// needs no query (find over a tree of directories lists each leaf).
-func (s *Store) memoEmptyDir(dir Ino) bool {
+// memoPage answers a listing page from the memo: the names after after,
+// in name order (SQLite's, byte order), at most limit, with their row
+// attributes, when the memo holds the directory's whole listing and every
+// node in the page, and no other writer works. A directory made through
+// the mount, or listed whole before, lists again with no query (rm -rf
+// and find list every directory of a tree).
+func (s *Store) memoPage(dir Ino, after string, limit int) ([]DirEntryAttr, bool) {
 	m := s.mem
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	a, known := m.attrs[dir]
 	l := m.dirs[dir]
-	return m.busy == 0 && known && a.Kind == KindDir && l != nil && l.complete && l.n == 0
+	if m.busy > 0 || !known || a.Kind != KindDir || l == nil || !l.complete || len(l.names) > maxMemoPage {
+		return nil, false
+	}
+	if l.sorted == nil && len(l.names) > 0 {
+		l.sorted = slices.Sorted(maps.Keys(l.names))
+	}
+	i, found := slices.BinarySearch(l.sorted, after)
+	if found {
+		i++
+	}
+	out := make([]DirEntryAttr, 0, min(limit, len(l.sorted)-i))
+	for ; i < len(l.sorted) && len(out) < limit; i++ {
+		name := l.sorted[i]
+		ea, ok := m.attrs[l.names[name]]
+		if !ok {
+			return nil, false
+		}
+		out = append(out, DirEntryAttr{Name: name, Attr: ea})
+	}
+	return out, true
 }
 
 // learnAttr keeps attributes read while the generation stood at gen.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -270,6 +271,7 @@ func TestBehindMatchesTheRows(t *testing.T) {
 	rnd := rand.New(rand.NewPCG(3, 9))
 	dirs := []Ino{RootIno}
 	names := []string{"a", "b", "c", "d", "e", "f"}
+	pagesCompared := 0 // entries of listings the memo answered, checked
 	check := func(step int, what string) {
 		t.Helper()
 		type answer struct {
@@ -277,6 +279,7 @@ func TestBehindMatchesTheRows(t *testing.T) {
 			err error
 		}
 		got := map[string]answer{}
+		listed := map[Ino][]DirEntryAttr{}
 		for _, d := range dirs {
 			for _, name := range names {
 				a, err := s.Lookup(ctx, d, name)
@@ -284,8 +287,19 @@ func TestBehindMatchesTheRows(t *testing.T) {
 			}
 			a, err := s.GetAttr(ctx, d)
 			got[fmt.Sprint(d)] = answer{a, err}
+			if page, ok := s.memoPage(d, "", 256); ok {
+				listed[d] = page
+			}
 		}
 		must(t, s.Sync(ctx))
+		for d, page := range listed {
+			pagesCompared += len(page)
+			rows, err := s.readDirPage(ctx, d, "", 256, nil)
+			must(t, err)
+			if !slices.Equal(page, rows) {
+				t.Fatalf("step %d (%s): the memo lists %d as %+v, the rows as %+v", step, what, d, page, rows)
+			}
+		}
 		for _, d := range dirs {
 			for _, name := range names {
 				var want answer
@@ -373,7 +387,10 @@ func TestBehindMatchesTheRows(t *testing.T) {
 	if n := queuedSoFar(s); n < 100 {
 		t.Fatalf("only %d mutations were answered from memory: the test checks little of the memo", n)
 	}
-	t.Logf("%d mutations answered from memory", queuedSoFar(s))
+	if pagesCompared < 100 {
+		t.Fatalf("only %d listed entries were answered from memory: the test checks little of the memo's listings", pagesCompared)
+	}
+	t.Logf("%d mutations answered from memory, %d listed entries", queuedSoFar(s), pagesCompared)
 }
 
 // A queued mutation that fails (a disk that filled) is lost with every
@@ -633,30 +650,64 @@ func TestBehindQueuedCommitReadsNoRow(t *testing.T) {
 	}
 }
 
-// A directory the memo knows empty (it saw it made, or listed it whole)
-// lists with no query: find over a tree of directories lists every leaf.
-// Once a name is added, or the directory is gone, the listing says so.
-func TestBehindListsAnEmptyDirFromMemory(t *testing.T) {
+// A directory the memo knows whole (it saw it made, or listed it whole)
+// lists with no query, page by page in name order: rm -rf and find list
+// every directory of a tree. Once a name comes or goes, or the directory
+// is gone, the listing says so.
+func TestBehindListsFromMemory(t *testing.T) {
 	s := openBehind(t)
 	d := committedDir(t, s)
 	e, err := s.Mkdir(ctx, d.Ino, "e", NewAttr{Mode: 0o755})
 	must(t, err)
-	var page []DirEntryAttr
-	got := countStatementsOn(t, nil, func() {
-		page, _, err = s.ReadDirAttrs(ctx, e.Ino, "", 256)
+	list := func(limit int) (names []string, statements int) {
+		t.Helper()
+		after := ""
+		got := countStatementsOn(t, nil, func() {
+			for {
+				page, _, err := s.ReadDirAttrs(ctx, e.Ino, after, limit)
+				must(t, err)
+				for _, p := range page {
+					names = append(names, p.Name)
+				}
+				if len(page) < limit {
+					return
+				}
+				after = page[len(page)-1].Name
+			}
+		})
+		return names, len(got)
+	}
+	if names, n := list(256); len(names) != 0 || n != 0 {
+		t.Errorf("listing an empty directory the memo saw made: %v, %d statements", names, n)
+	}
+	want := []string{"a", "b", "c", "d", "e"}
+	for _, name := range []string{"c", "a", "e", "b", "d"} {
+		_, err := s.Create(ctx, e.Ino, name, NewAttr{Mode: 0o644})
 		must(t, err)
-	})
-	if len(got) != 0 || len(page) != 0 {
-		t.Errorf("listing an empty directory the memo saw made: %d entries, %d statements:\n  %s", len(page), len(got), strings.Join(got, "\n  "))
 	}
-	_, err = s.Create(ctx, e.Ino, "x", NewAttr{Mode: 0o644})
+	if names, n := list(2); !slices.Equal(names, want) || n != 0 {
+		t.Errorf("listing in pages of 2: %v, %d statements; want %v and none", names, n, want)
+	}
+	must(t, s.Unlink(ctx, e.Ino, "c"))
+	if names, _ := list(256); !slices.Equal(names, []string{"a", "b", "d", "e"}) {
+		t.Errorf("after an unlink: %v", names)
+	}
+	// A directory larger than the memo lists is read from the rows.
+	big, err := s.Mkdir(ctx, d.Ino, "big", NewAttr{Mode: 0o755})
 	must(t, err)
-	if page, _, err = s.ReadDirAttrs(ctx, e.Ino, "", 256); err != nil || len(page) != 1 || page[0].Name != "x" {
-		t.Fatalf("after a create: %v, %v", page, err)
+	for i := range maxMemoPage + 1 {
+		_, err := s.Create(ctx, big.Ino, fmt.Sprint("f", i), NewAttr{Mode: 0o644})
+		must(t, err)
 	}
-	must(t, s.Unlink(ctx, e.Ino, "x"))
-	if page, _, err = s.ReadDirAttrs(ctx, e.Ino, "", 256); err != nil || len(page) != 0 {
-		t.Fatalf("after the unlink: %v, %v", page, err)
+	if _, ok := s.memoPage(big.Ino, "", 256); ok {
+		t.Errorf("the memo listed a directory of %d names", maxMemoPage+1)
+	}
+	page, _, err := s.ReadDirAttrs(ctx, big.Ino, "", 256)
+	if err != nil || len(page) != 256 {
+		t.Fatalf("listing the large directory: %d entries, %v", len(page), err)
+	}
+	for _, name := range []string{"a", "b", "d", "e"} {
+		must(t, s.Unlink(ctx, e.Ino, name))
 	}
 	must(t, s.Rmdir(ctx, d.Ino, "e"))
 	if _, _, err = s.ReadDirAttrs(ctx, e.Ino, "", 256); !errors.Is(err, ErrNotExist) {

@@ -160,7 +160,7 @@
 // The inode numbers and revs answered are exact (no other writer runs
 // while mutations are queued), every other read and write of the store
 // runs the queue first (lookups, stats, opens of small files and listings
-// of empty directories the memo answers), and a queued mutation that
+// of directories the memo holds whole answer from it), and a queued mutation that
 // fails loses itself and those after it, as a lost group does. behind.go.
 //
 // # A group's bookkeeping

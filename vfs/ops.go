@@ -123,8 +123,14 @@ func (s *Store) ReadDirAttrs(ctx context.Context, dir Ino, after string, limit i
 	}
 	var mgen uint64
 	if m := s.mem; m != nil {
-		if after == "" && s.memoEmptyDir(dir) {
-			return nil, 0, nil
+		// Read before the memo: what the memo answers is as of then or
+		// later, and AttrAsOf refuses while anything is queued.
+		gen = s.writes.Load()
+		if page, ok := s.memoPage(dir, after, limit); ok {
+			if gen%2 == 1 {
+				gen = 0
+			}
+			return page, gen, nil
 		}
 		mgen = m.snap()
 	}
