@@ -550,6 +550,7 @@ func (s *Store) memoFor(ctx context.Context, dir Ino, name string) *memo {
 			return nil
 		}
 		if full {
+			metricBehindFull.Inc()
 			s.lockW()
 			s.wmu.Unlock()
 			continue
@@ -918,6 +919,7 @@ func (s *Store) memoOf(ino Ino) (*memo, Attr) {
 		if try == 1 {
 			return nil, Attr{}
 		}
+		metricBehindFull.Inc()
 		s.lockW()
 		s.wmu.Unlock()
 	}

@@ -124,3 +124,10 @@ var metricBehindAnswered = metrics.Add(prometheus.NewCounter(prometheus.CounterO
 	Name: "wsync_vfs_behind_answered_total",
 	Help: "Mount mutations answered from the write-behind's memo and run afterwards.",
 }))
+
+// metricBehindFull counts the times a mutation found the write-behind's
+// queue full and ran it on the request's path.
+var metricBehindFull = metrics.Add(prometheus.NewCounter(prometheus.CounterOpts{
+	Name: "wsync_vfs_behind_full_total",
+	Help: "Times a mount mutation found the write-behind's queue full and ran it before being answered.",
+}))
