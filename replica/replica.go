@@ -117,6 +117,8 @@ type Replicator struct {
 	probeMu sync.Mutex
 
 	shipMu sync.Mutex // one ship at a time
+	// synced: a DB.Sync of litestream's succeeded (see ship). Under shipMu.
+	synced bool
 
 	mu sync.Mutex // guards what follows
 	// cleanAt: every commit made before it is in the bucket. Advanced to
@@ -385,11 +387,23 @@ func (r *Replicator) ship(ctx context.Context) (err error) {
 			return errors.New("replica: the gate called ship twice")
 		}
 		entered = time.Now()
-		gctx, gcancel := context.WithTimeout(ctx, gateTimeout)
+		parent := ctx
+		if !r.synced {
+			// litestream's first Sync opens its connection, then its
+			// file of the database: cancelled in between (a Close's
+			// stop), it keeps the connection without the file, takes
+			// itself for open, and every later Sync fails with EINVAL
+			// (litestream v0.5.18, DB.init; TestGenerations failed 2
+			// times in 100 under load). Until one Sync succeeds, only the
+			// gate's timeout bounds it.
+			parent = context.WithoutCancel(ctx)
+		}
+		gctx, gcancel := context.WithTimeout(parent, gateTimeout)
 		defer gcancel()
 		if err := r.db.Sync(gctx); err != nil {
 			return fmt.Errorf("copy the WAL: %w", err)
 		}
+		r.synced = true
 		v, err := r.dataVersion(gctx)
 		if err != nil {
 			return err
