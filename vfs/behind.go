@@ -175,8 +175,10 @@ func (m *memo) dropAttr(ino Ino) {
 	m.dropMan(ino)
 }
 
-// setMan keeps a file's encoded chunk list (a copy), if small, for a node
-// whose attributes the memo holds; a larger one is forgotten.
+// setMan keeps a file's encoded chunk list, if small, for a node whose
+// attributes the memo holds; a larger one is forgotten. man is kept, not
+// copied: its callers hand over a slice nobody changes (an encoding made
+// for the mutation, or bytes a query scanned).
 func (m *memo) setMan(ino Ino, man []byte) {
 	if len(man) > maxKeptManifest {
 		m.dropMan(ino)
@@ -185,7 +187,7 @@ func (m *memo) setMan(ino Ino, man []byte) {
 	if _, ok := m.mans[ino]; !ok {
 		m.size++
 	}
-	m.mans[ino] = append([]byte{}, man...)
+	m.mans[ino] = man
 }
 
 func (m *memo) dropMan(ino Ino) {
@@ -856,7 +858,7 @@ func (s *Store) behindRemove(ctx context.Context, parent Ino, name string, dir b
 	now := time.Now().UnixNano()
 	rev := m.lastRev + 1
 	m.size += l.set(name, 0)
-	if a.Kind != KindDir && a.Nlink > 1 {
+	if !dir && a.Nlink > 1 {
 		// One name of several: the node stays, one link fewer.
 		a.Nlink--
 		a.Ctime = time.Unix(0, now)

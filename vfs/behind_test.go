@@ -50,6 +50,49 @@ func queuedSoFar(s *Store) uint64 {
 	return s.mem.seq
 }
 
+// answerWhileHeld runs fn with the writer held by the test: everything fn
+// does must be answered without the writer, leaving queued mutations
+// queued. Then it frees the writer, waits for a Sync to run them, and
+// fails the test on any error.
+func answerWhileHeld(t *testing.T, s *Store, queued int64, fn func() error) {
+	t.Helper()
+	s.wmu.Lock()
+	held := true
+	defer func() {
+		if held {
+			s.wmu.Unlock()
+		}
+	}()
+	done := make(chan error, 1)
+	reached := make(chan struct{})
+	go func() {
+		if err := fn(); err != nil {
+			done <- err
+			return
+		}
+		close(reached)
+		done <- s.Sync(ctx) // runs the queue: it waits for the writer
+	}()
+	select {
+	case <-reached:
+	case err := <-done:
+		t.Fatalf("returned before the writer was free: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("a mutation waited for the writer")
+	}
+	if n := s.queuedN.Load(); n != queued {
+		t.Fatalf("%d mutations queued, want %d", n, queued)
+	}
+	held = false
+	s.wmu.Unlock()
+	select {
+	case err := <-done:
+		must(t, err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the mutations did not finish once the writer was free")
+	}
+}
+
 // While another writer holds the store (a long commit, an apply), a
 // create, mkdir, unlink and rmdir in a directory the memo knows, and the
 // lookups and stats of what they made, are answered without it; the rows
@@ -70,90 +113,56 @@ func TestBehindAnswersWhileTheWriterIsHeld(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s.wmu.Lock()
-	held := true
-	defer func() {
-		if held {
-			s.wmu.Unlock()
-		}
-	}()
 	answered := map[string]Attr{}
-	done := make(chan error, 1)
-	reached := make(chan struct{})
-	go func() {
-		done <- func() error {
-			f, h, err := s.CreateOpen(ctx, d.Ino, "f", NewAttr{Mode: 0o640, Uid: 7, Gid: 8})
-			if err != nil {
-				return fmt.Errorf("create: %w", err)
+	answerWhileHeld(t, s, 6, func() error {
+		f, h, err := s.CreateOpen(ctx, d.Ino, "f", NewAttr{Mode: 0o640, Uid: 7, Gid: 8})
+		if err != nil {
+			return fmt.Errorf("create: %w", err)
+		}
+		answered["f"] = f
+		if _, err := h.WriteAt(ctx, []byte("hello"), 0); err != nil {
+			return err
+		}
+		sub, err := s.Mkdir(ctx, d.Ino, "sub", NewAttr{Mode: 0o700})
+		if err != nil {
+			return fmt.Errorf("mkdir: %w", err)
+		}
+		answered["sub"] = sub
+		if _, err := s.Create(ctx, sub.Ino, "inner", NewAttr{Mode: 0o600}); err != nil {
+			return fmt.Errorf("create below a new directory: %w", err)
+		}
+		if err := s.Unlink(ctx, d.Ino, "old"); err != nil {
+			return fmt.Errorf("unlink: %w", err)
+		}
+		if err := s.Rmdir(ctx, d.Ino, "olddir"); err != nil {
+			return fmt.Errorf("rmdir: %w", err)
+		}
+		for name, want := range map[string]error{"old": ErrNotExist, "olddir": ErrNotExist, "f": nil, "sub": nil} {
+			if _, err := s.Lookup(ctx, d.Ino, name); !errors.Is(err, want) {
+				return fmt.Errorf("lookup %q: %v, want %v", name, err, want)
 			}
-			answered["f"] = f
-			if _, err := h.WriteAt(ctx, []byte("hello"), 0); err != nil {
+		}
+		if err := s.Rmdir(ctx, d.Ino, "sub"); !errors.Is(err, ErrNotEmpty) {
+			return fmt.Errorf("rmdir of a directory with a queued create: %v, want ErrNotEmpty", err)
+		}
+		if _, err := s.Create(ctx, d.Ino, "f", NewAttr{Mode: 0o644}); !errors.Is(err, ErrExist) {
+			return fmt.Errorf("create over a queued create: %v, want ErrExist", err)
+		}
+		// The memo's answers now: sub's times moved with its create.
+		madeSub := answered["sub"]
+		for name, ino := range map[string]Ino{"d": d.Ino, "sub": madeSub.Ino, "f": answered["f"].Ino} {
+			if answered[name], err = s.GetAttr(ctx, ino); err != nil {
 				return err
 			}
-			sub, err := s.Mkdir(ctx, d.Ino, "sub", NewAttr{Mode: 0o700})
-			if err != nil {
-				return fmt.Errorf("mkdir: %w", err)
-			}
-			answered["sub"] = sub
-			if _, err := s.Create(ctx, sub.Ino, "inner", NewAttr{Mode: 0o600}); err != nil {
-				return fmt.Errorf("create below a new directory: %w", err)
-			}
-			if err := s.Unlink(ctx, d.Ino, "old"); err != nil {
-				return fmt.Errorf("unlink: %w", err)
-			}
-			if err := s.Rmdir(ctx, d.Ino, "olddir"); err != nil {
-				return fmt.Errorf("rmdir: %w", err)
-			}
-			for name, want := range map[string]error{"old": ErrNotExist, "olddir": ErrNotExist, "f": nil, "sub": nil} {
-				if _, err := s.Lookup(ctx, d.Ino, name); !errors.Is(err, want) {
-					return fmt.Errorf("lookup %q: %v, want %v", name, err, want)
-				}
-			}
-			if err := s.Rmdir(ctx, d.Ino, "sub"); !errors.Is(err, ErrNotEmpty) {
-				return fmt.Errorf("rmdir of a directory with a queued create: %v, want ErrNotEmpty", err)
-			}
-			if _, err := s.Create(ctx, d.Ino, "f", NewAttr{Mode: 0o644}); !errors.Is(err, ErrExist) {
-				return fmt.Errorf("create over a queued create: %v, want ErrExist", err)
-			}
-			// The memo's answers now: sub's times moved with its create.
-			madeSub := answered["sub"]
-			for name, ino := range map[string]Ino{"d": d.Ino, "sub": madeSub.Ino, "f": answered["f"].Ino} {
-				if answered[name], err = s.GetAttr(ctx, ino); err != nil {
-					return err
-				}
-			}
-			if a := answered["sub"]; a.Ino != madeSub.Ino || a.Rev != madeSub.Rev || a.Mode != madeSub.Mode || a.Mtime.Before(madeSub.Mtime) {
-				return fmt.Errorf("sub: made %+v, then %+v", madeSub, a)
-			}
-			if answered["d"].Mtime.Before(answered["sub"].Mtime) {
-				return fmt.Errorf("the parent's times after the mutations: %+v", answered["d"])
-			}
-			if err := h.Release(ctx); err != nil { // its commit is queued too
-				return err
-			}
-			close(reached)
-			return s.Sync(ctx) // runs the queue: it waits for the writer
-		}()
-	}()
-	// Everything up to the Sync is answered with the writer held.
-	select {
-	case <-reached:
-	case err := <-done:
-		t.Fatalf("returned before the writer was free: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("a mutation waited for the writer")
-	}
-	if n := s.queuedN.Load(); n != 6 {
-		t.Fatalf("%d mutations queued, want 6", n)
-	}
-	held = false
-	s.wmu.Unlock()
-	select {
-	case err := <-done:
-		must(t, err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the mutations did not finish once the writer was free")
-	}
+		}
+		if a := answered["sub"]; a.Ino != madeSub.Ino || a.Rev != madeSub.Rev || a.Mode != madeSub.Mode || a.Mtime.Before(madeSub.Mtime) {
+			return fmt.Errorf("sub: made %+v, then %+v", madeSub, a)
+		}
+		if answered["d"].Mtime.Before(answered["sub"].Mtime) {
+			return fmt.Errorf("the parent's times after the mutations: %+v", answered["d"])
+		}
+		return h.Release(ctx) // its commit is queued too
+	})
 	must(t, s.Sync(ctx))
 	for name, a := range answered {
 		ino := a.Ino
@@ -183,72 +192,43 @@ func TestBehindAnswersWhileTheWriterIsHeld(t *testing.T) {
 func TestBehindLinksWhileTheWriterIsHeld(t *testing.T) {
 	s := openBehind(t)
 	d := committedDir(t, s)
-	s.wmu.Lock()
-	held := true
-	defer func() {
-		if held {
-			s.wmu.Unlock()
-		}
-	}()
 	var answered Attr
-	done := make(chan error, 1)
-	reached := make(chan struct{})
-	go func() {
-		done <- func() error {
-			tmp, h, err := s.CreateOpen(ctx, d.Ino, "tmp_obj", NewAttr{Mode: 0o444})
-			if err != nil {
-				return fmt.Errorf("create: %w", err)
-			}
-			if _, err := h.WriteAt(ctx, []byte("blob"), 0); err != nil {
-				return err
-			}
-			if err := h.Release(ctx); err != nil {
-				return err
-			}
-			a, err := s.Link(ctx, tmp.Ino, d.Ino, "obj")
-			if err != nil {
-				return fmt.Errorf("link: %w", err)
-			}
-			if a.Nlink != 2 || a.Ino != tmp.Ino || a.Size != 4 {
-				return fmt.Errorf("link answered %+v", a)
-			}
-			if _, err := s.Link(ctx, tmp.Ino, d.Ino, "obj"); !errors.Is(err, ErrExist) {
-				return fmt.Errorf("link over a queued link: %v, want ErrExist", err)
-			}
-			if err := s.Unlink(ctx, d.Ino, "tmp_obj"); err != nil {
-				return fmt.Errorf("unlink: %w", err)
-			}
-			if _, err := s.Lookup(ctx, d.Ino, "tmp_obj"); !errors.Is(err, ErrNotExist) {
-				return fmt.Errorf("lookup of the unlinked name: %v", err)
-			}
-			if answered, err = s.Lookup(ctx, d.Ino, "obj"); err != nil {
-				return err
-			}
-			if answered.Nlink != 1 || answered.Ctime.Before(a.Ctime) {
-				return fmt.Errorf("after the unlink of its other name: %+v (linked: %+v)", answered, a)
-			}
-			close(reached)
-			return s.Sync(ctx)
-		}()
-	}()
-	select {
-	case <-reached:
-	case err := <-done:
-		t.Fatalf("returned before the writer was free: %v", err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("a mutation waited for the writer")
-	}
-	if n := s.queuedN.Load(); n != 4 {
-		t.Fatalf("%d mutations queued, want 4 (create, commit, link, unlink)", n)
-	}
-	held = false
-	s.wmu.Unlock()
-	select {
-	case err := <-done:
-		must(t, err)
-	case <-time.After(30 * time.Second):
-		t.Fatal("the mutations did not finish once the writer was free")
-	}
+	// Queued: the create, the commit, the link, the unlink.
+	answerWhileHeld(t, s, 4, func() error {
+		tmp, h, err := s.CreateOpen(ctx, d.Ino, "tmp_obj", NewAttr{Mode: 0o444})
+		if err != nil {
+			return fmt.Errorf("create: %w", err)
+		}
+		if _, err := h.WriteAt(ctx, []byte("blob"), 0); err != nil {
+			return err
+		}
+		if err := h.Release(ctx); err != nil {
+			return err
+		}
+		a, err := s.Link(ctx, tmp.Ino, d.Ino, "obj")
+		if err != nil {
+			return fmt.Errorf("link: %w", err)
+		}
+		if a.Nlink != 2 || a.Ino != tmp.Ino || a.Size != 4 {
+			return fmt.Errorf("link answered %+v", a)
+		}
+		if _, err := s.Link(ctx, tmp.Ino, d.Ino, "obj"); !errors.Is(err, ErrExist) {
+			return fmt.Errorf("link over a queued link: %v, want ErrExist", err)
+		}
+		if err := s.Unlink(ctx, d.Ino, "tmp_obj"); err != nil {
+			return fmt.Errorf("unlink: %w", err)
+		}
+		if _, err := s.Lookup(ctx, d.Ino, "tmp_obj"); !errors.Is(err, ErrNotExist) {
+			return fmt.Errorf("lookup of the unlinked name: %v", err)
+		}
+		if answered, err = s.Lookup(ctx, d.Ino, "obj"); err != nil {
+			return err
+		}
+		if answered.Nlink != 1 || answered.Ctime.Before(a.Ctime) {
+			return fmt.Errorf("after the unlink of its other name: %+v (linked: %+v)", answered, a)
+		}
+		return nil
+	})
 	n, err := s.viewNode(ctx, answered.Ino)
 	must(t, err)
 	if row := n.attr(); row != answered {

@@ -22,8 +22,9 @@ import "time"
 // moves the counter at its start, nothing kept answers a reader while
 // mutations answered from the memo wait in the queue (behind.go; they
 // carry what is kept from one to the next as they run), and a miss costs
-// nothing but the usual read. What is kept is the rows' attributes; GetAttr adds the writes
-// open handles buffer, as it does to a row it reads.
+// nothing but the usual read. What is kept is the rows' attributes;
+// GetAttr adds the writes open handles buffer, as it does to a row it
+// reads.
 //
 // For a node a mutation made or committed, the rest of its row (its
 // manifest) and its paths are kept too (wtx.keepRow), while both are

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -115,7 +116,8 @@ const attrCols = `n.ino, n.kind, n.mode, n.uid, n.gid, n.nlink, n.size, n.mtime,
 // pageCols is attrCols with the manifest of a node whose encoded manifest
 // is at most maxKeptManifest bytes (NULL for a larger one): what a listing
 // page reads for the write-behind's memo (behind.go).
-const pageCols = `n.ino, n.kind, n.mode, n.uid, n.gid, n.nlink, n.size, n.mtime, n.ctime, n.atime, CASE WHEN length(n.manifest) <= 1024 THEN n.manifest END, n.target, n.rdev, n.rev`
+var pageCols = `n.ino, n.kind, n.mode, n.uid, n.gid, n.nlink, n.size, n.mtime, n.ctime, n.atime, CASE WHEN length(n.manifest) <= ` +
+	strconv.Itoa(maxKeptManifest) + ` THEN n.manifest END, n.target, n.rdev, n.rev`
 
 func scanNode(sc interface{ Scan(...any) error }) (node, error) {
 	var n node

@@ -121,22 +121,21 @@ func (s *Store) ReadDirAttrs(ctx context.Context, dir Ino, after string, limit i
 	if limit <= 0 {
 		limit = 1024
 	}
+	// An odd count is a write in progress when gen was read: what is read
+	// next may be half of it, and the count would not move again until it
+	// ends.
+	if gen = s.writes.Load(); gen%2 == 1 {
+		gen = 0
+	}
 	var mgen uint64
+	var mans *[][]byte
 	if m := s.mem; m != nil {
-		// Read before the memo: what the memo answers is as of then or
-		// later, and AttrAsOf refuses while anything is queued.
-		gen = s.writes.Load()
+		// What the memo answers is as of gen or later, and AttrAsOf
+		// refuses while anything is queued.
 		if page, ok := s.memoPage(dir, after, limit); ok {
-			if gen%2 == 1 {
-				gen = 0
-			}
 			return page, gen, nil
 		}
 		mgen = m.snap()
-	}
-	gen = s.writes.Load()
-	var mans *[][]byte
-	if s.mem != nil {
 		mans = new([][]byte)
 	}
 	out, err := s.readDirPage(ctx, dir, after, limit, mans)
@@ -152,12 +151,6 @@ func (s *Store) ReadDirAttrs(ctx context.Context, dir Ino, after string, limit i
 			s.learnLocked(m, dir, out, *mans, after == "" && len(out) < limit)
 		}
 		m.mu.Unlock()
-	}
-	// An odd count is a write in progress when gen was read: what the
-	// query saw may be half of it, and the count would not move again
-	// until it ends.
-	if gen%2 == 1 {
-		gen = 0
 	}
 	return out, gen, nil
 }
