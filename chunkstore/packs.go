@@ -362,32 +362,77 @@ func (s *Store) readPack(loc packLoc, r Ref, p []byte, off int64) (n int, err er
 // readRecord returns a copy of the whole chunk at loc after checking its
 // header; size < 0 takes the header's length.
 func (s *Store) readRecord(loc packLoc, h Hash, size int64) (data []byte, err error, ok bool) {
+	return s.readRecordInto(nil, loc, h, size)
+}
+
+// readRecordInto is readRecord into *scratch's storage, grown (and kept
+// in *scratch) when it is too small; nil scratch reads into a fresh
+// slice. With the size known, the header and the bytes come in one read.
+func (s *Store) readRecordInto(scratch *[]byte, loc packLoc, h Hash, size int64) (data []byte, err error, ok bool) {
 	cf, ok, err := s.openPack(loc.pack)
 	if !ok || err != nil {
 		return nil, err, ok
 	}
 	defer s.fds.done(cf)
+	buf := func(n int) []byte {
+		if scratch == nil {
+			return make([]byte, n)
+		}
+		if cap(*scratch) < n {
+			*scratch = make([]byte, n)
+		}
+		return (*scratch)[:n]
+	}
+	check := func(hdr []byte) (int, error) {
+		got, n, err := decodeRecordHeader(hdr)
+		switch {
+		case err != nil:
+			return 0, err
+		case got != h:
+			return 0, fmt.Errorf("%w: pack %d holds %s at %d", ErrCorrupt, loc.pack, got, loc.off)
+		case size >= 0 && int64(n) != size:
+			return 0, fmt.Errorf("%w: pack record of %d bytes, want %d", ErrCorrupt, n, size)
+		}
+		return n, nil
+	}
+	short := func(err error) error {
+		if err == nil || err == io.EOF {
+			err = ErrCorrupt
+		}
+		return fmt.Errorf("%w: pack %d is short", err, loc.pack)
+	}
+	if size >= 0 && size <= ChunkSize {
+		b := buf(recordHeaderLen + int(size))
+		k, rerr := cf.f.ReadAt(b, loc.off)
+		if k < recordHeaderLen {
+			return nil, fmt.Errorf("%w: pack %d: %v", ErrCorrupt, loc.pack, rerr), true
+		}
+		if _, err := check(b[:recordHeaderLen]); err != nil {
+			return nil, err, true
+		}
+		if k < len(b) {
+			return nil, short(rerr), true
+		}
+		if scratch == nil {
+			// One allocation for the header and the bytes: hand back the
+			// bytes alone, so the caller's copy does not pin the header.
+			return b[recordHeaderLen:len(b):len(b)], nil, true
+		}
+		return b[recordHeaderLen:], nil, true
+	}
 	var hdr [recordHeaderLen]byte
 	if _, err := cf.f.ReadAt(hdr[:], loc.off); err != nil {
 		return nil, fmt.Errorf("%w: pack %d: %v", ErrCorrupt, loc.pack, err), true
 	}
-	got, n, err := decodeRecordHeader(hdr[:])
-	switch {
-	case err != nil:
+	n, err := check(hdr[:])
+	if err != nil {
 		return nil, err, true
-	case got != h:
-		return nil, fmt.Errorf("%w: pack %d holds %s at %d", ErrCorrupt, loc.pack, got, loc.off), true
-	case size >= 0 && int64(n) != size:
-		return nil, fmt.Errorf("%w: pack record of %d bytes, want %d", ErrCorrupt, n, size), true
 	}
-	buf := make([]byte, n)
-	if k, err := cf.f.ReadAt(buf, loc.off+recordHeaderLen); k < n {
-		if err == nil || err == io.EOF {
-			err = ErrCorrupt
-		}
-		return nil, fmt.Errorf("%w: pack %d is short", err, loc.pack), true
+	b := buf(n)
+	if k, err := cf.f.ReadAt(b, loc.off+recordHeaderLen); k < n {
+		return nil, short(err), true
 	}
-	return buf, nil, true
+	return b, nil, true
 }
 
 // intact reports whether the pack holding loc is long enough for a record

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -264,20 +265,55 @@ func errAsMalformed(err error) error {
 // preceded, uncompressed, by uvarint(raw length).
 
 func appendObjects(objs []syncwire.Object) []byte {
-	// Sized up front: a message is most of a MiB, and growing the buffer
-	// as it fills copied it about twice over.
-	n := binary.MaxVarintLen64
+	var m objectsMsg
 	for _, o := range objs {
-		n += len(o.Hash) + binary.MaxVarintLen64 + len(o.Data)
+		m.add(o.Hash, o.Data)
 	}
-	raw := binary.AppendUvarint(make([]byte, 0, n), uint64(len(objs)))
-	for _, o := range objs {
-		raw = append(raw, o.Hash[:]...)
-		raw = binary.AppendUvarint(raw, uint64(len(o.Data)))
-		raw = append(raw, o.Data...)
+	return m.encode(nil)
+}
+
+// objectsMsg builds one object message from chunks as they are read: a
+// chunk reader's bytes are its own again once the callback returns, so
+// each is copied into the message at once, after room for the count
+// that goes in front of them when the message is encoded.
+type objectsMsg struct {
+	raw []byte // room for the count, then the objects
+	n   int
+}
+
+const objectsRoom = binary.MaxVarintLen64
+
+// add appends one object.
+func (m *objectsMsg) add(h chunkstore.Hash, data []byte) {
+	if m.raw == nil {
+		// Sized for a whole message: growing it as it filled copied it
+		// about twice over.
+		m.raw = make([]byte, objectsRoom, objectsRoom+objectsTarget+len(h)+binary.MaxVarintLen64+chunkstore.ChunkSize)
 	}
-	head := binary.AppendUvarint(nil, uint64(len(raw)))
-	return zenc().EncodeAll(raw, append(make([]byte, 0, len(head)+zenc().MaxEncodedSize(len(raw))), head...))
+	m.raw = append(m.raw, h[:]...)
+	m.raw = binary.AppendUvarint(m.raw, uint64(len(data)))
+	m.raw = append(m.raw, data...)
+	m.n++
+}
+
+// size is the raw bytes of the objects added.
+func (m *objectsMsg) size() int { return max(len(m.raw)-objectsRoom, 0) }
+
+// encode appends the message to dst (reusing its storage) and starts a
+// new one.
+func (m *objectsMsg) encode(dst []byte) []byte {
+	if m.raw == nil {
+		m.raw = make([]byte, objectsRoom)
+	}
+	var c [binary.MaxVarintLen64]byte
+	k := binary.PutUvarint(c[:], uint64(m.n))
+	raw := m.raw[objectsRoom-k:]
+	copy(raw, c[:k])
+	dst = binary.AppendUvarint(dst[:0], uint64(len(raw)))
+	dst = slices.Grow(dst, zenc().MaxEncodedSize(len(raw)))
+	dst = zenc().EncodeAll(raw, dst)
+	m.raw, m.n = m.raw[:objectsRoom], 0
+	return dst
 }
 
 // DecodeObjects decodes one object message. It checks sizes, not hashes:
@@ -541,24 +577,22 @@ func sendChunks(ctx context.Context, sess *rpc.Session, st *callStats, local *vf
 				in, out := o.WireBytes()
 				st.add(1, 0, in+out)
 			}()
-			var objs []syncwire.Object
-			size := 0
+			var msg objectsMsg
+			var out []byte
 			flush := func() error {
-				if len(objs) == 0 {
+				if msg.n == 0 {
 					return nil
 				}
-				p := appendObjects(objs)
-				objs, size = objs[:0], 0
-				return o.Send(ctx, p)
+				out = msg.encode(out)
+				return o.Send(ctx, out) // copied into its frame
 			}
 			err := local.ReadChunks(ctx, part, func(h chunkstore.Hash, data []byte) error {
-				if size+len(data) > objectsTarget {
+				if msg.size()+len(data) > objectsTarget {
 					if err := flush(); err != nil {
 						return err
 					}
 				}
-				objs = append(objs, syncwire.Object{Hash: h, Data: data})
-				size += len(data) + 40
+				msg.add(h, data)
 				rep.Chunks++
 				rep.ChunkBytes += int64(len(data))
 				return nil

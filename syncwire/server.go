@@ -2,6 +2,7 @@ package syncwire
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -418,17 +419,22 @@ func (s *Server) fetchObjects(ctx context.Context, c *rpc.Incoming) error {
 // raw and wire size of each chunk.
 func sendObjects(ctx context.Context, send func(context.Context, []byte) error, hs []chunkstore.Hash,
 	read ChunkReader, sent func(raw, wire int)) error {
-	var msg []byte
+	// A message is uvarint(count) || objects. The objects are appended
+	// after room for the count, which goes in front of them at the flush:
+	// the message is sent from the buffer it was built in (send copies it
+	// into its frame), not copied into another one first.
+	const room = binaryMaxVarint
+	msg := make([]byte, room, room+entryFrameTarget+objectHeader+chunkstore.ChunkSize)
 	count := 0
 	flush := func() error {
 		if count == 0 {
 			return nil
 		}
-		var e enc
-		e.PutUvarint(uint64(count))
-		e.PutFixed(msg)
-		p := e.Bytes()
-		msg, count = msg[:0], 0
+		var c [binaryMaxVarint]byte
+		head := binary.PutUvarint(c[:], uint64(count))
+		p := msg[room-head:]
+		copy(p, c[:head])
+		msg, count = msg[:room], 0
 		crashpoint.Hit("syncwire.objects.sent")
 		return send(ctx, p)
 	}
@@ -436,7 +442,7 @@ func sendObjects(ctx context.Context, send func(context.Context, []byte) error, 
 		if len(data) == 0 || len(data) > chunkstore.ChunkSize {
 			return fmt.Errorf("read chunk %s: %w: %d bytes", h, chunkstore.ErrChunkTooLarge, len(data))
 		}
-		if len(msg)+objectHeader+len(data) > rpc.MaxPayload-binaryMaxVarint {
+		if len(msg)-room+objectHeader+len(data) > rpc.MaxPayload-binaryMaxVarint {
 			if err := flush(); err != nil {
 				return err
 			}
@@ -447,7 +453,7 @@ func sendObjects(ctx context.Context, send func(context.Context, []byte) error, 
 		if sent != nil {
 			sent(len(data), wire)
 		}
-		if len(msg) >= entryFrameTarget {
+		if len(msg)-room >= entryFrameTarget {
 			return flush()
 		}
 		return nil

@@ -1,0 +1,80 @@
+package syncwire
+
+import (
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"runtime"
+	"testing"
+
+	"github.com/wsync/wsync/chunkstore"
+)
+
+// TestSendObjectsBuildsEachMessageOnce: sendObjects builds every message
+// in one buffer it reuses (the count goes in front of the objects at the
+// flush; send copies the message into its frame), so streaming 8 MiB of
+// incompressible chunks allocates about one message's worth, not a copy
+// of every message; and the messages hold every object in order, each of
+// them decoding to the bytes read.
+func TestSendObjectsBuildsEachMessageOnce(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	var hs []chunkstore.Hash
+	chunks := make(map[chunkstore.Hash][]byte)
+	for i := range 128 {
+		b := make([]byte, 64<<10-i)
+		for j := range b {
+			b[j] = byte(r.Uint32())
+		}
+		h := chunkstore.Sum(b)
+		hs = append(hs, h)
+		chunks[h] = b
+	}
+	read := func(_ context.Context, hs []chunkstore.Hash, each func(chunkstore.Hash, []byte) error) error {
+		for _, h := range hs {
+			if err := each(h, chunks[h]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	var sizes []int
+	var got []chunkstore.Hash
+	check := func(h chunkstore.Hash, raw int) error { return nil }
+	send := func(_ context.Context, p []byte) error {
+		sizes = append(sizes, len(p))
+		return DecodeObjectsFunc(p, check, func(o Object) error {
+			if !bytes.Equal(o.Data, chunks[o.Hash]) {
+				t.Fatalf("object %d: wrong bytes", len(got))
+			}
+			got = append(got, o.Hash)
+			return nil
+		})
+	}
+	// Warm: the decode's and the compressor's own buffers.
+	if err := sendObjects(context.Background(), send, hs[:8], read, nil); err != nil {
+		t.Fatal(err)
+	}
+	sizes, got = nil, nil
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	err := sendObjects(context.Background(), send, hs, read, nil)
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != len(hs) {
+		t.Fatalf("%d objects arrived, want %d", len(got), len(hs))
+	}
+	for i := range hs {
+		if got[i] != hs[i] {
+			t.Fatalf("object %d out of order", i)
+		}
+	}
+	if len(sizes) < 8 {
+		t.Fatalf("%d messages for 8 MiB, want several", len(sizes))
+	}
+	if a := after.TotalAlloc - before.TotalAlloc; a > 2<<20 {
+		t.Errorf("sending %d messages (8 MiB) allocated %d bytes, want under 2 MiB", len(sizes), a)
+	}
+}
