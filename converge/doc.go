@@ -113,8 +113,11 @@
 // applied in batches as upstream, the last batch writing the watermarks
 // (the snapshot's rev as applied push and fetch cursors). Apply is
 // idempotent, so an install cut short runs again on the next commit. The
-// install references the held chunks where they are, and the holds go
-// when the staging does (after the install, or when it is dropped): the
+// install references the held chunks where they are: each batch takes
+// over the holds of the chunks it names in its own transaction
+// (vfs.ApplyOptions.Held), so a hold's reference becomes the first file's
+// and a batch cut short takes nothing. The holds left (chunks no record
+// names) go when the staging does (after the install, or when it is dropped): the
 // staging file is removed first and the holds released after, so a crash
 // in between leaves holds without a staging, which the next start (or the
 // next begin) releases. A bootstrap needs the tree's size once on disk.

@@ -3,6 +3,9 @@ package converge
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/wsync/wsync/chunkstore"
@@ -279,4 +282,62 @@ func TestSnapshotInstallsAsReplace(t *testing.T) {
 	if _, err := cont.Stat(ctx, "stray"); !errors.Is(err, vfs.ErrNotExist) {
 		t.Errorf("stray directory survived the install: %v", err)
 	}
+}
+
+// TestSnapshotPathStagedTwiceRefused: records are staged 256 to a
+// statement; a page naming a path twice, within one statement or across
+// two, is malformed, the error names the record, nothing of the page is
+// staged, and the right page then stages and installs.
+func TestSnapshotPathStagedTwiceRefused(t *testing.T) {
+	ctx := context.Background()
+	server, cont, r := snapRig(t, smallTree())
+	sess := r.session(t)
+	tree, err := BuildTree(ctx, server, vfs.NewIgnore([]string{}))
+	must(t, err)
+	var st callStats
+	_, err = snapBegin(ctx, sess, &st, tree.Root, tree.Rev, tree.Len())
+	must(t, err)
+	var recs []snapRecord
+	var es []vfs.ChangeEntry
+	tree.walk(func(p string, nd *node) error {
+		e, err := nd.entry(p, tree.Rev)
+		must(t, err)
+		recs = append(recs, snapRecord{Tag: recEntry, Entry: e})
+		es = append(es, e)
+		return nil
+	})
+	if len(recs) <= stageRows+10 {
+		t.Fatalf("the tree has %d records, want more than a statement's %d", len(recs), stageRows)
+	}
+	var rep BootstrapReport
+	must(t, sendChunks(ctx, sess, &st, server, syncwire.DataHashes(es, nil), &rep))
+	encode := func(rs []snapRecord) []byte {
+		var raw []byte
+		for _, rec := range rs {
+			raw, err = appendRecord(raw, rec)
+			must(t, err)
+		}
+		return raw
+	}
+	for _, tt := range []struct {
+		name string
+		at   int // where the copy of record 3 goes
+	}{{"in one statement", 7}, {"in another statement", stageRows + 5}} {
+		t.Run(tt.name, func(t *testing.T) {
+			bad := slices.Clone(recs)
+			bad[tt.at] = recs[3]
+			_, _, _, err := snapPage(ctx, sess, &st, 0, len(bad), encode(bad))
+			if !errors.Is(err, rpc.ErrProtocol) || !strings.Contains(err.Error(), fmt.Sprintf("record %d: path %q staged twice", tt.at, recs[3].Entry.Path)) {
+				t.Fatalf("page with record 3 again at %d: %v", tt.at, err)
+			}
+		})
+	}
+	staged, total, _, err := snapPage(ctx, sess, &st, 0, len(recs), encode(recs))
+	must(t, err)
+	if staged != len(recs) || total != len(recs) {
+		t.Fatalf("staged %d of %d, want %d", staged, total, len(recs))
+	}
+	_, _, err = snapCommit(ctx, sess, &st, tree.Root)
+	must(t, err)
+	assertSameRoot(t, server, cont, "after the refused pages")
 }

@@ -420,32 +420,94 @@ func (s *snapReceiver) page(ctx context.Context, c *rpc.Incoming) error {
 	if i := slices.Index(bits, false); i >= 0 {
 		return fmt.Errorf("snapshot page at %d: chunk %s: %w", first, need[i], chunkstore.ErrUnknownHash)
 	}
+	if err := stageRecords(ctx, db, first, recs); err != nil {
+		return err
+	}
+	metricSnapshotRecords.WithLabelValues("staged").Add(float64(n))
+	return c.Reply(uvarints(uint64(first+n), uint64(m.total)))
+}
+
+// stageRows is how many records one statement of a page stages.
+const stageRows = 256
+
+// stageRecords writes a page's records, from record first on, in one
+// transaction, stageRows to a statement (a statement a record parsed as
+// long as running it). A path staged twice is malformed: the page is then
+// staged a record at a time to name it, and nothing of it is kept.
+func stageRecords(ctx context.Context, db *sql.DB, first int, recs []snapRecord) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	insert := func(n int) string {
+		return `INSERT INTO records(seq, path, record) VALUES ` + strings.Repeat("(?,?,?),", n-1) + `(?,?,?)`
+	}
+	var full *sql.Stmt
+	if len(recs) >= stageRows {
+		if full, err = tx.PrepareContext(ctx, insert(stageRows)); err != nil {
+			return err
+		}
+		defer full.Close()
+	}
+	args := make([]any, 0, 3*stageRows)
+	for i := 0; i < len(recs); i += stageRows {
+		part := recs[i:min(i+stageRows, len(recs))]
+		args = args[:0]
+		for j, rec := range part {
+			path, body, err := recordRow(rec)
+			if err != nil {
+				return err
+			}
+			args = append(args, first+i+j, path, body)
+		}
+		if len(part) == stageRows {
+			_, err = full.ExecContext(ctx, args...)
+		} else {
+			_, err = tx.ExecContext(ctx, insert(len(part)), args...)
+		}
+		if err != nil {
+			if strings.Contains(err.Error(), "UNIQUE") {
+				tx.Rollback()
+				return stagedTwice(ctx, db, first, recs)
+			}
+			return err
+		}
+	}
+	return tx.Commit()
+}
+
+// recordRow is a record's row in records: its path (none for a
+// continuation) and its tagged body.
+func recordRow(rec snapRecord) (path any, body []byte, err error) {
+	if rec.Tag != recRefs {
+		path = rec.Entry.Path
+	}
+	body, err = appendRecordBody(nil, rec)
+	return path, body, err
+}
+
+// stagedTwice stages the records one at a time, in a transaction it rolls
+// back, to name the first whose path is staged already.
+func stagedTwice(ctx context.Context, db *sql.DB, first int, recs []snapRecord) error {
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
 	defer tx.Rollback()
 	for i, rec := range recs {
-		b, err := appendRecordBody(nil, rec)
+		path, body, err := recordRow(rec)
 		if err != nil {
 			return err
 		}
-		var path any
-		if rec.Tag != recRefs {
-			path = rec.Entry.Path
-		}
-		if _, err := tx.ExecContext(ctx, `INSERT INTO records(seq, path, record) VALUES(?, ?, ?)`, first+i, path, b); err != nil {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO records(seq, path, record) VALUES(?, ?, ?)`, first+i, path, body); err != nil {
 			if strings.Contains(err.Error(), "UNIQUE") {
 				return malformed("record %d: path %q staged twice", first+i, rec.Entry.Path)
 			}
 			return err
 		}
 	}
-	if err := tx.Commit(); err != nil {
-		return err
-	}
-	metricSnapshotRecords.WithLabelValues("staged").Add(float64(n))
-	return c.Reply(uvarints(uint64(first+n), uint64(m.total)))
+	return malformed("records %d-%d: a path staged twice", first, first+len(recs)-1)
 }
 
 // DecodePage decodes a MethodSnapPage body: the index of its first record,
@@ -990,7 +1052,9 @@ const installRefs = 1 << 16
 // applyStaged applies one batch of staged records, whose chunks the store
 // holds; the last batch writes the watermarks in its transaction.
 func (s *snapReceiver) applyStaged(ctx context.Context, batch []vfs.ChangeEntry, m stagedMeta, ws *watermark.Set, last bool) error {
-	opts := vfs.ApplyOptions{Source: vfs.Upstream}
+	// The staged chunks are held: each batch takes over the holds of the
+	// chunks it names, as their first references.
+	opts := vfs.ApplyOptions{Source: vfs.Upstream, Held: true}
 	if last {
 		opts.Peer, opts.Watermarks = m.peer, ws
 	}

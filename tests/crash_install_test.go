@@ -17,8 +17,9 @@ import (
 // batch written in bulk, not committed), in the first transaction and in
 // the second (the first committed). The restarted computerd must finish
 // the install from its staging before it serves: the mount shows the
-// whole tree at once, with no sync in between, the staging is gone, and
-// the next push moves no entry the container lacks.
+// whole tree at once, with no sync in between, the staging is gone, the
+// next push moves no entry the container lacks, and at rest every chunk's
+// count is what the manifests name, with no hold left.
 func TestCrashDuringBulkInstall(t *testing.T) {
 	for _, hit := range []int{1, 2} {
 		t.Run(fmt.Sprintf("hit=%d", hit), func(t *testing.T) {
@@ -67,6 +68,12 @@ func TestCrashDuringBulkInstall(t *testing.T) {
 			}
 			m.check(t, "server", serverTree(t, c))
 			m.check(t, "container", mountTree(t, p.mount))
+			// The batches took over the holds of their chunks, the one
+			// killed too once it ran again: at rest every count is the
+			// manifests' and no hold is left.
+			p.cd.stop(15)
+			syscallUnmount(p.mount)
+			checkChunkStore(t, p.cdState)
 		})
 	}
 }

@@ -54,6 +54,13 @@ type ApplyOptions struct {
 	// a delete whose path holds a directory it excludes: the pulls' apply
 	// on the server, with the same list the peer's feed was asked with.
 	Ignore Ignore
+	// Held, for a snapshot's install (converge), hands the holds of the
+	// batch's chunks (HoldChunks) over to the batch: each held chunk the
+	// batch names is present without a probe, its hold goes in the same
+	// transaction, and the reference the hold counted becomes the first
+	// the batch adds (takeHolds). A chunk no batch names keeps its hold
+	// until ReleaseHeldChunks.
+	Held bool
 }
 
 // ApplyResult reports what a batch did.
@@ -108,7 +115,7 @@ func (s *Store) Apply(ctx context.Context, entries []ChangeEntry, opts ApplyOpti
 		t.unlimited = !opts.Quota
 		t.origin = OriginSync
 		res.RevBefore = t.last
-		missing, err := t.missingChunks(entries)
+		missing, err := t.missingChunks(entries, opts.Held)
 		if err != nil {
 			return err
 		}
@@ -315,21 +322,36 @@ func (t *wtx) applyEntry(e *ChangeEntry) (bool, error) {
 }
 
 // missingChunks returns the chunks the batch's file entries name that are
-// neither stored nor staged.
-func (t *wtx) missingChunks(entries []ChangeEntry) (map[chunkstore.Hash]struct{}, error) {
-	var hs []chunkstore.Hash
+// neither stored nor staged; with held, it takes the holds of those held
+// first (takeHolds) and probes only the rest.
+func (t *wtx) missingChunks(entries []ChangeEntry, held bool) (map[chunkstore.Hash]struct{}, error) {
+	var refs []chunkstore.Ref
 	for i := range entries {
-		hs = append(hs, entries[i].Chunks.Hashes()...) // holes have no bytes to miss
+		for _, r := range entries[i].Chunks {
+			if r.Hash != chunkstore.HoleHash { // holes have no bytes to miss
+				refs = append(refs, r)
+			}
+		}
 	}
-	if len(hs) == 0 {
+	if len(refs) == 0 {
 		return nil, nil
 	}
-	have, err := t.s.chunks.Has(t.ctx, t.tx, hs)
+	if held {
+		var err error
+		if refs, err = t.takeHolds(refs); err != nil {
+			return nil, err
+		}
+	}
+	missing := make(map[chunkstore.Hash]struct{})
+	if len(refs) == 0 {
+		return missing, nil
+	}
+	probe := refHashes(refs)
+	have, err := t.s.chunks.Has(t.ctx, t.tx, probe)
 	if err != nil {
 		return nil, fmt.Errorf("probe chunks: %w", err)
 	}
-	missing := make(map[chunkstore.Hash]struct{})
-	for _, h := range hs {
+	for _, h := range probe {
 		missing[h] = struct{}{}
 	}
 	for _, h := range have {

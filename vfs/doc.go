@@ -176,8 +176,11 @@
 // HoldChunks keeps chunks no file names yet (a snapshot's, which converge
 // stages straight into the store): a row of chunk_holds each, counted as
 // one reference in the transaction that inserts it, so collection needs no
-// rule for them either. ReleaseHeldChunks gives the holds back; it is
-// idempotent (the rows are the record of what is held). holds.go.
+// rule for them either. An Apply with ApplyOptions.Held (the install)
+// takes over the holds of the chunks its batch names, in the batch's
+// transaction: the hold row goes and its reference is the files' first.
+// ReleaseHeldChunks gives back the holds left; it is idempotent (the rows
+// are the record of what is held). holds.go.
 //
 // # Connections
 //

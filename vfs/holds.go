@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 
 	"github.com/wsync/wsync/chunkstore"
@@ -18,10 +19,14 @@ import (
 // store itself, written once into the store's packs, before any file
 // names them. Each such chunk is held: a row of chunk_holds, and one
 // reference counted in its chunk row, so collection spares it however
-// long the snapshot takes and across a restart of the process. The holds
-// go when the snapshot is installed (its files then reference the chunks)
-// or abandoned (ReleaseHeldChunks); a chunk held and never referenced
-// then loses its last reference and is collected like any other.
+// long the snapshot takes and across a restart of the process. The
+// install's batches take the holds over (ApplyOptions.Held, takeHolds):
+// in the transaction that writes the files naming a held chunk, its hold
+// row goes and the reference it counted becomes the files' first, so the
+// chunk row is not written for the hold's release. What no file names is
+// released with the snapshot's staging, or when it is abandoned
+// (ReleaseHeldChunks); a chunk held and never referenced then loses its
+// last reference and is collected like any other.
 //
 // The holds are one set per store: one snapshot stages into a store at a
 // time, and a new one releases what an abandoned one held.
@@ -129,6 +134,60 @@ func (s *Store) releaseHolds(t *wtx) error {
 // releaseBatch is how many holds one transaction of ReleaseHeldChunks
 // gives back.
 const releaseBatch = 4096
+
+// takeHolds removes the holds of the chunks refs name, in t, and keeps
+// what they were (t.taken) for flushRefs, which counts each hold's
+// reference as the first the transaction adds to its chunk. It returns
+// the refs of chunks not held, whose presence the caller still probes.
+// An install's batch takes the holds of its chunks this way instead of
+// adding a reference to each and releasing the hold afterwards: each
+// chunk row is written once less, or not at all (ApplyOptions.Held).
+func (t *wtx) takeHolds(refs []chunkstore.Ref) ([]chunkstore.Ref, error) {
+	byHash := make(map[chunkstore.Hash]chunkstore.Ref, len(refs))
+	for _, r := range refs {
+		byHash[r.Hash] = r
+	}
+	hs := slices.Collect(maps.Keys(byHash))
+	if t.taken == nil {
+		t.taken = make(map[chunkstore.Hash]chunkstore.Ref, len(hs))
+	}
+	for part := range slices.Chunk(hs, holdBatch) {
+		args := make([]any, len(part))
+		for i := range part {
+			args[i] = part[i][:]
+		}
+		rows, err := t.tx.QueryContext(t.ctx, `DELETE FROM chunk_holds WHERE hash IN (`+chunkstore.Placeholders(len(part))+`) RETURNING hash`, args...)
+		if err != nil {
+			return nil, fmt.Errorf("take holds: %w", err)
+		}
+		for rows.Next() {
+			var hb []byte
+			if err := rows.Scan(&hb); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("take holds: %w", err)
+			}
+			if len(hb) != len(chunkstore.Hash{}) {
+				rows.Close()
+				return nil, fmt.Errorf("take holds: a hold of %d bytes", len(hb))
+			}
+			h := chunkstore.Hash(hb)
+			t.taken[h] = byHash[h]
+		}
+		if err := rows.Close(); err != nil {
+			return nil, fmt.Errorf("take holds: %w", err)
+		}
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("take holds: %w", err)
+		}
+	}
+	rest := refs[:0:0]
+	for _, r := range refs {
+		if _, ok := t.taken[r.Hash]; !ok {
+			rest = append(rest, r)
+		}
+	}
+	return rest, nil
+}
 
 // heldAmong reports which of hs (at most holdBatch) have a hold.
 func heldAmong(ctx context.Context, q chunkstore.Querier, hs []chunkstore.Hash) ([]bool, error) {

@@ -1,7 +1,9 @@
 package vfs
 
 import (
+	"bytes"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/wsync/wsync/chunkstore"
@@ -69,4 +71,80 @@ func TestHoldUnknownChunk(t *testing.T) {
 	if held[0] || held[1] {
 		t.Fatalf("after a refused hold held = %v", held)
 	}
+}
+
+// An Apply with Held takes over the holds of the chunks its batch names:
+// the hold rows go, each hold's reference becomes the first the batch adds
+// (a chunk two files name counts two, not three), a held chunk the batch
+// only names through an entry that changes nothing gives its hold's
+// reference back, and a held chunk no entry names keeps its hold. Nothing
+// is probed for a held chunk, and a chunk neither held nor stored still
+// fails the batch. After the release every count matches the manifests.
+func TestApplyTakesTheHolds(t *testing.T) {
+	s := newStore(t)
+	a, b, c, d, e := pattern(chunkstore.ChunkSize, 11), pattern(9<<10, 12), pattern(10<<10, 13), pattern(11<<10, 14), pattern(12<<10, 15)
+	writeFile(t, s, "same", e) // already there: its entry below changes nothing
+	st := s.Chunks().NewStage()
+	var refs []chunkstore.Ref
+	for _, data := range [][]byte{a, b, c, d, e} {
+		r, err := st.PutHashed(ctx, data)
+		must(t, err)
+		refs = append(refs, r)
+	}
+	must(t, s.HoldChunks(ctx, st, refs))
+	ra, rb, rc, rd, re := refs[0], refs[1], refs[2], refs[3], refs[4]
+	if n := refsOf(t, s, re.Hash); n != 2 {
+		t.Fatalf("held chunk of an existing file: %d refs, want 2", n)
+	}
+	same, err := s.Stat(ctx, "same")
+	must(t, err)
+	file := func(path string, rs ...chunkstore.Ref) ChangeEntry {
+		en := ChangeEntry{Kind: EntryFile, Rev: 1, Path: path, Mode: 0o644, Mtime: 1e18, Chunks: rs}
+		for _, r := range rs {
+			en.Size += int64(r.Size)
+		}
+		return en
+	}
+	sameEntry := file("same", re)
+	sameEntry.Mode, sameEntry.Mtime = same.Mode, same.Mtime.UnixNano()
+
+	// A chunk nobody has fails the batch, and the holds it would take stay.
+	unknown := chunkstore.Ref{Hash: chunkstore.Sum([]byte("never stored")), Size: 12}
+	_, err = s.Apply(ctx, []ChangeEntry{file("x", ra), file("y", unknown)}, ApplyOptions{Source: Upstream, Held: true})
+	if !errors.Is(err, chunkstore.ErrUnknownHash) {
+		t.Fatalf("apply naming an unknown chunk: %v, want ErrUnknownHash", err)
+	}
+	if held, err := s.HeldChunks(ctx, []chunkstore.Hash{ra.Hash}); err != nil || !held[0] {
+		t.Fatalf("after a failed batch held = %v (%v), want the hold kept", held, err)
+	}
+
+	res, err := s.Apply(ctx, []ChangeEntry{file("f1", ra, rb), file("f2", rc), file("f3", rc), sameEntry},
+		ApplyOptions{Source: Upstream, Held: true})
+	must(t, err)
+	if res.Applied != 3 || res.Skipped != 1 {
+		t.Fatalf("applied %d, skipped %d; want 3 and 1", res.Applied, res.Skipped)
+	}
+	for _, w := range []struct {
+		name string
+		r    chunkstore.Ref
+		refs int
+		held bool
+	}{{"a", ra, 1, false}, {"b", rb, 1, false}, {"c (two files)", rc, 2, false}, {"d (named by none)", rd, 1, true}, {"e (entry unchanged)", re, 1, false}} {
+		if n := refsOf(t, s, w.r.Hash); n != w.refs {
+			t.Errorf("chunk %s: %d refs, want %d", w.name, n, w.refs)
+		}
+		held, err := s.HeldChunks(ctx, []chunkstore.Hash{w.r.Hash})
+		must(t, err)
+		if held[0] != w.held {
+			t.Errorf("chunk %s: held %v, want %v", w.name, held[0], w.held)
+		}
+	}
+	if got := readFile(t, s, "f1"); !bytes.Equal(got, append(slices.Clone(a), b...)) {
+		t.Errorf("f1 reads %d bytes, not its chunks", len(got))
+	}
+	must(t, s.ReleaseHeldChunks(ctx))
+	if n := refsOf(t, s, rd.Hash); n != 0 {
+		t.Errorf("released chunk no file names: %d refs, want 0", n)
+	}
+	checkRefs(t, s)
 }

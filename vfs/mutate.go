@@ -21,6 +21,21 @@ func (t *wtx) addRefs(m chunkstore.Manifest)  { t.adds = append(t.adds, m...) }
 func (t *wtx) dropRefs(m chunkstore.Manifest) { t.drops = append(t.drops, m...) }
 
 func (t *wtx) flushRefs() error {
+	if len(t.taken) > 0 {
+		// A taken hold's reference stands for one the batch adds; a chunk
+		// the batch ended up not referencing gives it back.
+		t.adds = slices.DeleteFunc(t.adds, func(r chunkstore.Ref) bool {
+			_, ok := t.taken[r.Hash]
+			if ok {
+				delete(t.taken, r.Hash)
+			}
+			return ok
+		})
+		for _, r := range t.taken {
+			t.drops = append(t.drops, r)
+		}
+		t.taken = nil
+	}
 	if len(t.adds) > 0 {
 		if err := t.s.chunks.AddRefs(t.ctx, t.tx, t.adds); err != nil {
 			return err

@@ -450,6 +450,10 @@ type wtx struct {
 	batch map[string][]string
 	// missing are the chunks an Apply batch names that are not present.
 	missing map[chunkstore.Hash]struct{}
+	// taken are the chunks whose holds an Apply batch took over
+	// (ApplyOptions.Held): flushRefs counts each hold's reference as
+	// the first the batch adds.
+	taken map[chunkstore.Hash]chunkstore.Ref
 	// cf and fence are an Apply batch's conflict detection and fence
 	// (ApplyOptions.Conflicts and Fence).
 	cf    *conflictSet
