@@ -175,3 +175,47 @@ func TestGetEachReadsRecordsIntoOneBuffer(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckThenPutChecked: Check refuses bytes of another hash, an empty
+// chunk and one over ChunkSize; what it passes stages without a second
+// hash and reads back; a Checked no Check made is refused.
+func TestCheckThenPutChecked(t *testing.T) {
+	ctx := context.Background()
+	s, db := packStore(t, 64<<20)
+	data := chunkBytes(77, 10<<10)
+	h := Sum(data)
+	for _, bad := range []struct {
+		name string
+		h    Hash
+		data []byte
+		want error
+	}{
+		{"bytes of another hash", Sum([]byte("x")), data, ErrHashMismatch},
+		{"empty", Sum(nil), nil, ErrEmptyChunk},
+		{"too large", Sum(make([]byte, ChunkSize+1)), make([]byte, ChunkSize+1), ErrChunkTooLarge},
+	} {
+		if _, err := Check(bad.h, bad.data); !errors.Is(err, bad.want) {
+			t.Errorf("Check of %s: %v, want %v", bad.name, err, bad.want)
+		}
+	}
+	c, err := Check(h, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := c.Ref(); r.Hash != h || r.Size != uint32(len(data)) {
+		t.Fatalf("Ref = %v", r)
+	}
+	st := s.NewStage()
+	defer st.Release()
+	if err := st.PutChecked(ctx, Checked{}); err == nil {
+		t.Fatal("PutChecked of a Checked no Check made succeeded")
+	}
+	if err := st.PutChecked(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	inTx(t, db, func(tx *sql.Tx) error { return s.AddRefs(ctx, tx, []Ref{c.Ref()}) })
+	got, err := s.Get(ctx, db, h)
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("Get after PutChecked: %d bytes, %v", len(got), err)
+	}
+}

@@ -25,13 +25,41 @@ func (s *Store) NewStage() *Stage {
 
 // Put stages data under h after checking that it hashes to h.
 func (st *Stage) Put(ctx context.Context, h Hash, data []byte) error {
-	if err := checkChunk(h, data); err != nil {
+	c, err := Check(h, data)
+	if err != nil {
 		return err
 	}
-	if got := Sum(data); got != h {
-		return fmt.Errorf("put chunk %s: %w (the bytes hash to %s)", h, ErrHashMismatch, got)
+	return st.PutChecked(ctx, c)
+}
+
+// Checked is a chunk whose bytes Check found to hash to its hash. Only
+// Check makes one, so a receiver can check chunks on one goroutine and
+// stage them (PutChecked) on another, each hashed once.
+type Checked struct {
+	h    Hash
+	data []byte
+}
+
+// Check checks that data is a chunk's worth of bytes hashing to h.
+func Check(h Hash, data []byte) (Checked, error) {
+	if err := checkChunk(h, data); err != nil {
+		return Checked{}, err
 	}
-	return st.put(ctx, h, data)
+	if got := Sum(data); got != h {
+		return Checked{}, fmt.Errorf("put chunk %s: %w (the bytes hash to %s)", h, ErrHashMismatch, got)
+	}
+	return Checked{h: h, data: data}, nil
+}
+
+// Ref is the checked chunk's reference.
+func (c Checked) Ref() Ref { return Ref{Hash: c.h, Size: uint32(len(c.data))} }
+
+// PutChecked stages a chunk Check checked, without hashing it again.
+func (st *Stage) PutChecked(ctx context.Context, c Checked) error {
+	if c.data == nil {
+		return fmt.Errorf("put chunk: %w: not checked", ErrEmptyChunk)
+	}
+	return st.put(ctx, c.h, c.data)
 }
 
 // PutHashed stages data under its own hash and returns its Ref; it hashes

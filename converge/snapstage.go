@@ -24,6 +24,7 @@ import (
 	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/watermark"
+	"golang.org/x/sync/errgroup"
 )
 
 // snapReceiver stages a snapshot apart from the live tree: its records in
@@ -329,7 +330,11 @@ func (s *snapReceiver) have(ctx context.Context, c *rpc.Incoming) error {
 // objects stages chunk bytes: each is checked against its hash as it
 // goes into the store's chunks (the one hash and the one write it gets),
 // and they are held (vfs.Store.HoldChunks) every holdEvery bytes and
-// before the call answers, so a count it answers is durable.
+// before the call answers, so a count it answers is durable. Two
+// goroutines share the work: one receives, decodes and hashes each
+// message while the other writes the chunks of the one before and holds
+// them (on one goroutine the receiver took a whole core while the
+// sender's waited).
 func (s *snapReceiver) objects(ctx context.Context, c *rpc.Incoming) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -339,47 +344,72 @@ func (s *snapReceiver) objects(ctx context.Context, c *rpc.Incoming) error {
 	store := s.r.store
 	stage := store.Chunks().NewStage()
 	defer func() { stage.Release() }()
-	var refs []chunkstore.Ref
-	pending := 0
-	hold := func() error {
-		if len(refs) == 0 {
-			return nil
-		}
-		if err := store.HoldChunks(ctx, stage, refs); err != nil {
-			return err // the deferred Release drops the stage's pins
-		}
-		// The hold's transaction released the stage once it committed.
-		stage, refs, pending = store.Chunks().NewStage(), refs[:0], 0
-		return nil
-	}
-	n := 0
-	for {
-		p, err := c.Recv(ctx)
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return err
-		}
-		objs, err := DecodeObjects(p)
-		if err != nil {
-			return err
-		}
-		for _, o := range objs {
-			if err := stage.Put(ctx, o.Hash, o.Data); err != nil {
-				return fmt.Errorf("snapshot chunk: %w", err)
+	checked := make(chan []chunkstore.Checked, 2)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		defer close(checked)
+		for {
+			p, err := c.Recv(gctx)
+			if errors.Is(err, io.EOF) {
+				return nil
 			}
-			refs = append(refs, chunkstore.Ref{Hash: o.Hash, Size: uint32(len(o.Data))})
-			pending += len(o.Data)
-		}
-		n += len(objs)
-		if pending >= holdEvery {
-			if err := hold(); err != nil {
+			if err != nil {
 				return err
 			}
+			objs, err := DecodeObjects(p)
+			if err != nil {
+				return err
+			}
+			cs := make([]chunkstore.Checked, len(objs))
+			for i, o := range objs {
+				if cs[i], err = chunkstore.Check(o.Hash, o.Data); err != nil {
+					return fmt.Errorf("snapshot chunk: %w", err)
+				}
+			}
+			select {
+			case checked <- cs:
+			case <-gctx.Done():
+				return gctx.Err()
+			}
 		}
-	}
-	if err := hold(); err != nil {
+	})
+	n := 0
+	g.Go(func() error {
+		var refs []chunkstore.Ref
+		pending := 0
+		hold := func() error {
+			if len(refs) == 0 {
+				return nil
+			}
+			if err := store.HoldChunks(gctx, stage, refs); err != nil {
+				return err // the deferred Release drops the stage's pins
+			}
+			// The hold's transaction released the stage once it committed.
+			stage, refs, pending = store.Chunks().NewStage(), refs[:0], 0
+			return nil
+		}
+		for cs := range checked {
+			for _, ch := range cs {
+				if err := stage.PutChecked(gctx, ch); err != nil {
+					return fmt.Errorf("snapshot chunk: %w", err)
+				}
+				r := ch.Ref()
+				refs = append(refs, r)
+				pending += int(r.Size)
+			}
+			n += len(cs)
+			if pending >= holdEvery {
+				if err := hold(); err != nil {
+					return err
+				}
+			}
+		}
+		if err := gctx.Err(); err != nil {
+			return err // the receiving side failed: its error is the one returned
+		}
+		return hold()
+	})
+	if err := g.Wait(); err != nil {
 		return err
 	}
 	return c.Reply(uvarints(uint64(n)))
