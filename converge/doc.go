@@ -94,8 +94,9 @@
 // length-framed records (one entry each; a file of more than maxPartRefs
 // (8192) refs as a head record and continuation records, so no record
 // exceeds about 350 KiB however large the file), zstd-compressed, each
-// page's missing data chunks sent before it (MethodSnapHave,
-// MethodSnapObjects; holes are never sent). The
+// page's missing data chunks sent before it (MethodSnapHave, then
+// MethodSnapObjects carrying syncwire's object messages: each chunk raw or
+// zstd on its own, protocol version 6; holes are never sent). The
 // receiver stages pages in a SQLite database of its own beside the store,
 // one transaction per page, so an interrupted snapshot resumes from the
 // staged count (MethodSnapBegin answers it). Chunk bytes go straight into
@@ -166,7 +167,9 @@
 // call, MaxPageRecords and MaxPageRaw a snapshot page (its zstd frame must
 // decode to exactly its declared length), maxPartRefs a record,
 // MaxSnapshotRecords a snapshot, MaxDifferences and MaxDiffBytes a walk. A
-// call holds at most one decoded page or object message beyond its body;
+// call holds at most one decoded page beyond its body, or of an objects
+// stream a few batches of checked chunks (checkedBatch, syncwire.MaxHashes
+// chunks a call, none twice);
 // an install holds one batch of staged records plus the one file being
 // put back together (at most chunkstore.MaxManifestChunks refs). The
 // hostile-peer tests (hostile_test.go) send crafted messages over a real

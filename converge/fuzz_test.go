@@ -69,8 +69,8 @@ func seedPageBodies() [][]byte {
 func seedObjects() [][]byte {
 	a, b := []byte("object one"), []byte("object two, a little longer")
 	return [][]byte{
-		appendObjects([]syncwire.Object{{Hash: chunkstore.Sum(a), Data: a}, {Hash: chunkstore.Sum(b), Data: b}}),
-		appendObjects([]syncwire.Object{{Hash: chunkstore.Hash{1}, Data: a}}),
+		syncwire.AppendObjects(nil, []syncwire.Object{{Hash: chunkstore.Sum(a), Data: a}, {Hash: chunkstore.Sum(b), Data: b}}),
+		syncwire.AppendObjects(nil, []syncwire.Object{{Hash: chunkstore.Hash{1}, Data: a}}),
 		{0x05, 1, 2, 3},
 	}
 }
@@ -182,16 +182,23 @@ func FuzzDecodeObjects(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		objs, err := DecodeObjects(b)
-		if err != nil {
-			return
-		}
-		// Sizes are checked here; hashes where the bytes are staged
-		// (TestSnapshotObjectsRefuseWrongBytes).
-		for _, o := range objs {
-			if len(o.Data) == 0 || len(o.Data) > chunkstore.ChunkSize {
-				t.Fatalf("accepted object %s of %d bytes", o.Hash, len(o.Data))
+		objs := newSnapObjects()
+		err := objs.decode(b, func(cs []chunkstore.Checked) error {
+			size := 0
+			for _, c := range cs {
+				r := c.Ref()
+				if r.Size == 0 || r.Size > chunkstore.ChunkSize {
+					t.Fatalf("accepted chunk %s of %d bytes", r.Hash, r.Size)
+				}
+				size += int(r.Size)
 			}
+			if size > checkedBatch+chunkstore.ChunkSize {
+				t.Fatalf("a batch of %d bytes", size)
+			}
+			return nil
+		})
+		if err != nil && !errors.Is(err, ErrMalformed) && !errors.Is(err, chunkstore.ErrHashMismatch) {
+			t.Fatalf("decode failed with an untyped error: %v", err)
 		}
 	})
 }
@@ -295,7 +302,9 @@ func TestDecodersFailWithErrMalformed(t *testing.T) {
 		"revs past the message":    func() error { _, err := decodeRevs([]byte{2, 1}, 2); return err },
 		"records length past body": func() error { _, err := DecodeRecords([]byte{5, 1}, 1); return err },
 		"page header truncated":    func() error { _, _, err := DecodePage([]byte{0, 1}); return err },
-		"objects header truncated": func() error { _, err := DecodeObjects([]byte{0x80}); return err },
+		"objects header truncated": func() error {
+			return newSnapObjects().decode([]byte{0x80}, func([]chunkstore.Checked) error { return nil })
+		},
 	}
 	for name, decode := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -229,16 +229,22 @@ func TestHostileCallsBounded(t *testing.T) {
 			return page(0, 1, uint64(len(raw)), zenc().EncodeAll(raw, nil))
 		}(), nil, rpc.ErrProtocol},
 		{"snapshot objects: decompression bombs", MethodSnapObjects, nil, func() [][]byte {
+			// One object each, declared a chunk long, whose frame yields
+			// four: zstd is told the declared size and stops there.
+			z := zeroBomb(4 * chunkstore.ChunkSize)
 			var ms [][]byte
-			for range 8 {
-				ms = append(ms, cat(uv(maxObjectsRaw), zeroBomb(maxObjectsRaw)))
+			for i := range 8 {
+				h := chunkstore.Hash{byte(i + 1)}
+				ms = append(ms, cat(uv(1), h[:], []byte{1}, uv(chunkstore.ChunkSize), uv(uint64(len(z))), z))
 			}
 			return ms
 		}(), rpc.ErrProtocol},
-		{"snapshot objects: object count past the body", MethodSnapObjects, nil, [][]byte{func() []byte {
-			raw := uv(syncwire.MaxHashes)
-			return cat(uv(uint64(len(raw))), zenc().EncodeAll(raw, nil))
-		}()}, rpc.ErrProtocol},
+		{"snapshot objects: a chunk twice", MethodSnapObjects, nil, func() [][]byte {
+			c := []byte("a chunk sent twice in one call")
+			o := syncwire.Object{Hash: chunkstore.Sum(c), Data: c}
+			return [][]byte{syncwire.AppendObjects(nil, []syncwire.Object{o}), syncwire.AppendObjects(nil, []syncwire.Object{o})}
+		}(), rpc.ErrProtocol},
+		{"snapshot objects: object count past the body", MethodSnapObjects, nil, [][]byte{uv(syncwire.MaxHashes)}, rpc.ErrProtocol},
 		{"snapshot commit: garbage", MethodSnapCommit, []byte{1, 2, 3}, nil, rpc.ErrProtocol},
 	}
 	// Objects need a begun snapshot.

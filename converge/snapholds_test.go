@@ -164,7 +164,7 @@ func TestSnapshotObjectsRefuseWrongBytes(t *testing.T) {
 	defer o.Close()
 	// The callee may fail the call before the caller has closed its side:
 	// the refusal then comes back from CloseSend, else from Reply.
-	err = errors.Join(o.Send(ctx, appendObjects(objs)), o.CloseSend())
+	err = errors.Join(o.Send(ctx, syncwire.AppendObjects(nil, objs)), o.CloseSend())
 	if !errors.Is(err, chunkstore.ErrHashMismatch) {
 		_, rerr := o.Reply(ctx)
 		err = errors.Join(err, rerr)

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"slices"
 	"sync"
 	"time"
 
@@ -29,11 +28,6 @@ const (
 	MaxSnapshotRecords = 1 << 26
 	// pageTarget is where the sender cuts a page (raw bytes).
 	pageTarget = 512 << 10
-	// objectsTarget is where the sender cuts an object message (raw bytes);
-	// compressed it stays under one frame.
-	objectsTarget = 768 << 10
-	// maxObjectsRaw bounds an object message on the receiver.
-	maxObjectsRaw = objectsTarget + chunkstore.ChunkSize + 64<<10
 )
 
 var (
@@ -256,95 +250,6 @@ func recordHashes(recs []snapRecord) []chunkstore.Hash {
 // errAsMalformed keeps an error's text but makes it ErrMalformed.
 func errAsMalformed(err error) error {
 	return fmt.Errorf("%w: %v", ErrMalformed, err)
-}
-
-// Object messages of MethodSnapObjects: zstd of
-//
-//	uvarint(count) || count × (hash || uvarint(len) || bytes)
-//
-// preceded, uncompressed, by uvarint(raw length).
-
-func appendObjects(objs []syncwire.Object) []byte {
-	var m objectsMsg
-	for _, o := range objs {
-		m.add(o.Hash, o.Data)
-	}
-	return m.encode(nil)
-}
-
-// objectsMsg builds one object message from chunks as they are read: a
-// chunk reader's bytes are its own again once the callback returns, so
-// each is copied into the message at once, after room for the count
-// that goes in front of them when the message is encoded.
-type objectsMsg struct {
-	raw []byte // room for the count, then the objects
-	n   int
-}
-
-const objectsRoom = binary.MaxVarintLen64
-
-// add appends one object.
-func (m *objectsMsg) add(h chunkstore.Hash, data []byte) {
-	if m.raw == nil {
-		// Sized for a whole message: growing it as it filled copied it
-		// about twice over.
-		m.raw = make([]byte, objectsRoom, objectsRoom+objectsTarget+len(h)+binary.MaxVarintLen64+chunkstore.ChunkSize)
-	}
-	m.raw = append(m.raw, h[:]...)
-	m.raw = binary.AppendUvarint(m.raw, uint64(len(data)))
-	m.raw = append(m.raw, data...)
-	m.n++
-}
-
-// size is the raw bytes of the objects added.
-func (m *objectsMsg) size() int { return max(len(m.raw)-objectsRoom, 0) }
-
-// encode appends the message to dst (reusing its storage) and starts a
-// new one.
-func (m *objectsMsg) encode(dst []byte) []byte {
-	if m.raw == nil {
-		m.raw = make([]byte, objectsRoom)
-	}
-	var c [binary.MaxVarintLen64]byte
-	k := binary.PutUvarint(c[:], uint64(m.n))
-	raw := m.raw[objectsRoom-k:]
-	copy(raw, c[:k])
-	dst = binary.AppendUvarint(dst[:0], uint64(len(raw)))
-	dst = slices.Grow(dst, zenc().MaxEncodedSize(len(raw)))
-	dst = zenc().EncodeAll(raw, dst)
-	m.raw, m.n = m.raw[:objectsRoom], 0
-	return dst
-}
-
-// DecodeObjects decodes one object message. It checks sizes, not hashes:
-// the receiver checks each chunk's bytes against its hash as it stages
-// them (chunkstore.Stage.Put), so each is hashed once.
-func DecodeObjects(p []byte) ([]syncwire.Object, error) {
-	d := newDecoder(p)
-	raw := int(d.Bounded("objects length", maxObjectsRaw))
-	if err := d.Err(); err != nil {
-		return nil, err
-	}
-	b, err := unzstd(d.Rest(), raw, maxObjectsRaw)
-	if err != nil {
-		return nil, err
-	}
-	d = newDecoder(b)
-	n := d.Count("objects", syncwire.MaxHashes, 34)
-	out := make([]syncwire.Object, 0, n)
-	for range n {
-		var o syncwire.Object
-		o.Hash = d.Fixed32()
-		o.Data = d.Bytes("chunk", chunkstore.ChunkSize)
-		if err := d.Err(); err != nil {
-			return nil, err
-		}
-		if len(o.Data) == 0 {
-			return nil, malformed("empty chunk")
-		}
-		out = append(out, o)
-	}
-	return out, d.Done()
 }
 
 // BootstrapOptions configures Bootstrap.
@@ -577,29 +482,10 @@ func sendChunks(ctx context.Context, sess *rpc.Session, st *callStats, local *vf
 				in, out := o.WireBytes()
 				st.add(1, 0, in+out)
 			}()
-			var msg objectsMsg
-			var out []byte
-			flush := func() error {
-				if msg.n == 0 {
-					return nil
-				}
-				out = msg.encode(out)
-				return o.Send(ctx, out) // copied into its frame
-			}
-			err := local.ReadChunks(ctx, part, func(h chunkstore.Hash, data []byte) error {
-				if msg.size()+len(data) > objectsTarget {
-					if err := flush(); err != nil {
-						return err
-					}
-				}
-				msg.add(h, data)
+			err := syncwire.SendObjects(ctx, o.Send, part, local.ReadChunks, func(raw, _ int) {
 				rep.Chunks++
-				rep.ChunkBytes += int64(len(data))
-				return nil
+				rep.ChunkBytes += int64(raw)
 			})
-			if err == nil {
-				err = flush()
-			}
 			if err != nil {
 				return err
 			}

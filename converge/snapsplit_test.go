@@ -137,7 +137,7 @@ func TestSnapshotSplitFileOutOfRunRefused(t *testing.T) {
 			_ = b
 			o, err := sess.Open(ctx, MethodSnapObjects, nil, true)
 			must(t, err)
-			must(t, o.Send(ctx, appendObjects([]syncwire.Object{{Hash: h, Data: c}})))
+			must(t, o.Send(ctx, syncwire.AppendObjects(nil, []syncwire.Object{{Hash: h, Data: c}})))
 			must(t, o.CloseSend())
 			_, err = o.Reply(ctx)
 			must(t, err)

@@ -348,30 +348,28 @@ func (s *snapReceiver) objects(ctx context.Context, c *rpc.Incoming) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error {
 		defer close(checked)
+		objs := newSnapObjects()
 		for {
 			p, err := c.Recv(gctx)
 			if errors.Is(err, io.EOF) {
-				return nil
+				break
 			}
 			if err != nil {
 				return err
 			}
-			objs, err := DecodeObjects(p)
-			if err != nil {
-				return err
-			}
-			cs := make([]chunkstore.Checked, len(objs))
-			for i, o := range objs {
-				if cs[i], err = chunkstore.Check(o.Hash, o.Data); err != nil {
-					return fmt.Errorf("snapshot chunk: %w", err)
+			err = objs.decode(p, func(cs []chunkstore.Checked) error {
+				select {
+				case checked <- cs:
+					return nil
+				case <-gctx.Done():
+					return gctx.Err()
 				}
-			}
-			select {
-			case checked <- cs:
-			case <-gctx.Done():
-				return gctx.Err()
+			})
+			if err != nil {
+				return err
 			}
 		}
+		return nil
 	})
 	n := 0
 	g.Go(func() error {
@@ -413,6 +411,67 @@ func (s *snapReceiver) objects(ctx context.Context, c *rpc.Incoming) error {
 		return err
 	}
 	return c.Reply(uvarints(uint64(n)))
+}
+
+// snapObjects decodes the object messages of one SnapObjects call: the
+// object messages of FetchObjects (syncwire.DecodeObjectsFunc: each chunk
+// raw, aliasing the message, or zstd with its size declared before it is
+// decompressed), each chunk checked against its hash as it is decoded. A
+// call carries at most syncwire.MaxHashes chunks, none twice (the sender
+// sends what a probe found missing, once), and its chunks go on in
+// batches of about checkedBatch bytes: what one call holds decoded at a
+// time is a few batches, whatever the peer's compression ratio.
+type snapObjects struct {
+	seen map[chunkstore.Hash]struct{}
+}
+
+// checkedBatch is about how many chunk bytes a batch of checked chunks
+// holds.
+const checkedBatch = 1 << 20
+
+func newSnapObjects() *snapObjects {
+	return &snapObjects{seen: make(map[chunkstore.Hash]struct{})}
+}
+
+// decode decodes one message and hands its checked chunks to fn in
+// batches.
+func (s *snapObjects) decode(p []byte, fn func([]chunkstore.Checked) error) error {
+	var batch []chunkstore.Checked
+	size := 0
+	check := func(h chunkstore.Hash, _ int) error {
+		if _, dup := s.seen[h]; dup {
+			return malformed("chunk %s sent twice in one call", h)
+		}
+		if len(s.seen) >= syncwire.MaxHashes {
+			return malformed("more than %d chunks in one call", syncwire.MaxHashes)
+		}
+		s.seen[h] = struct{}{}
+		return nil
+	}
+	err := syncwire.DecodeObjectsFunc(p, check, func(o syncwire.Object) error {
+		c, err := chunkstore.Check(o.Hash, o.Data)
+		if err != nil {
+			return fmt.Errorf("snapshot chunk: %w", err)
+		}
+		batch = append(batch, c)
+		size += len(o.Data)
+		if size >= checkedBatch {
+			err := fn(batch)
+			batch, size = nil, 0
+			return err
+		}
+		return nil
+	})
+	if errors.Is(err, rpc.ErrProtocol) && !errors.Is(err, ErrMalformed) {
+		return errAsMalformed(err) // the message's encoding
+	}
+	if err != nil {
+		return err
+	}
+	if len(batch) > 0 {
+		return fn(batch)
+	}
+	return nil
 }
 
 // holdEvery is how many received chunk bytes the receiver holds at a

@@ -668,6 +668,16 @@ func appendObject(b []byte, o Object) ([]byte, int) {
 	return e.Bytes(), len(o.Data)
 }
 
+// AppendObjects appends one object message holding objs (SendObjects
+// builds them from a chunk reader; this is for callers holding the bytes).
+func AppendObjects(b []byte, objs []Object) []byte {
+	b = binary.AppendUvarint(b, uint64(len(objs)))
+	for _, o := range objs {
+		b, _ = appendObject(b, o)
+	}
+	return b
+}
+
 // ObjectCheck is called with each object's hash and raw size, before its
 // bytes are decompressed: it refuses an object nobody asked for (or one
 // larger than asked) with an error, which DecodeObjectsFunc returns.

@@ -164,7 +164,7 @@ func (p Peer) pushObjects(ctx context.Context, stage uint64, hs []chunkstore.Has
 		return err
 	}
 	defer done()
-	err = sendObjects(ctx, o.Send, hs, read, func(raw, wire int) {
+	err = SendObjects(ctx, o.Send, hs, read, func(raw, wire int) {
 		st.Chunks++
 		st.RawBytes += int64(raw)
 		st.WireBytes += int64(wire)

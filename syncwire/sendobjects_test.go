@@ -51,14 +51,14 @@ func TestSendObjectsBuildsEachMessageOnce(t *testing.T) {
 		})
 	}
 	// Warm: the decode's and the compressor's own buffers.
-	if err := sendObjects(context.Background(), send, hs[:8], read, nil); err != nil {
+	if err := SendObjects(context.Background(), send, hs[:8], read, nil); err != nil {
 		t.Fatal(err)
 	}
 	sizes, got = nil, nil
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	err := sendObjects(context.Background(), send, hs, read, nil)
+	err := SendObjects(context.Background(), send, hs, read, nil)
 	runtime.ReadMemStats(&after)
 	if err != nil {
 		t.Fatal(err)

@@ -411,13 +411,16 @@ func (s *Server) fetchObjects(ctx context.Context, c *rpc.Incoming) error {
 		return err
 	}
 	b := s.b
-	return sendObjects(ctx, c.Send, hs, b.ReadChunks, nil)
+	return SendObjects(ctx, c.Send, hs, b.ReadChunks, nil)
 }
 
-// sendObjects streams the chunks named by hs, read with read, packed into
-// messages of about entryFrameTarget bytes. sent, if non-nil, learns the
-// raw and wire size of each chunk.
-func sendObjects(ctx context.Context, send func(context.Context, []byte) error, hs []chunkstore.Hash,
+// SendObjects streams the chunks named by hs, read with read, packed into
+// object messages of about entryFrameTarget bytes (each chunk raw or zstd,
+// whichever is meaningfully smaller) sent with send, which must be done
+// with a message when it returns. sent, if non-nil, learns the raw and
+// wire size of each chunk. FetchObjects, PushObjects and a snapshot's
+// SnapObjects (converge) all send their chunks this way.
+func SendObjects(ctx context.Context, send func(context.Context, []byte) error, hs []chunkstore.Hash,
 	read ChunkReader, sent func(raw, wire int)) error {
 	// A message is uvarint(count) || objects. The objects are appended
 	// after room for the count, which goes in front of them at the flush:

@@ -25,9 +25,14 @@ const ProtocolName = "wsync"
 // order, each up to vfs.MaxIgnorePatternLen bytes; a version 4 peer would
 // read "*.log" as a literal name and filter its feed and Merkle tree by
 // other rules than ours without saying so, so 5 is the only one spoken.
+// Version 6 (issue 12): a snapshot's SnapObjects call carries the object
+// messages of FetchObjects (each chunk raw or zstd on its own) instead of
+// one zstd frame per message, which cost the sender an encode of every
+// incompressible byte and the receiver a decode and a copy; a version 5
+// receiver would refuse every such message, so 6 is the only one spoken.
 const (
-	ProtocolMinVersion = 5
-	ProtocolMaxVersion = 5
+	ProtocolMinVersion = 6
+	ProtocolMaxVersion = 6
 )
 
 // RuntimeID identifies this process start in every handshake.
