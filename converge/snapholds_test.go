@@ -9,8 +9,10 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/wsync/wsync/chunkstore"
+	"github.com/wsync/wsync/internal/testutil"
 	"github.com/wsync/wsync/syncwire"
 	"github.com/wsync/wsync/vfs"
 )
@@ -171,6 +173,58 @@ func TestSnapshotObjectsRefuseWrongBytes(t *testing.T) {
 	}
 	if !errors.Is(err, chunkstore.ErrHashMismatch) {
 		t.Fatalf("objects with bytes of another hash: err = %v, want ErrHashMismatch", err)
+	}
+	assertHeld(t, cont, []chunkstore.Hash{objs[0].Hash, objs[1].Hash}, false, "after the refused call")
+}
+
+// An objects call holds the snapshot's lock only to find its staging and
+// to hold chunks: a page stages while the next page's objects call is
+// still open. A staging begun again during an objects call takes none of
+// that call's chunks.
+func TestSnapshotObjectsOverlapPagesAndFollowTheirStaging(t *testing.T) {
+	ctx := testutil.Context(t, 30*time.Second)
+	server, cont, r := snapRig(t, smallTree())
+	sess := r.session(t)
+	tree, err := BuildTree(ctx, server, vfs.NewIgnore([]string{}))
+	must(t, err)
+	var st callStats
+	_, err = snapBegin(ctx, sess, &st, tree.Root, tree.Rev, tree.Len())
+	must(t, err)
+	var raw []byte
+	var es []vfs.ChangeEntry
+	tree.walk(func(p string, nd *node) error {
+		if len(es) == 10 {
+			return nil
+		}
+		e, err := nd.entry(p, tree.Rev)
+		must(t, err)
+		raw, err = appendRecord(raw, snapRecord{Tag: recEntry, Entry: e})
+		must(t, err)
+		es = append(es, e)
+		return nil
+	})
+	must(t, sendChunks(ctx, sess, &st, server, syncwire.DataHashes(es, nil), func(int) {}))
+
+	c1, c2 := []byte("a chunk of the next page"), []byte("another chunk of the next page")
+	objs := []syncwire.Object{{Hash: chunkstore.Sum(c1), Data: c1}, {Hash: chunkstore.Sum(c2), Data: c2}}
+	o, err := sess.Open(ctx, MethodSnapObjects, nil, true)
+	must(t, err)
+	defer o.Close()
+	must(t, o.Send(ctx, syncwire.AppendObjects(nil, objs[:1])))
+	// The page stages with the objects call open.
+	if staged, _, _, err := snapPage(ctx, sess, &st, 0, len(es), raw); err != nil || staged != len(es) {
+		t.Fatalf("page during an objects call: staged %d, %v", staged, err)
+	}
+	// A new snapshot begins: the open call's chunks are not held for it.
+	_, err = snapBegin(ctx, sess, &st, Hash{9}, 1, 3)
+	must(t, err)
+	must(t, o.Send(ctx, syncwire.AppendObjects(nil, objs[1:])))
+	err = o.CloseSend()
+	if err == nil {
+		_, err = o.Reply(ctx)
+	}
+	if !errors.Is(err, vfs.ErrInvalid) {
+		t.Fatalf("objects call across a new begin: %v, want EINVAL", err)
 	}
 	assertHeld(t, cont, []chunkstore.Hash{objs[0].Hash, objs[1].Hash}, false, "after the refused call")
 }

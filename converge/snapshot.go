@@ -16,6 +16,7 @@ import (
 	"github.com/wsync/wsync/syncwire/rpc"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/watermark"
+	"golang.org/x/sync/errgroup"
 )
 
 // Snapshot bounds.
@@ -383,54 +384,91 @@ func Bootstrap(ctx context.Context, local *vfs.Store, sess *rpc.Session, opts Bo
 		pending = splitEntry(e, partRefs)[part:]
 		ei++
 	}
-	for i := next; i < total; {
-		// A cancelled bootstrap starts no page: the peer stays where the
-		// last answered page left it (a page with no new chunks would
-		// otherwise go out with only the page call to notice).
-		if err := ctx.Err(); err != nil {
-			return rep, fmt.Errorf("bootstrap: %w", err)
-		}
-		var raw []byte
-		var page []snapRecord
-		for len(page) < MaxPageRecords && len(raw) < pageBytes {
-			if len(pending) == 0 {
-				if ei == len(recs) {
-					break
-				}
-				e, err := recs[ei].n.entry(recs[ei].path, t.Rev)
-				if err != nil {
-					return rep, fmt.Errorf("bootstrap: %w", err)
-				}
-				pending = splitEntry(e, partRefs)
-				ei++
+	// Pages go out in order, each after its chunks; the chunks of the next
+	// page are read and sent while the peer stages this one (the peer
+	// stages a page and receives objects at once), so neither side waits
+	// for the other between pages. At most two pages are in hand.
+	type outPage struct {
+		first  int
+		recs   []snapRecord
+		raw    []byte
+		chunks int
+		bytes  int64
+	}
+	pages := make(chan outPage)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		defer close(pages)
+		for i := next; i < total; {
+			// A cancelled bootstrap starts no page: the peer stays where
+			// the last answered page left it (a page with no new chunks
+			// would otherwise go out with only the page call to notice).
+			if err := gctx.Err(); err != nil {
+				return err
 			}
-			if raw, err = appendRecord(raw, pending[0]); err != nil {
-				return rep, fmt.Errorf("bootstrap: %w", err)
+			pg := outPage{first: i}
+			for len(pg.recs) < MaxPageRecords && len(pg.raw) < pageBytes {
+				if len(pending) == 0 {
+					if ei == len(recs) {
+						break
+					}
+					e, err := recs[ei].n.entry(recs[ei].path, t.Rev)
+					if err != nil {
+						return err
+					}
+					pending = splitEntry(e, partRefs)
+					ei++
+				}
+				var err error
+				if pg.raw, err = appendRecord(pg.raw, pending[0]); err != nil {
+					return err
+				}
+				pg.recs = append(pg.recs, pending[0])
+				pending = pending[1:]
 			}
-			page = append(page, pending[0])
-			pending = pending[1:]
+			if len(pg.recs) == 0 {
+				return fmt.Errorf("records end at %d of %d", i, total)
+			}
+			err := sendChunks(gctx, sess, &st, local, recordHashes(pg.recs), func(raw int) {
+				pg.chunks++
+				pg.bytes += int64(raw)
+			})
+			if err != nil {
+				return err
+			}
+			select {
+			case pages <- pg:
+			case <-gctx.Done():
+				return gctx.Err()
+			}
+			i += len(pg.recs)
 		}
-		if len(page) == 0 {
-			return rep, fmt.Errorf("bootstrap: records end at %d of %d", i, total)
+		return nil
+	})
+	g.Go(func() error {
+		for pg := range pages {
+			staged, peerTotal, z, err := snapPage(gctx, sess, &st, pg.first, len(pg.recs), pg.raw)
+			if err != nil {
+				return err
+			}
+			crashpoint.Hit("converge.snapshot.paged")
+			i := pg.first + len(pg.recs)
+			rep.Pages++
+			rep.Sent += len(pg.recs)
+			rep.Chunks += pg.chunks
+			rep.ChunkBytes += pg.bytes
+			metricSnapshotRecords.WithLabelValues("sent").Add(float64(len(pg.recs)))
+			rep.RawBytes += int64(len(pg.raw))
+			rep.PageBytes += int64(z)
+			if staged != i || peerTotal != total {
+				return malformed("peer staged %d of %d, expected %d of %d", staged, peerTotal, i, total)
+			}
+			progress()
 		}
-		if err := sendChunks(ctx, sess, &st, local, recordHashes(page), &rep); err != nil {
-			return rep, fmt.Errorf("bootstrap: %w", err)
-		}
-		staged, peerTotal, z, err := snapPage(ctx, sess, &st, i, len(page), raw)
-		if err != nil {
-			return rep, fmt.Errorf("bootstrap: %w", err)
-		}
-		crashpoint.Hit("converge.snapshot.paged")
-		rep.Pages++
-		rep.Sent += len(page)
-		metricSnapshotRecords.WithLabelValues("sent").Add(float64(len(page)))
-		rep.RawBytes += int64(len(raw))
-		rep.PageBytes += int64(z)
-		i += len(page)
-		if staged != i || peerTotal != total {
-			return rep, fmt.Errorf("bootstrap: %w", malformed("peer staged %d of %d, expected %d of %d", staged, peerTotal, i, total))
-		}
-		progress()
+		return nil
+	})
+	if err := g.Wait(); err != nil {
+		return rep, fmt.Errorf("bootstrap: %w", err)
 	}
 	if opts.noCommit {
 		return rep, nil
@@ -459,8 +497,8 @@ func Bootstrap(ctx context.Context, local *vfs.Store, sess *rpc.Session, opts Bo
 }
 
 // sendChunks probes the peer for the page's chunks and sends the missing
-// ones into its staging.
-func sendChunks(ctx context.Context, sess *rpc.Session, st *callStats, local *vfs.Store, need []chunkstore.Hash, rep *BootstrapReport) error {
+// ones into its staging; sent learns each chunk's raw size.
+func sendChunks(ctx context.Context, sess *rpc.Session, st *callStats, local *vfs.Store, need []chunkstore.Hash, sent func(raw int)) error {
 	missing, err := syncwire.Missing(ctx, need, func(ctx context.Context, hs []chunkstore.Hash) ([]chunkstore.Hash, error) {
 		return syncwire.Probe(ctx, hs, func(ctx context.Context, body []byte) ([]byte, error) {
 			return call(ctx, sess, st, MethodSnapHave, body)
@@ -482,10 +520,7 @@ func sendChunks(ctx context.Context, sess *rpc.Session, st *callStats, local *vf
 				in, out := o.WireBytes()
 				st.add(1, 0, in+out)
 			}()
-			err := syncwire.SendObjects(ctx, o.Send, part, local.ReadChunks, func(raw, _ int) {
-				rep.Chunks++
-				rep.ChunkBytes += int64(raw)
-			})
+			err := syncwire.SendObjects(ctx, o.Send, part, local.ReadChunks, func(raw, _ int) { sent(raw) })
 			if err != nil {
 				return err
 			}

@@ -185,8 +185,7 @@ func TestSnapshotCorruptPageRefused(t *testing.T) {
 		n++
 		return nil
 	})
-	var rep BootstrapReport
-	must(t, sendChunks(ctx, sess, &st, server, syncwire.DataHashes(es, nil), &rep))
+	must(t, sendChunks(ctx, sess, &st, server, syncwire.DataHashes(es, nil), func(int) {}))
 	send := func(body []byte) error {
 		_, err := call(ctx, sess, &st, MethodSnapPage, body)
 		return err
@@ -309,8 +308,7 @@ func TestSnapshotPathStagedTwiceRefused(t *testing.T) {
 	if len(recs) <= stageRows+10 {
 		t.Fatalf("the tree has %d records, want more than a statement's %d", len(recs), stageRows)
 	}
-	var rep BootstrapReport
-	must(t, sendChunks(ctx, sess, &st, server, syncwire.DataHashes(es, nil), &rep))
+	must(t, sendChunks(ctx, sess, &st, server, syncwire.DataHashes(es, nil), func(int) {}))
 	encode := func(rs []snapRecord) []byte {
 		var raw []byte
 		for _, rec := range rs {

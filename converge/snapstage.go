@@ -39,8 +39,11 @@ import (
 // tree changes before the staged tree hashes to the declared root.
 type snapReceiver struct {
 	r  *Responder
-	mu sync.Mutex // one snapshot call at a time
+	mu sync.Mutex // one snapshot call at a time (objects: see there)
 	db *sql.DB
+	// gen moves whenever a staging begins afresh or is removed: an objects
+	// call holds chunks only for the staging it began under. Guarded by mu.
+	gen uint64
 
 	// watching: a staging may be on disk; an Apply that is not the
 	// install's own (installing) then settles it (afterApply), in a
@@ -144,6 +147,7 @@ func (s *snapReceiver) close() error {
 // (begin) releases; the other order could leave a staging whose chunks
 // are no longer held.
 func (s *snapReceiver) discard() {
+	s.gen++
 	s.watching.Store(false)
 	if s.db != nil {
 		s.db.Close()
@@ -285,7 +289,9 @@ func (s *snapReceiver) begin(ctx context.Context, c *rpc.Incoming) error {
 		}
 	}
 	// Chunks an abandoned staging held (a crash between its removal and
-	// the release) go before this one holds any.
+	// the release) go before this one holds any, and no objects call begun
+	// before holds any for this one.
+	s.gen++
 	if err := s.r.store.ReleaseHeldChunks(ctx); err != nil {
 		return fmt.Errorf("snapshot begin: %w", err)
 	}
@@ -336,9 +342,14 @@ func (s *snapReceiver) have(ctx context.Context, c *rpc.Incoming) error {
 // them (on one goroutine the receiver took a whole core while the
 // sender's waited).
 func (s *snapReceiver) objects(ctx context.Context, c *rpc.Incoming) error {
+	// The call holds s.mu only to find its staging and to hold chunks for
+	// it: the page before this call's stages meanwhile. A staging begun
+	// again or removed since (gen) takes no hold of this call's.
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, _, err := s.begun(ctx, "objects"); err != nil {
+	_, _, err := s.begun(ctx, "objects")
+	gen := s.gen
+	s.mu.Unlock()
+	if err != nil {
 		return err
 	}
 	store := s.r.store
@@ -378,6 +389,11 @@ func (s *snapReceiver) objects(ctx context.Context, c *rpc.Incoming) error {
 		hold := func() error {
 			if len(refs) == 0 {
 				return nil
+			}
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.gen != gen {
+				return badRequest("snapshot objects: the staging was begun again or removed during the call")
 			}
 			if err := store.HoldChunks(gctx, stage, refs); err != nil {
 				return err // the deferred Release drops the stage's pins
