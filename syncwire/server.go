@@ -426,8 +426,10 @@ func SendObjects(ctx context.Context, send func(context.Context, []byte) error, 
 	// after room for the count, which goes in front of them at the flush:
 	// the message is sent from the buffer it was built in (send copies it
 	// into its frame), not copied into another one first.
+	// It starts small (a pull of one file sends one small chunk) and grows
+	// to a message's size once, reused by every message after.
 	const room = binaryMaxVarint
-	msg := make([]byte, room, room+entryFrameTarget+objectHeader+chunkstore.ChunkSize)
+	msg := make([]byte, room, 64<<10)
 	count := 0
 	flush := func() error {
 		if count == 0 {
