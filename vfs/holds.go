@@ -152,11 +152,15 @@ func (t *wtx) takeHolds(refs []chunkstore.Ref) ([]chunkstore.Ref, error) {
 		t.taken = make(map[chunkstore.Hash]chunkstore.Ref, len(hs))
 	}
 	for part := range slices.Chunk(hs, holdBatch) {
-		args := make([]any, len(part))
+		args := make([]any, len(part), chunkstore.PadIn(len(part)))
 		for i := range part {
 			args[i] = part[i][:]
 		}
-		rows, err := t.tx.QueryContext(t.ctx, `DELETE FROM chunk_holds WHERE hash IN (`+chunkstore.Placeholders(len(part))+`) RETURNING hash`, args...)
+		// Padded with its last hash: a few statements, kept by the cache.
+		for len(args) < cap(args) {
+			args = append(args, args[len(args)-1])
+		}
+		rows, err := t.tx.QueryContext(t.ctx, `DELETE FROM chunk_holds WHERE hash IN (`+chunkstore.Placeholders(len(args))+`) RETURNING hash`, args...)
 		if err != nil {
 			return nil, fmt.Errorf("take holds: %w", err)
 		}

@@ -44,7 +44,7 @@ export WSYNC_BENCH_TMPFS_SIZE=${WSYNC_BENCH_TMPFS_SIZE:-8g}
 med() { awk -v n="$1" -v w="$2" '$1 == n && $3 == w { print $4 }' "$RESULTS" | bench_median; }
 per_file_us() { awk -v s="$1" -v n="$2" 'BEGIN { if (s == "-") print "-"; else printf "%.0f", s * 1e6 / n }'; }
 report() {
-	local n ri p b r1 p1 hs hc
+	local n ri p b r1 p1 hs hc hb
 	echo
 	if [[ -n ${REPORT_FROM:-} ]]; then
 		echo "syncbench report of $REPORT_FROM (raw results of an earlier run)"
@@ -52,19 +52,21 @@ report() {
 		echo "syncbench $(date -u +%Y-%m-%dT%H:%M:%SZ); $(bench_machine); $(rsync --version | head -n 1)"
 	fi
 	echo "trees of N files of ~10 KB (random bytes); CLI wall clock; ${WSYNC_BENCH_STAT:-median} of $REPS (seconds)"
-	printf '\n%7s %11s | %8s | %8s %6s %7s | %9s %6s %7s | %8s %8s | %7s %7s\n' files bytes rsync pull pull/r us/file \
-		bootstrap boot/r us/file rsync_1 pull_1 srv_MiB cd_MiB
+	printf '\n%7s %11s | %8s | %8s %6s %7s | %9s %6s %7s | %8s %8s | %7s %7s %8s\n' files bytes rsync pull pull/r us/file \
+		bootstrap boot/r us/file rsync_1 pull_1 srv_MiB cd_MiB boot_MiB
 	for n in $(awk '{ if (!seen[$1]++) print $1 }' "$RESULTS"); do
 		ri=$(med "$n" rsync) p=$(med "$n" pull) b=$(med "$n" bootstrap) r1=$(med "$n" rsync_one) p1=$(med "$n" pull_one)
 		hs=$(awk -v n="$n" '$1 == n && $3 == "hwm_server" && $4 > m { m = $4 } END { printf "%d", m / 1024 }' "$RESULTS")
 		hc=$(awk -v n="$n" '$1 == n && $3 == "hwm_computerd" && $4 > m { m = $4 } END { printf "%d", m / 1024 }' "$RESULTS")
-		printf '%7s %11s | %8s | %8s %6s %7s | %9s %6s %7s | %8s %8s | %7s %7s\n' "$n" "$((n * 10000))" "$ri" \
+		hb=$(awk -v n="$n" '$1 == n && $3 == "hwm_bootstrap" && $4 > m { m = $4 } END { if (m) printf "%d", m / 1024; else print "-" }' "$RESULTS")
+		printf '%7s %11s | %8s | %8s %6s %7s | %9s %6s %7s | %8s %8s | %7s %7s %8s\n' "$n" "$((n * 10000))" "$ri" \
 			"$p" "$(bench_ratio "$p" "$ri")" "$(per_file_us "$p" "$n")" "$b" "$(bench_ratio "$b" "$ri")" \
-			"$(per_file_us "$b" "$n")" "$r1" "$p1" "$hs" "$hc"
+			"$(per_file_us "$b" "$n")" "$r1" "$p1" "$hs" "$hc" "$hb"
 	done
 	echo "(pull/r, boot/r: ours/rsync; bars: pull/r <= 0.5, boot/r <= 1.0, both linear in N; pull_1 < 0.010 s."
-	echo " rsync_1/pull_1: one file changed, then the same rsync / pull again. srv_MiB, cd_MiB: peak RSS of the server"
-	echo " and of the first computerd of a repetition, largest over the repetitions)"
+	echo " rsync_1/pull_1: one file changed, then the same rsync / pull again. srv_MiB, cd_MiB, boot_MiB: peak RSS of the"
+	echo " server, of the first computerd of a repetition (the tree written through its mount, then pulled) and of the"
+	echo " bootstrapped one, largest over the repetitions)"
 }
 
 RESULTS=
@@ -254,6 +256,7 @@ for ((rep = 1; rep <= REPS; rep++)); do
 		got=$(find "$P/mnt/tree" -type f | wc -l)
 		[[ $got -eq $n ]] || { bench_log "after the bootstrap the mount holds $got files of $n"; exit 1; }
 		record "$n" "$rep" hwm_server "$(bench_hwm_kb "$SRV_PID")"
+		record "$n" "$rep" hwm_bootstrap "$(bench_hwm_kb "$CD_PID")"
 
 		stop_pair
 		rm -rf -- "$P"
