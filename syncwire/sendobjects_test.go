@@ -10,12 +10,13 @@ import (
 	"github.com/wsync/wsync/chunkstore"
 )
 
-// TestSendObjectsBuildsEachMessageOnce: sendObjects builds every message
+// TestSendObjectsBuildsEachMessageOnce: SendObjects builds every message
 // in one buffer it reuses (the count goes in front of the objects at the
-// flush; send copies the message into its frame), so streaming 8 MiB of
-// incompressible chunks allocates about one message's worth, not a copy
-// of every message; and the messages hold every object in order, each of
-// them decoding to the bytes read.
+// flush; send copies the message into its frame), and takes that buffer
+// from a pool, so a call after one that grew it streams 8 MiB of
+// incompressible chunks allocating next to nothing, not a copy of every
+// message; and the messages hold every object in order, each of them
+// decoding to the bytes read.
 func TestSendObjectsBuildsEachMessageOnce(t *testing.T) {
 	r := rand.New(rand.NewPCG(3, 4))
 	var hs []chunkstore.Hash
@@ -74,8 +75,10 @@ func TestSendObjectsBuildsEachMessageOnce(t *testing.T) {
 	if len(sizes) < 8 {
 		t.Fatalf("%d messages for 8 MiB, want several", len(sizes))
 	}
-	if a := after.TotalAlloc - before.TotalAlloc; a > 2<<20 {
-		t.Errorf("sending %d messages (8 MiB) allocated %d bytes, want under 2 MiB", len(sizes), a)
+	// The warm call grew a pooled buffer to a message's size: this one
+	// takes it and allocates next to nothing.
+	if a := after.TotalAlloc - before.TotalAlloc; a > 512<<10 {
+		t.Errorf("sending %d messages (8 MiB) allocated %d bytes, want under 512 KiB", len(sizes), a)
 	}
 }
 

@@ -426,10 +426,15 @@ func SendObjects(ctx context.Context, send func(context.Context, []byte) error, 
 	// after room for the count, which goes in front of them at the flush:
 	// the message is sent from the buffer it was built in (send copies it
 	// into its frame), not copied into another one first.
-	// It starts small (a pull of one file sends one small chunk) and grows
-	// to a message's size once, reused by every message after.
+	// The buffer comes from a pool: a pull sends one call per batch, and a
+	// buffer grown to a message's size serves the calls after it.
 	const room = binaryMaxVarint
-	msg := make([]byte, room, 64<<10)
+	bp := objectBufs.Get().(*[]byte)
+	msg := append((*bp)[:0], make([]byte, room)...)
+	defer func() {
+		*bp = msg[:0]
+		objectBufs.Put(bp)
+	}()
 	count := 0
 	flush := func() error {
 		if count == 0 {
@@ -468,6 +473,10 @@ func SendObjects(ctx context.Context, send func(context.Context, []byte) error, 
 	}
 	return flush()
 }
+
+// objectBufs are SendObjects's message buffers (they start at 64 KiB: a
+// pull of one file sends one small chunk).
+var objectBufs = sync.Pool{New: func() any { b := make([]byte, 0, 64<<10); return &b }}
 
 // ChunkReader calls each with every chunk of hs, in order; an error from
 // each stops it and is returned (Backend.ReadChunks).
