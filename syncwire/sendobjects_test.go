@@ -3,6 +3,7 @@ package syncwire
 import (
 	"bytes"
 	"context"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"testing"
@@ -51,18 +52,25 @@ func TestSendObjectsBuildsEachMessageOnce(t *testing.T) {
 			return nil
 		})
 	}
-	// Warm: the decode's and the compressor's own buffers.
-	if err := SendObjects(context.Background(), send, hs[:8], read, nil); err != nil {
-		t.Fatal(err)
-	}
-	sizes, got = nil, nil
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	err := SendObjects(context.Background(), send, hs, read, nil)
-	runtime.ReadMemStats(&after)
-	if err != nil {
-		t.Fatal(err)
+	// Each try: a warm call (the decode's and the compressor's own
+	// buffers, and a message buffer grown for the pool), then the measured
+	// one. A pool may drop what it holds at any collection, so the fewest
+	// bytes of three tries count.
+	var err error
+	least := uint64(math.MaxUint64)
+	for range 3 {
+		if err := SendObjects(context.Background(), send, hs[:8], read, nil); err != nil {
+			t.Fatal(err)
+		}
+		sizes, got = nil, nil
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		err = SendObjects(context.Background(), send, hs, read, nil)
+		runtime.ReadMemStats(&after)
+		if err != nil {
+			t.Fatal(err)
+		}
+		least = min(least, after.TotalAlloc-before.TotalAlloc)
 	}
 	if len(got) != len(hs) {
 		t.Fatalf("%d objects arrived, want %d", len(got), len(hs))
@@ -77,8 +85,8 @@ func TestSendObjectsBuildsEachMessageOnce(t *testing.T) {
 	}
 	// The warm call grew a pooled buffer to a message's size: this one
 	// takes it and allocates next to nothing.
-	if a := after.TotalAlloc - before.TotalAlloc; a > 512<<10 {
-		t.Errorf("sending %d messages (8 MiB) allocated %d bytes, want under 512 KiB", len(sizes), a)
+	if least > 512<<10 {
+		t.Errorf("sending %d messages (8 MiB) allocated %d bytes, want under 512 KiB", len(sizes), least)
 	}
 }
 
