@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -123,32 +124,40 @@ func TestGetEachReadsRecordsIntoOneBuffer(t *testing.T) {
 	for i, n := range sizes {
 		want[i] = chunkBytes(4000+uint64(i), n)
 	}
-	read := func(what string) {
+	read := func(what string, forget bool) {
 		t.Helper()
-		var before, after runtime.MemStats
-		i := 0
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		err := s.GetEach(ctx, db, hs, func(h Hash, data []byte) error {
-			if h != hs[i] || !bytes.Equal(data, want[i]) {
-				t.Fatalf("%s: chunk %d: wrong bytes", what, i)
+		// The fewest bytes of three tries: TotalAlloc counts every
+		// goroutine of the test binary.
+		least := uint64(math.MaxUint64)
+		for range 3 {
+			if forget {
+				s.mu.Lock()
+				clear(s.locs)
+				s.mu.Unlock()
 			}
-			i++
-			return nil
-		})
-		runtime.ReadMemStats(&after)
-		if err != nil || i != len(hs) {
-			t.Fatalf("%s: GetEach: %d of %d chunks, %v", what, i, len(hs), err)
+			var before, after runtime.MemStats
+			i := 0
+			runtime.GC()
+			runtime.ReadMemStats(&before)
+			err := s.GetEach(ctx, db, hs, func(h Hash, data []byte) error {
+				if h != hs[i] || !bytes.Equal(data, want[i]) {
+					t.Fatalf("%s: chunk %d: wrong bytes", what, i)
+				}
+				i++
+				return nil
+			})
+			runtime.ReadMemStats(&after)
+			if err != nil || i != len(hs) {
+				t.Fatalf("%s: GetEach: %d of %d chunks, %v", what, i, len(hs), err)
+			}
+			least = min(least, after.TotalAlloc-before.TotalAlloc)
 		}
-		if got := after.TotalAlloc - before.TotalAlloc; got > 1<<20 {
-			t.Errorf("%s: reading %d records of 64 KiB allocated %d bytes, want under 1 MiB", what, len(hs), got)
+		if least > 1<<20 {
+			t.Errorf("%s: reading %d records of 64 KiB allocated %d bytes, want under 1 MiB", what, len(hs), least)
 		}
 	}
-	s.mu.Lock()
-	clear(s.locs)
-	s.mu.Unlock()
-	read("places from the rows")
-	read("places remembered")
+	read("places from the rows", true)
+	read("places remembered", false)
 
 	var pack, off int64
 	if err := db.QueryRow("SELECT pack, pack_off FROM chunks WHERE hash = ?", m[5].Hash[:]).Scan(&pack, &off); err != nil {

@@ -103,14 +103,20 @@ func TestSendObjectsOfOneSmallChunkAllocatesLittle(t *testing.T) {
 	if err := SendObjects(context.Background(), send, []chunkstore.Hash{h}, read, nil); err != nil {
 		t.Fatal(err)
 	}
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	if err := SendObjects(context.Background(), send, []chunkstore.Hash{h}, read, nil); err != nil {
-		t.Fatal(err)
+	// The fewest bytes of three tries: other goroutines of the test binary
+	// allocate too, and TotalAlloc counts them.
+	least := uint64(math.MaxUint64)
+	for range 3 {
+		var before, after runtime.MemStats
+		runtime.GC() // the pool may be empty: a fresh buffer must be small too
+		runtime.ReadMemStats(&before)
+		if err := SendObjects(context.Background(), send, []chunkstore.Hash{h}, read, nil); err != nil {
+			t.Fatal(err)
+		}
+		runtime.ReadMemStats(&after)
+		least = min(least, after.TotalAlloc-before.TotalAlloc)
 	}
-	runtime.ReadMemStats(&after)
-	if a := after.TotalAlloc - before.TotalAlloc; a > 128<<10 {
-		t.Errorf("sending one chunk of %d bytes allocated %d bytes, want under 128 KiB", len(data), a)
+	if least > 128<<10 {
+		t.Errorf("sending one chunk of %d bytes allocated %d bytes, want under 128 KiB", len(data), least)
 	}
 }
