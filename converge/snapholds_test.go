@@ -183,27 +183,8 @@ func TestSnapshotObjectsRefuseWrongBytes(t *testing.T) {
 // that call's chunks.
 func TestSnapshotObjectsOverlapPagesAndFollowTheirStaging(t *testing.T) {
 	ctx := testutil.Context(t, 30*time.Second)
-	server, cont, r := snapRig(t, smallTree())
-	sess := r.session(t)
-	tree, err := BuildTree(ctx, server, vfs.NewIgnore([]string{}))
-	must(t, err)
-	var st callStats
-	_, err = snapBegin(ctx, sess, &st, tree.Root, tree.Rev, tree.Len())
-	must(t, err)
-	var raw []byte
-	var es []vfs.ChangeEntry
-	tree.walk(func(p string, nd *node) error {
-		if len(es) == 10 {
-			return nil
-		}
-		e, err := nd.entry(p, tree.Rev)
-		must(t, err)
-		raw, err = appendRecord(raw, snapRecord{Tag: recEntry, Entry: e})
-		must(t, err)
-		es = append(es, e)
-		return nil
-	})
-	must(t, sendChunks(ctx, sess, &st, server, syncwire.DataHashes(es, nil), func(int) {}))
+	b := beginSnapshot(t, ctx, 10)
+	cont, sess, st, raw, n := b.cont, b.sess, b.st, b.raw, len(b.recs)
 
 	c1, c2 := []byte("a chunk of the next page"), []byte("another chunk of the next page")
 	objs := []syncwire.Object{{Hash: chunkstore.Sum(c1), Data: c1}, {Hash: chunkstore.Sum(c2), Data: c2}}
@@ -212,11 +193,11 @@ func TestSnapshotObjectsOverlapPagesAndFollowTheirStaging(t *testing.T) {
 	defer o.Close()
 	must(t, o.Send(ctx, syncwire.AppendObjects(nil, objs[:1])))
 	// The page stages with the objects call open.
-	if staged, _, _, err := snapPage(ctx, sess, &st, 0, len(es), raw); err != nil || staged != len(es) {
+	if staged, _, _, err := snapPage(ctx, sess, st, 0, n, raw); err != nil || staged != n {
 		t.Fatalf("page during an objects call: staged %d, %v", staged, err)
 	}
 	// A new snapshot begins: the open call's chunks are not held for it.
-	_, err = snapBegin(ctx, sess, &st, Hash{9}, 1, 3)
+	_, err = snapBegin(ctx, sess, st, Hash{9}, 1, 3)
 	must(t, err)
 	must(t, o.Send(ctx, syncwire.AppendObjects(nil, objs[1:])))
 	err = o.CloseSend()

@@ -161,33 +161,53 @@ func TestSnapshotWrongRootRefused(t *testing.T) {
 	assertSameRoot(t, server, cont, "roots")
 }
 
-func TestSnapshotCorruptPageRefused(t *testing.T) {
-	ctx := context.Background()
+// begunSnapshot is a snapshot of smallTree begun over a real session,
+// with the chunks of its first records sent.
+type begunSnapshot struct {
+	server, cont *vfs.Store
+	sess         *rpc.Session
+	st           *callStats
+	tree         *Tree
+	recs         []snapRecord // the first records, one entry each
+	raw          []byte       // their framed encoding
+}
+
+// beginSnapshot begins the snapshot and sends the chunks of its first n
+// records (n < 0: all of them).
+func beginSnapshot(t *testing.T, ctx context.Context, n int) begunSnapshot {
+	t.Helper()
 	server, cont, r := snapRig(t, smallTree())
-	sess := r.session(t)
-	tree, err := BuildTree(ctx, server, vfs.NewIgnore([]string{}))
+	b := begunSnapshot{server: server, cont: cont, sess: r.session(t), st: new(callStats)}
+	var err error
+	b.tree, err = BuildTree(ctx, server, vfs.NewIgnore([]string{}))
 	must(t, err)
-	var st callStats
-	_, err = snapBegin(ctx, sess, &st, tree.Root, tree.Rev, tree.Len())
+	_, err = snapBegin(ctx, b.sess, b.st, b.tree.Root, b.tree.Rev, b.tree.Len())
 	must(t, err)
-	var raw []byte
-	n := 0
 	var es []vfs.ChangeEntry
-	tree.walk(func(p string, nd *node) error {
-		if n == 10 {
+	b.tree.walk(func(p string, nd *node) error {
+		if n >= 0 && len(es) == n {
 			return nil
 		}
-		e, err := nd.entry(p, tree.Rev)
+		e, err := nd.entry(p, b.tree.Rev)
 		must(t, err)
-		raw, err = appendRecord(raw, snapRecord{Tag: recEntry, Entry: e})
+		rec := snapRecord{Tag: recEntry, Entry: e}
+		b.raw, err = appendRecord(b.raw, rec)
 		must(t, err)
+		b.recs = append(b.recs, rec)
 		es = append(es, e)
-		n++
 		return nil
 	})
-	must(t, sendChunks(ctx, sess, &st, server, syncwire.DataHashes(es, nil), func(int) {}))
+	must(t, sendChunks(ctx, b.sess, b.st, server, syncwire.DataHashes(es, nil), func(int) {}))
+	return b
+}
+
+func TestSnapshotCorruptPageRefused(t *testing.T) {
+	ctx := context.Background()
+	b := beginSnapshot(t, ctx, 10)
+	server, cont, sess, raw, n := b.server, b.cont, b.sess, b.raw, len(b.recs)
+	st, tree := b.st, b.tree
 	send := func(body []byte) error {
-		_, err := call(ctx, sess, &st, MethodSnapPage, body)
+		_, err := call(ctx, sess, st, MethodSnapPage, body)
 		return err
 	}
 	page := func(first, count int, raw []byte, mangle func([]byte)) []byte {
@@ -224,13 +244,13 @@ func TestSnapshotCorruptPageRefused(t *testing.T) {
 		})
 	}
 	// An incomplete snapshot does not commit.
-	if _, _, err := snapCommit(ctx, sess, &st, tree.Root); !errors.Is(err, vfs.ErrInvalid) {
+	if _, _, err := snapCommit(ctx, sess, st, tree.Root); !errors.Is(err, vfs.ErrInvalid) {
 		t.Errorf("commit of an incomplete snapshot: err = %v, want EINVAL", err)
 	}
 	assertEmpty(t, cont)
 	// A page whose chunks were never sent is refused.
 	other := newStore(t, "other")
-	_, err = other.WriteFile(ctx, "unsent", []byte("bytes the container never got"), 0o644)
+	_, err := other.WriteFile(ctx, "unsent", []byte("bytes the container never got"), 0o644)
 	must(t, err)
 	es2, err := other.EntriesAt(ctx, []string{"unsent"})
 	must(t, err)
@@ -289,26 +309,12 @@ func TestSnapshotInstallsAsReplace(t *testing.T) {
 // staged, and the right page then stages and installs.
 func TestSnapshotPathStagedTwiceRefused(t *testing.T) {
 	ctx := context.Background()
-	server, cont, r := snapRig(t, smallTree())
-	sess := r.session(t)
-	tree, err := BuildTree(ctx, server, vfs.NewIgnore([]string{}))
-	must(t, err)
-	var st callStats
-	_, err = snapBegin(ctx, sess, &st, tree.Root, tree.Rev, tree.Len())
-	must(t, err)
-	var recs []snapRecord
-	var es []vfs.ChangeEntry
-	tree.walk(func(p string, nd *node) error {
-		e, err := nd.entry(p, tree.Rev)
-		must(t, err)
-		recs = append(recs, snapRecord{Tag: recEntry, Entry: e})
-		es = append(es, e)
-		return nil
-	})
+	b := beginSnapshot(t, ctx, -1)
+	server, cont, sess, st, tree, recs := b.server, b.cont, b.sess, b.st, b.tree, b.recs
 	if len(recs) <= stageRows+10 {
 		t.Fatalf("the tree has %d records, want more than a statement's %d", len(recs), stageRows)
 	}
-	must(t, sendChunks(ctx, sess, &st, server, syncwire.DataHashes(es, nil), func(int) {}))
+	var err error
 	encode := func(rs []snapRecord) []byte {
 		var raw []byte
 		for _, rec := range rs {
@@ -324,18 +330,18 @@ func TestSnapshotPathStagedTwiceRefused(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			bad := slices.Clone(recs)
 			bad[tt.at] = recs[3]
-			_, _, _, err := snapPage(ctx, sess, &st, 0, len(bad), encode(bad))
+			_, _, _, err := snapPage(ctx, sess, st, 0, len(bad), encode(bad))
 			if !errors.Is(err, rpc.ErrProtocol) || !strings.Contains(err.Error(), fmt.Sprintf("record %d: path %q staged twice", tt.at, recs[3].Entry.Path)) {
 				t.Fatalf("page with record 3 again at %d: %v", tt.at, err)
 			}
 		})
 	}
-	staged, total, _, err := snapPage(ctx, sess, &st, 0, len(recs), encode(recs))
+	staged, total, _, err := snapPage(ctx, sess, st, 0, len(recs), encode(recs))
 	must(t, err)
 	if staged != len(recs) || total != len(recs) {
 		t.Fatalf("staged %d of %d, want %d", staged, total, len(recs))
 	}
-	_, _, err = snapCommit(ctx, sess, &st, tree.Root)
+	_, _, err = snapCommit(ctx, sess, st, tree.Root)
 	must(t, err)
 	assertSameRoot(t, server, cont, "after the refused pages")
 }

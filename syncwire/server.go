@@ -430,7 +430,7 @@ func SendObjects(ctx context.Context, send func(context.Context, []byte) error, 
 	// buffer grown to a message's size serves the calls after it.
 	const room = binaryMaxVarint
 	bp := objectBufs.Get().(*[]byte)
-	msg := append((*bp)[:0], make([]byte, room)...)
+	msg := (*bp)[:room] // the room's bytes are written at each flush
 	defer func() {
 		*bp = msg[:0]
 		objectBufs.Put(bp)
