@@ -78,7 +78,27 @@ type queued struct {
 	now  int64
 	rev  int64
 	seq  uint64
-	what string
+	what what
+}
+
+// what names a queued mutation for its errors; formatted only when one
+// needs it (a mutation is answered in a few microseconds).
+type what struct {
+	verb     string // create, remove, link, setattr, commit
+	name     string
+	ino, dir Ino
+}
+
+func (w what) String() string {
+	switch w.verb {
+	case "create":
+		return fmt.Sprintf("create %q in %d", w.name, w.dir)
+	case "remove":
+		return fmt.Sprintf("remove %q from %d", w.name, w.dir)
+	case "link":
+		return fmt.Sprintf("link of %d as %q in %d", w.ino, w.name, w.dir)
+	}
+	return fmt.Sprintf("%s of %d", w.verb, w.ino)
 }
 
 // memo is what the write-behind knows; guarded by mu. Lock order: wmu,
@@ -444,7 +464,7 @@ func (s *Store) runQueued(q []queued) {
 	for i := range q {
 		fn := q[i].fn
 		if behindRunHook != nil {
-			if err := behindRunHook(q[i].what); err != nil {
+			if err := behindRunHook(q[i].what.String()); err != nil {
 				fn = func(*wtx) error { return err }
 			}
 		}
@@ -509,7 +529,7 @@ func (s *Store) forgetLocked(m *memo) {
 }
 
 // enqueue queues fn, answered at now as rev. Called with m.mu held.
-func (s *Store) enqueue(m *memo, what string, now, rev int64, fn func(*wtx) error) {
+func (s *Store) enqueue(m *memo, what what, now, rev int64, fn func(*wtx) error) {
 	m.seq++
 	m.gen++
 	if rev != 0 {
@@ -811,7 +831,7 @@ func (s *Store) behindCreate(ctx context.Context, parent Ino, name string, nn ne
 	if made != nil {
 		made(n)
 	}
-	s.enqueue(m, fmt.Sprintf("create %q in %d", name, parent), now, rev, s.createFn(parent, name, nn, nil, new(node)))
+	s.enqueue(m, what{verb: "create", name: name, dir: parent}, now, rev, s.createFn(parent, name, nn, nil, new(node), true))
 	return a, true, nil
 }
 
@@ -868,7 +888,7 @@ func (s *Store) behindRemove(ctx context.Context, parent Ino, name string, dir b
 		m.dropDir(ino)
 	}
 	s.touchParent(m, parent, now)
-	s.enqueue(m, fmt.Sprintf("remove %q from %d", name, parent), now, rev, s.removeFn(parent, name, dir, was))
+	s.enqueue(m, what{verb: "remove", name: name, dir: parent}, now, rev, s.removeFn(parent, name, dir, was))
 	return true, nil
 }
 
@@ -896,7 +916,7 @@ func (s *Store) behindLink(ctx context.Context, ino, parent Ino, name string, fn
 	m.size += l.set(name, ino)
 	m.setAttr(a)
 	s.touchParent(m, parent, now)
-	s.enqueue(m, fmt.Sprintf("link of %d as %q in %d", ino, name, parent), now, rev, fn)
+	s.enqueue(m, what{verb: "link", name: name, ino: ino, dir: parent}, now, rev, fn)
 	return a, true, nil
 }
 
@@ -945,7 +965,7 @@ func (s *Store) behindSetAttr(ino Ino, sa SetAttr) (_ Attr, ok bool) {
 		a.Rev = rev
 	}
 	m.setAttr(a)
-	s.enqueue(m, fmt.Sprintf("setattr of %d", ino), now, rev, setAttrFn(ino, sa, new(Attr)))
+	s.enqueue(m, what{verb: "setattr", ino: ino}, now, rev, setAttrFn(ino, sa, new(Attr)))
 	return a, true
 }
 
@@ -967,7 +987,7 @@ func (s *Store) behindCommit(ino Ino, man chunkstore.Manifest, mtime int64, fn f
 	a.Size, a.Mtime, a.Ctime, a.Rev = man.Size(), time.Unix(0, mtime), time.Unix(0, now), rev
 	m.setAttr(a)
 	m.setMan(ino, chunkstore.AppendManifest(nil, man))
-	s.enqueue(m, fmt.Sprintf("commit of %d", ino), now, rev, fn)
+	s.enqueue(m, what{verb: "commit", ino: ino}, now, rev, fn)
 	return rev, true
 }
 

@@ -622,6 +622,10 @@ func TestBehindQueuedCommitReadsNoRow(t *testing.T) {
 			q == "SELECT parent, name FROM dirents WHERE child = ?" {
 			t.Errorf("the queue read a node or its names: %s", q)
 		}
+		// The memo found each name free when it answered the create.
+		if strings.HasPrefix(q, "SELECT p.kind, d.child FROM nodes p") {
+			t.Errorf("the queue read a created name: %s", q)
+		}
 	}
 	for i := range 3 {
 		if got := string(readFile(t, s, fmt.Sprint("d/f", i))); got != "content" {
@@ -720,6 +724,29 @@ func TestBehindQueueRunsByItself(t *testing.T) {
 // A removal answered from the memo runs without reading what the name
 // holds; the entry's removal checks it, so a memo that was wrong (a bug)
 // fails the mutation instead of deleting another node.
+// A queued create runs no query for its name (the memo found it free),
+// and the entry's insert still refuses a name in use: the create fails,
+// and neither the name's node nor the store's next number changes.
+func TestBehindCreateRefusesANameInUse(t *testing.T) {
+	s := openBehind(t)
+	behindFailHook = nil
+	a, err := s.Create(ctx, RootIno, "a", NewAttr{Mode: 0o644})
+	must(t, err)
+	err = s.mutate(ctx, s.createFn(RootIno, "a", newNode{kind: KindFile, attr: NewAttr{Mode: 0o644}}, nil, new(node), true))
+	if err == nil {
+		t.Fatal("a create answered for a name in use ran")
+	}
+	got, err := s.Lookup(ctx, RootIno, "a")
+	if err != nil || got.Ino != a.Ino {
+		t.Errorf("a after the refused create: %+v, %v", got, err)
+	}
+	names, err := s.ReadDir(ctx, RootIno, "", 10)
+	must(t, err)
+	if len(names) != 1 {
+		t.Errorf("the root lists %d names, want 1: %+v", len(names), names)
+	}
+}
+
 func TestBehindRemoveChecksTheNameItWasAnsweredFor(t *testing.T) {
 	s := openBehind(t)
 	behindFailHook = nil

@@ -231,17 +231,21 @@ func (s *Store) create(ctx context.Context, parent Ino, name string, nn newNode,
 		return a, err
 	}
 	var n node
-	err := s.mutate(ctx, s.createFn(parent, name, nn, made, &n))
+	err := s.mutate(ctx, s.createFn(parent, name, nn, made, &n, false))
 	return n.attr(), err
 }
 
 // createFn is the mutation that creates nn as name in parent, leaving the
-// new node in n.
-func (s *Store) createFn(parent Ino, name string, nn newNode, made func(node), n *node) func(*wtx) error {
+// new node in n. answered: the write-behind answered it, having found the
+// name free and parent a directory in the memo, so no query checks them
+// again (the entry's insert still refuses a name in use).
+func (s *Store) createFn(parent Ino, name string, nn newNode, made func(node), n *node, answered bool) func(*wtx) error {
 	return func(t *wtx) error {
 		t.carries = true // the parent's times, the new node
-		if err := t.freeName(parent, name); err != nil {
-			return err
+		if !answered {
+			if err := t.freeName(parent, name); err != nil {
+				return err
+			}
 		}
 		dp, err := t.dirPath(parent)
 		if err != nil {
