@@ -121,7 +121,9 @@
 // names) go when the staging does (after the install, or when it is dropped): the
 // staging file is removed first and the holds released after, so a crash
 // in between leaves holds without a staging, which the next start (or the
-// next begin) releases. A bootstrap needs the tree's size once on disk.
+// next begin) releases; a release that fails (a full disk) is owed, and
+// the next Apply releases the holds. A bootstrap needs the tree's size
+// once on disk.
 //
 // BootstrapOptions.Progress hears the report so far once the receiver has
 // answered the begin (the record count known up front, and how many it

@@ -3,8 +3,10 @@ package converge
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -236,4 +238,53 @@ func TestRecoveryKeepsStagingWhenStoreCannotAnswer(t *testing.T) {
 	if !strings.Contains(logs.String(), "emptiness is unknown") {
 		t.Errorf("the failure was not logged:\n%s", logs.String())
 	}
+}
+
+// An install cut short (a full disk) once part of the tree is in removes
+// the staging and releases its holds. When that release fails too (the
+// disk still full), the holds are owed: the next Apply (the entry-wise
+// push that follows) releases them, so no chunk stays referenced by a
+// hold nothing will take over (before, they stayed until the next start).
+func TestOwedHoldsGoWithTheNextApply(t *testing.T) {
+	ctx := context.Background()
+	server, hs := randomTree(t, 600)
+	cont := openStore(t, filepath.Join(t.TempDir(), "container.db"))
+	r := newRig(t, server, cont)
+	failInstallAfter(t, 0, errInjected) // the first batch commits, then the install fails
+	releases := 0
+	releaseHoldsHook = func() error {
+		if releases++; releases == 1 {
+			return errInjected
+		}
+		return nil
+	}
+	t.Cleanup(func() { releaseHoldsHook = nil })
+	_, err := Bootstrap(ctx, server, r.session(t), BootstrapOptions{Peer: peerName})
+	if !injected(err) {
+		t.Fatalf("bootstrap with the install cut short: err = %v", err)
+	}
+	if empty, err := cont.Empty(ctx); err != nil || empty {
+		t.Fatalf("after one install batch the store is empty (%v, %v)", empty, err)
+	}
+	assertNoStaging(t, StagingPath(cont))
+	held, err := cont.HeldChunks(ctx, hs)
+	must(t, err)
+	owed := 0
+	for _, h := range held {
+		if h {
+			owed++
+		}
+	}
+	if releases != 1 || owed == 0 {
+		t.Fatalf("after the failed release: %d releases tried, %d of %d chunks held; want 1 try and some held", releases, owed, len(hs))
+	}
+	// A push applies what the install left out; its Apply releases the
+	// owed holds (in the background: closing the responder waits for it).
+	_, err = cont.Apply(ctx, []vfs.ChangeEntry{{Kind: vfs.EntryDir, Path: "pushed", Mode: 0o755, Rev: 1}}, vfs.ApplyOptions{Source: vfs.Upstream})
+	must(t, err)
+	must(t, r.resp.Close())
+	if releases != 2 {
+		t.Errorf("%d releases tried after the next apply, want 2", releases)
+	}
+	assertHeld(t, cont, hs, false, fmt.Sprintf("the %d owed holds after the next apply", owed))
 }

@@ -48,11 +48,13 @@ type snapReceiver struct {
 	// watching: a staging may be on disk; an Apply that is not the
 	// install's own (installing) then settles it (afterApply), in a
 	// goroutine of bg, one at a time (settling), none after close.
-	watching, installing, settling atomic.Bool
-	bgMu                           sync.Mutex
-	bg                             sync.WaitGroup
-	closed                         bool
-	stopObserve                    func()
+	// owed: the holds of a removed staging failed to go (a full disk);
+	// the next such Apply releases them.
+	watching, installing, settling, owed atomic.Bool
+	bgMu                                 sync.Mutex
+	bg                                   sync.WaitGroup
+	closed                               bool
+	stopObserve                          func()
 }
 
 // stagingVersion is the staging format (PRAGMA user_version): a staging
@@ -161,14 +163,32 @@ func (s *snapReceiver) discard() {
 	s.releaseHolds(context.Background())
 }
 
-// releaseHolds gives back the chunks a staging held; a failure is logged
-// (the holds stay until the next start or snapshot releases them: space,
-// not data).
+// releaseHolds gives back the chunks a staging held. A failure (a full
+// disk) is logged and owed: the holds stay, counted in their chunks'
+// references (space, not data), until the next Apply, start or snapshot
+// releases them.
 func (s *snapReceiver) releaseHolds(ctx context.Context) {
-	if err := s.r.store.ReleaseHeldChunks(ctx); err != nil && !errors.Is(err, vfs.ErrClosed) {
-		s.r.log.Warn("snapshot staging: held chunks not released", "err", err)
+	var err error
+	if releaseHoldsHook != nil {
+		err = releaseHoldsHook()
+	}
+	if err == nil {
+		err = s.r.store.ReleaseHeldChunks(ctx)
+	}
+	switch {
+	case err == nil:
+		s.owed.Store(false)
+	case errors.Is(err, vfs.ErrClosed):
+	default:
+		s.owed.Store(true)
+		s.r.log.Warn("snapshot staging: held chunks not released; retried after the next apply", "err", err)
 	}
 }
+
+// releaseHoldsHook, when set (tests), runs before each release of a
+// removed staging's holds; an error it returns stands for the release
+// failing (a full disk).
+var releaseHoldsHook func() error
 
 type stagedMeta struct {
 	root     Hash
@@ -295,6 +315,7 @@ func (s *snapReceiver) begin(ctx context.Context, c *rpc.Incoming) error {
 	if err := s.r.store.ReleaseHeldChunks(ctx); err != nil {
 		return fmt.Errorf("snapshot begin: %w", err)
 	}
+	s.owed.Store(false)
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -799,9 +820,10 @@ func (s *snapReceiver) recoverStaging(ctx context.Context) {
 // afterApply observes the store's Apply commits. One that is not the
 // install's own (a push, a repair) while a staging is on disk settles the
 // staging: once the store holds a tree, the sender, which bootstraps empty
-// stores only, will never begin or commit a snapshot here again.
+// stores only, will never begin or commit a snapshot here again. While
+// holds are owed, it releases them.
 func (s *snapReceiver) afterApply([]vfs.Invalidation) {
-	if !s.watching.Load() || s.installing.Load() {
+	if !s.watching.Load() && !s.owed.Load() || s.installing.Load() {
 		return
 	}
 	s.bgMu.Lock()
@@ -818,11 +840,15 @@ func (s *snapReceiver) afterApply([]vfs.Invalidation) {
 }
 
 // settle removes the staging when the live store holds a tree and no
-// install is running (an install holds s.mu, so settle runs after it).
+// install is running (an install holds s.mu, so settle runs after it);
+// with no staging, it releases owed holds.
 func (s *snapReceiver) settle(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !s.watching.Load() {
+		if s.owed.Load() {
+			s.releaseHolds(ctx)
+		}
 		return
 	}
 	empty, err := s.r.store.Empty(ctx)
