@@ -110,10 +110,19 @@
 // computed as they stream by) and compares it with the root the sender
 // declared at begin; a
 // mismatch discards the staging and leaves the live store untouched. Then
-// it installs: live paths the snapshot lacks are deleted and the records
-// applied in batches as upstream, the last batch writing the watermarks
-// (the snapshot's rev as applied push and fetch cursors). Apply is
-// idempotent, so an install cut short runs again on the next commit. The
+// it installs: the records apply in batches as upstream, and then the
+// watermarks are set (the snapshot's rev as applied push and fetch
+// cursors). Apply is idempotent, so an install cut short runs again on the
+// next commit. The store was empty at the begin, but a process in the
+// container may write in the mount meanwhile, and such a change is never
+// overwritten or deleted: each batch applies behind a fence at the begin's
+// rev (vfs.ApplyOptions.Fence, as a push does) and no live path is
+// deleted. An install that meets a change of the container's own (an
+// entry the fence held back, a rev stamped between the begin and the
+// first batch or between two batches) installs everything else, leaves
+// the watermarks, and fails the commit as ErrNotEmpty: the server's push
+// carries on entry by entry, fenced, and the two versions of a path meet
+// in its conflict detection at the next pull. The
 // install references the held chunks where they are: each batch takes
 // over the holds of the chunks it names in its own transaction
 // (vfs.ApplyOptions.Held), so a hold's reference becomes the first file's

@@ -1,6 +1,7 @@
 package converge
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -280,11 +281,18 @@ func TestSnapshotIntoMemoryStore(t *testing.T) {
 	assertSameRoot(t, server, cont, "roots")
 }
 
-func TestSnapshotInstallsAsReplace(t *testing.T) {
-	// A commit that finds live state (an install cut short, or a write that
-	// raced the snapshot) replaces it: paths the snapshot lacks go.
+// A process in the container writes in the mount while the snapshot
+// stages: a directory the snapshot lacks, and a file (in a directory of
+// its own mode) where the snapshot has another. The install keeps those
+// changes, installs everything else, and fails the commit as ErrNotEmpty
+// with the watermarks as they were, so the server's push carries on entry
+// by entry, fenced, and the file's two versions meet in the server's
+// conflict detection. (The install used to replace the live tree: it
+// deleted the directory and overwrote the file.)
+func TestSnapshotInstallKeepsTheContainersOwnChanges(t *testing.T) {
 	ctx := context.Background()
-	server, cont, r := snapRig(t, smallTree())
+	tree := smallTree()
+	server, cont, r := snapRig(t, tree)
 	sess := r.session(t)
 	rep, err := Bootstrap(ctx, server, sess, BootstrapOptions{Peer: peerName, noCommit: true})
 	must(t, err)
@@ -294,12 +302,80 @@ func TestSnapshotInstallsAsReplace(t *testing.T) {
 	_, err = cont.WriteFile(ctx, "d000/s0/f000", []byte("a different file"), 0o600)
 	must(t, err)
 	var st callStats
-	if _, _, err := snapCommit(ctx, sess, &st, rep.Root); err != nil {
-		t.Fatal(err)
+	if _, _, err := snapCommit(ctx, sess, &st, rep.Root); !errors.Is(err, vfs.ErrNotEmpty) {
+		t.Fatalf("commit over the container's own changes: %v, want ErrNotEmpty", err)
 	}
-	assertSameRoot(t, server, cont, "roots after replace")
-	if _, err := cont.Stat(ctx, "stray"); !errors.Is(err, vfs.ErrNotExist) {
-		t.Errorf("stray directory survived the install: %v", err)
+	assertInstalledAround(t, server, cont, tree, map[string]string{"d000/s0": "", "d000/s0/f000": "a different file", "stray/dir": ""})
+}
+
+// A process writing in the mount between two of the install's batches is
+// seen by the rev it stamps: its file stays, the commit fails as
+// ErrNotEmpty, and the watermarks stay as they were.
+func TestSnapshotInstallSeesAWriteBetweenItsBatches(t *testing.T) {
+	ctx := context.Background()
+	tree := genEntries(3_000)
+	server, cont, r := snapRig(t, tree)
+	batches := 0
+	installBatchHook = func() error {
+		if batches++; batches == 1 {
+			_, err := cont.WriteFile(ctx, "during.txt", []byte("written during the install"), 0o644)
+			return err
+		}
+		return nil
+	}
+	t.Cleanup(func() { installBatchHook = nil })
+	_, err := Bootstrap(ctx, server, r.session(t), BootstrapOptions{Peer: peerName})
+	if !errors.Is(err, ErrNotEmpty) {
+		t.Fatalf("bootstrap with a write between the install's batches: %v, want ErrNotEmpty", err)
+	}
+	if batches < 2 {
+		t.Fatalf("the install ran %d batches, want more than one", batches)
+	}
+	assertInstalledAround(t, server, cont, tree, map[string]string{"during.txt": "written during the install"})
+}
+
+// assertInstalledAround checks a container after an install that met the
+// container's own changes: own holds them (path to content, "" for a
+// directory), every other entry of tree is there as the server has it,
+// the staging and its holds are gone, and the watermarks did not move.
+func assertInstalledAround(t *testing.T, server, cont *vfs.Store, tree []vfs.ChangeEntry, own map[string]string) {
+	t.Helper()
+	ctx := context.Background()
+	for p, want := range own {
+		if want == "" {
+			if a, err := cont.Stat(ctx, p); err != nil || a.Kind != vfs.KindDir {
+				t.Errorf("the container's own directory %s: %+v, %v", p, a, err)
+			}
+			continue
+		}
+		if b, err := cont.ReadFile(ctx, p); err != nil || string(b) != want {
+			t.Errorf("the container's own file %s: %q, %v; want %q", p, b, err, want)
+		}
+	}
+	for _, e := range tree {
+		if _, ok := own[e.Path]; ok || e.Kind != vfs.EntryFile {
+			continue
+		}
+		got, err := cont.ReadFile(ctx, e.Path)
+		must(t, err)
+		want, err := server.ReadFile(ctx, e.Path)
+		must(t, err)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("%s: %d bytes installed, the server has %d", e.Path, len(got), len(want))
+		}
+	}
+	assertNoStaging(t, StagingPath(cont))
+	hs := make([]chunkstore.Hash, 0, len(tree))
+	for _, e := range tree {
+		for _, r := range e.Chunks {
+			hs = append(hs, r.Hash)
+		}
+	}
+	assertHeld(t, cont, hs, false, "chunks after the install")
+	ws, err := cont.Watermarks(ctx, server.ID())
+	must(t, err)
+	if ws.AppliedPush != (watermark.Cursor{}) {
+		t.Errorf("the container's applied push moved to %v; the server's push must carry on from where it was", ws.AppliedPush)
 	}
 }
 

@@ -64,8 +64,9 @@ type snapReceiver struct {
 // a rowid table, so its hash index holds hashes only (a WITHOUT ROWID
 // table keeps the bytes in the key's B-tree: a probe read a page per
 // chunk). Version 4: chunk bytes are held in the store itself, the
-// staging keeps records only.
-const stagingVersion = 4
+// staging keeps records only. Version 5: meta holds since, the store's rev
+// at the begin (the install's fence).
+const stagingVersion = 5
 
 const stagingSchema = `
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value ANY) WITHOUT ROWID;
@@ -193,6 +194,7 @@ var releaseHoldsHook func() error
 type stagedMeta struct {
 	root     Hash
 	rev      int64
+	since    int64 // the store's rev at the begin: a later one is the container's own change
 	total    int
 	staged   int
 	peer     string
@@ -251,6 +253,8 @@ func readMeta(ctx context.Context, db *sql.DB) (stagedMeta, error) {
 			m.verified = x == 1
 		case "peer":
 			m.peer, _ = v.(string)
+		case "since":
+			m.since, _ = v.(int64)
 		}
 	}
 	if err := rows.Err(); err != nil {
@@ -326,8 +330,11 @@ func (s *snapReceiver) begin(ctx context.Context, c *rpc.Incoming) error {
 			return err
 		}
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO meta(key, value) VALUES('root', ?), ('rev', ?), ('total', ?), ('peer', ?)`,
-		root[:], rev, total, c.Session().Peer().ID); err != nil {
+	// The store is empty, its rev where this snapshot starts: a rev past
+	// it is a change of the container's own (a process writing in the
+	// mount), which the install must not overwrite or delete.
+	if _, err := tx.ExecContext(ctx, `INSERT INTO meta(key, value) VALUES('root', ?), ('rev', ?), ('total', ?), ('peer', ?), ('since', ?)`,
+		root[:], rev, total, c.Session().Peer().ID, s.r.store.CurrentRev()); err != nil {
 		return err
 	}
 	if err := tx.Commit(); err != nil {
@@ -679,6 +686,7 @@ func (s *snapReceiver) commit(ctx context.Context, c *rpc.Incoming) error {
 		return badRequest("commit with %d of %d records staged", m.staged, m.total)
 	}
 	t0 := time.Now()
+	resumed := m.verified // the install had begun: part of it may be in
 	if !m.verified {
 		got, err := stagedRoot(ctx, db)
 		if err != nil {
@@ -696,9 +704,17 @@ func (s *snapReceiver) commit(ctx context.Context, c *rpc.Incoming) error {
 	}
 	t1 := time.Now()
 	before := s.r.store.CurrentRev()
-	if err := s.installChecked(ctx, db, m); err != nil {
+	if err := s.installChecked(ctx, db, m, resumed); err != nil {
 		if errors.Is(err, errKilled) {
 			return err // the test seam: the process died here, nothing after runs
+		}
+		if errors.Is(err, errChanged) {
+			// The snapshot is in but for the container's own changes: the
+			// push carries on as into any store that holds a tree.
+			s.r.log.Info("snapshot installed around the container's own changes; staging removed, the push carries on", "root", m.root, "err", err)
+			metricSnapshots.WithLabelValues("abandoned").Inc()
+			s.discard()
+			return fmt.Errorf("%w: %w", ErrNotEmpty, err)
 		}
 		// The sender bootstraps empty stores only: once part of the tree
 		// is in, no commit will come for this staging again.
@@ -715,9 +731,9 @@ func (s *snapReceiver) commit(ctx context.Context, c *rpc.Incoming) error {
 
 // installChecked installs a verified staging, checks the live tree
 // against its root, and removes the staging. Called with s.mu held.
-func (s *snapReceiver) installChecked(ctx context.Context, db *sql.DB, m stagedMeta) error {
+func (s *snapReceiver) installChecked(ctx context.Context, db *sql.DB, m stagedMeta, resumed bool) error {
 	s.installing.Store(true)
-	err := s.install(ctx, db, m)
+	err := s.install(ctx, db, m, resumed)
 	s.installing.Store(false)
 	if err != nil {
 		return fmt.Errorf("snapshot install: %w", err)
@@ -795,7 +811,7 @@ func (s *snapReceiver) recoverStaging(ctx context.Context) {
 			return
 		}
 		log.Info("finishing a cut-short snapshot install", "root", m.root, "records", m.total)
-		if err := s.installChecked(ctx, db, m); err != nil {
+		if err := s.installChecked(ctx, db, m, true); err != nil {
 			log.Warn("cut-short snapshot install did not finish; staging removed", "err", err)
 			metricSnapshots.WithLabelValues("abandoned").Inc()
 			s.discard()
@@ -1040,40 +1056,32 @@ func stagedRoot(ctx context.Context, db *sql.DB) (Hash, error) {
 	return fold(root)
 }
 
-// install replaces the live tree with the staged one: live paths the
-// snapshot does not hold are deleted, then the records apply as upstream
-// in batches, each with the chunks it needs from staging. Apply is
-// idempotent, so an install cut short runs again from the start on the
-// next commit and skips what it already applied.
-func (s *snapReceiver) install(ctx context.Context, db *sql.DB, m stagedMeta) error {
+// install applies the staged records as upstream in batches, each with
+// the chunks it needs held in the store. Apply is idempotent, so an
+// install cut short runs again from the start on the next commit and
+// skips what it already applied.
+//
+// The store was empty at the begin, but a process in the container may
+// write in the mount while the snapshot stages or installs: such a change
+// of the container's own is never overwritten or deleted. Each batch
+// applies behind a fence at the begin's rev (ApplyOptions.Fence, as a push
+// does), which holds back an entry whose path the container changed, and
+// no live path is deleted. A change of the container's own (an entry held
+// back, or a rev stamped between the begin and the first batch or
+// between two batches) makes the install errChanged once every batch is
+// in: the watermarks stay as they were, and the server's push carries on
+// entry by entry, fenced, as for any container that holds a tree, so the
+// path's two versions meet in its conflict detection. resumed: the install
+// had begun before (a commit or start after a failure), whose earlier
+// batches' revs are not told apart from the container's own until a
+// batch of this run stamps one.
+func (s *snapReceiver) install(ctx context.Context, db *sql.DB, m stagedMeta, resumed bool) error {
 	store := s.r.store
-	live, err := buildTree(ctx, store, vfs.NewIgnore([]string{}), false)
-	if err != nil {
-		return err
-	}
-	var dels []vfs.ChangeEntry
-	err = live.walk(func(p string, n *node) error {
-		var one int
-		err := db.QueryRowContext(ctx, `SELECT 1 FROM records WHERE path = ?`, p).Scan(&one)
-		if errors.Is(err, sql.ErrNoRows) {
-			dels = append(dels, vfs.ChangeEntry{Kind: vfs.EntryDelete, Path: p, Rev: m.rev})
-			return nil
-		}
-		return err
-	})
-	if err != nil {
-		return err
-	}
-	if len(dels) > 0 {
-		if _, err := store.Apply(ctx, dels, vfs.ApplyOptions{Source: vfs.Upstream}); err != nil {
-			return err
-		}
-	}
 	ws, err := store.Watermarks(ctx, m.peer)
 	if err != nil {
 		return err
 	}
-	ws.AppliedPush, ws.Fetch = watermark.At(m.rev), watermark.At(m.rev)
+	fence := watermark.At(m.since)
 	// Into an empty store every record creates a free name, which Apply
 	// writes in bulk (multi-row inserts): transactions then grow to
 	// installBulkBatch, so each B-tree page (of the chunk rows above all,
@@ -1084,6 +1092,9 @@ func (s *snapReceiver) install(ctx context.Context, db *sql.DB, m stagedMeta) er
 	if err != nil {
 		return err
 	}
+	seen, known := m.since, !resumed
+	var held []string // held back by the fence (the first few)
+	heldN, between := 0, false
 	size := installBatch
 	for seq := 0; seq < m.total; {
 		batch, next, err := stagedBatch(ctx, db, seq, size)
@@ -1094,18 +1105,32 @@ func (s *snapReceiver) install(ctx context.Context, db *sql.DB, m stagedMeta) er
 			return malformed("staged records end at %d of %d", seq, m.total)
 		}
 		seq = next
-		if err := s.applyStaged(ctx, batch, m, &ws, seq == m.total); err != nil {
+		res, err := s.applyStaged(ctx, batch, m, &ws, &fence)
+		if err != nil {
 			return err
+		}
+		heldN += len(res.Deferred)
+		held = append(held, res.Deferred[:min(len(res.Deferred), 3-len(held))]...)
+		if res.LastRev > 0 {
+			between = between || known && res.RevBefore != seen
+			seen, known = res.LastRev, true
 		}
 		if empty {
 			size = min(2*size, installBulkBatch)
 		}
 	}
-	if m.total == 0 {
-		return store.SetWatermarks(ctx, m.peer, ws)
+	if known && store.CurrentRev() != seen {
+		between = true
 	}
-	return nil
+	if heldN > 0 || between {
+		return fmt.Errorf("%w: %d of its entries held back (%q), other changes %v", errChanged, heldN, held, between)
+	}
+	ws.AppliedPush, ws.Fetch = watermark.At(m.rev), watermark.At(m.rev)
+	return store.SetWatermarks(ctx, m.peer, ws)
 }
+
+// errChanged is an install that met changes of the container's own.
+var errChanged = errors.New("the container changed its files during the snapshot")
 
 // stagedBatch reads the entries of up to n staged records from seq on,
 // putting a split file's parts back together (a batch then reads past n
@@ -1181,20 +1206,18 @@ func stagedBatch(ctx context.Context, db *sql.DB, seq, n int) ([]vfs.ChangeEntry
 const installRefs = 1 << 16
 
 // applyStaged applies one batch of staged records, whose chunks the store
-// holds; the last batch writes the watermarks in its transaction.
-func (s *snapReceiver) applyStaged(ctx context.Context, batch []vfs.ChangeEntry, m stagedMeta, ws *watermark.Set, last bool) error {
+// holds, behind fence; the batch's revs join the peer's bounce run, with
+// ws written as it is.
+func (s *snapReceiver) applyStaged(ctx context.Context, batch []vfs.ChangeEntry, m stagedMeta, ws *watermark.Set, fence *watermark.Cursor) (vfs.ApplyResult, error) {
 	// The staged chunks are held: each batch takes over the holds of the
 	// chunks it names, as their first references.
-	opts := vfs.ApplyOptions{Source: vfs.Upstream, Held: true}
-	if last {
-		opts.Peer, opts.Watermarks = m.peer, ws
-	}
-	_, err := s.r.store.Apply(ctx, batch, opts)
+	opts := vfs.ApplyOptions{Source: vfs.Upstream, Held: true, Peer: m.peer, Watermarks: ws, Bounce: true, Fence: fence}
+	res, err := s.r.store.Apply(ctx, batch, opts)
 	crashpoint.Hit("converge.install.batch")
 	if err == nil && installBatchHook != nil {
 		err = installBatchHook()
 	}
-	return err
+	return res, err
 }
 
 // installBatchHook, when set (tests), runs after each install batch
