@@ -704,7 +704,8 @@ func (s *snapReceiver) commit(ctx context.Context, c *rpc.Incoming) error {
 	}
 	t1 := time.Now()
 	before := s.r.store.CurrentRev()
-	if err := s.installChecked(ctx, db, m, resumed); err != nil {
+	after, err := s.installChecked(ctx, db, m, resumed)
+	if err != nil {
 		if errors.Is(err, errKilled) {
 			return err // the test seam: the process died here, nothing after runs
 		}
@@ -726,30 +727,40 @@ func (s *snapReceiver) commit(ctx context.Context, c *rpc.Incoming) error {
 		return err
 	}
 	s.r.log.Debug("snapshot timing", "check", t1.Sub(t0), "install", time.Since(t1))
-	return c.Reply(uvarints(uint64(before), uint64(s.r.store.CurrentRev())))
+	// The revs the install stamped, not the store's current rev: one the
+	// container stamped since is its own change, for the next pull.
+	return c.Reply(uvarints(uint64(before), uint64(after)))
 }
 
 // installChecked installs a verified staging, checks the live tree
 // against its root, and removes the staging. Called with s.mu held.
-func (s *snapReceiver) installChecked(ctx context.Context, db *sql.DB, m stagedMeta, resumed bool) error {
+// It returns the rev the install left the store at: later revs are the
+// container's own changes. Called with s.mu held.
+func (s *snapReceiver) installChecked(ctx context.Context, db *sql.DB, m stagedMeta, resumed bool) (int64, error) {
 	s.installing.Store(true)
-	err := s.install(ctx, db, m, resumed)
+	last, err := s.install(ctx, db, m, resumed)
 	s.installing.Store(false)
 	if err != nil {
-		return fmt.Errorf("snapshot install: %w", err)
+		return 0, fmt.Errorf("snapshot install: %w", err)
 	}
 	s.r.Forget()
 	t, err := s.r.Tree(ctx, []string{})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if t.Root != m.root {
-		return fmt.Errorf("snapshot install: %w: live tree hashes to %s after install", ErrRootMismatch, t.Root)
+		if s.r.store.CurrentRev() == last {
+			return 0, fmt.Errorf("snapshot install: %w: live tree hashes to %s after install", ErrRootMismatch, t.Root)
+		}
+		// A change of the container's own came after the last batch: it
+		// goes to the server with the next pull, and the next verify
+		// checks the whole.
+		s.r.log.Info("the container changed files right after the snapshot's install; its root is left to the next verify", "root", m.root, "live", t.Root)
 	}
 	s.discard()
 	metricSnapshots.WithLabelValues("installed").Inc()
-	s.r.log.Info("snapshot installed", "root", m.root, "records", m.total, "rev", s.r.store.CurrentRev())
-	return nil
+	s.r.log.Info("snapshot installed", "root", m.root, "records", m.total, "rev", last)
+	return last, nil
 }
 
 // maxLocalResumes bounds how often a starting responder finishes the same
@@ -811,7 +822,7 @@ func (s *snapReceiver) recoverStaging(ctx context.Context) {
 			return
 		}
 		log.Info("finishing a cut-short snapshot install", "root", m.root, "records", m.total)
-		if err := s.installChecked(ctx, db, m, true); err != nil {
+		if _, err := s.installChecked(ctx, db, m, true); err != nil {
 			log.Warn("cut-short snapshot install did not finish; staging removed", "err", err)
 			metricSnapshots.WithLabelValues("abandoned").Inc()
 			s.discard()
@@ -1075,11 +1086,11 @@ func stagedRoot(ctx context.Context, db *sql.DB) (Hash, error) {
 // had begun before (a commit or start after a failure), whose earlier
 // batches' revs are not told apart from the container's own until a
 // batch of this run stamps one.
-func (s *snapReceiver) install(ctx context.Context, db *sql.DB, m stagedMeta, resumed bool) error {
+func (s *snapReceiver) install(ctx context.Context, db *sql.DB, m stagedMeta, resumed bool) (int64, error) {
 	store := s.r.store
 	ws, err := store.Watermarks(ctx, m.peer)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	fence := watermark.At(m.since)
 	// Into an empty store every record creates a free name, which Apply
@@ -1090,7 +1101,7 @@ func (s *snapReceiver) install(ctx context.Context, db *sql.DB, m stagedMeta, re
 	// keeps batches of installBatch.
 	empty, err := store.Empty(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	seen, known := m.since, !resumed
 	var held []string // held back by the fence (the first few)
@@ -1099,15 +1110,15 @@ func (s *snapReceiver) install(ctx context.Context, db *sql.DB, m stagedMeta, re
 	for seq := 0; seq < m.total; {
 		batch, next, err := stagedBatch(ctx, db, seq, size)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if len(batch) == 0 {
-			return malformed("staged records end at %d of %d", seq, m.total)
+			return 0, malformed("staged records end at %d of %d", seq, m.total)
 		}
 		seq = next
 		res, err := s.applyStaged(ctx, batch, m, &ws, &fence)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		heldN += len(res.Deferred)
 		held = append(held, res.Deferred[:min(len(res.Deferred), 3-len(held))]...)
@@ -1119,14 +1130,15 @@ func (s *snapReceiver) install(ctx context.Context, db *sql.DB, m stagedMeta, re
 			size = min(2*size, installBulkBatch)
 		}
 	}
-	if known && store.CurrentRev() != seen {
+	cur := store.CurrentRev()
+	if known && cur != seen {
 		between = true
 	}
 	if heldN > 0 || between {
-		return fmt.Errorf("%w: %d of its entries held back (%q), other changes %v", errChanged, heldN, held, between)
+		return 0, fmt.Errorf("%w: %d of its entries held back (%q), other changes %v", errChanged, heldN, held, between)
 	}
 	ws.AppliedPush, ws.Fetch = watermark.At(m.rev), watermark.At(m.rev)
-	return store.SetWatermarks(ctx, m.peer, ws)
+	return cur, store.SetWatermarks(ctx, m.peer, ws)
 }
 
 // errChanged is an install that met changes of the container's own.
