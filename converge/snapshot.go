@@ -362,6 +362,14 @@ func Bootstrap(ctx context.Context, local *vfs.Store, sess *rpc.Session, opts Bo
 	if err != nil {
 		return rep, fmt.Errorf("bootstrap: %w", err)
 	}
+	// The peer's store is empty (or holds part of this snapshot): a fetch
+	// cursor we keep for the peer is another store's. From the start of
+	// its feed, whatever happens next (an install around changes of the
+	// peer's own, a failure partway), a push fences all of the peer's own
+	// changes and a pull fetches them.
+	if err := resetFetch(ctx, local, opts.Peer); err != nil {
+		return rep, fmt.Errorf("bootstrap: %w", err)
+	}
 	rep.ResumedAt = next
 	progress := func() {
 		if opts.Progress != nil {
@@ -482,7 +490,10 @@ func Bootstrap(ctx context.Context, local *vfs.Store, sess *rpc.Session, opts Bo
 		return rep, err
 	}
 	ws.Push = watermark.At(t.Rev)
-	// The revs the install stamped hold our own entries.
+	// The revs the install stamped hold our own entries: from the start
+	// of the peer's feed (the cursor was reset above) to their end, when
+	// the install began there (a store with revs of its own before it is
+	// fetched from the start).
 	ws.Fetch = vfs.BounceRun{From: before, To: after}.Skip(ws.Fetch)
 	// The peer's store was replaced: the merge bases kept for it describe
 	// what it no longer holds (the push cursor, which now covers the whole
@@ -494,6 +505,16 @@ func Bootstrap(ctx context.Context, local *vfs.Store, sess *rpc.Session, opts Bo
 		return rep, err
 	}
 	return rep, nil
+}
+
+// resetFetch moves our fetch cursor for peer back to the start of its feed.
+func resetFetch(ctx context.Context, local *vfs.Store, peer string) error {
+	ws, err := local.Watermarks(ctx, peer)
+	if err != nil {
+		return err
+	}
+	ws.Fetch = watermark.Cursor{}
+	return local.SetWatermarks(ctx, peer, ws)
 }
 
 // sendChunks probes the peer for the page's chunks and sends the missing

@@ -24,16 +24,27 @@ func TestWriteDuringBootstrapIsKept(t *testing.T) {
 	p.sh(`mkdir -p src && for i in $(seq 1 12000); do echo $i > src/f$i; done`)
 	p.sync("pull")
 
-	// The platform replaces the container: an empty store.
-	p.cd.stop(syscall.SIGTERM)
-	syscallUnmount(p.mount)
-	olds, _ := filepath.Glob(p.cdState + "*")
-	for _, f := range olds {
-		if err := os.RemoveAll(f); err != nil {
-			t.Fatal(err)
+	// The platform replaces the container with an empty one, twice: the
+	// first is bootstrapped alone, and leaves the server a fetch cursor as
+	// far into that container's feed as the install of the second will
+	// reach (no reset then tells the server it is stale).
+	replace := func() {
+		p.cd.stop(syscall.SIGTERM)
+		syscallUnmount(p.mount)
+		olds, _ := filepath.Glob(p.cdState + "*")
+		for _, f := range olds {
+			if err := os.RemoveAll(f); err != nil {
+				t.Fatal(err)
+			}
 		}
+		p.startComputerd()
 	}
-	p.startComputerd()
+	replace()
+	if rep := p.sync("push"); !rep.Rebaselined {
+		t.Fatalf("push to the first empty container: %+v, want a bootstrap", rep)
+	}
+	p.sync("pull")
+	replace()
 
 	done := make(chan result, 1)
 	go func() { done <- p.cli("", "push", "--json") }()
