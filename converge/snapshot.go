@@ -366,7 +366,14 @@ func Bootstrap(ctx context.Context, local *vfs.Store, sess *rpc.Session, opts Bo
 	// cursor we keep for the peer is another store's. From the start of
 	// its feed, whatever happens next (an install around changes of the
 	// peer's own, a failure partway), a push fences all of the peer's own
-	// changes and a pull fetches them.
+	// changes and a pull fetches them. The peer's store is recorded as the
+	// one the watermarks now describe, so the exchange's reconcile after
+	// this bootstrap keeps what it sets.
+	if id := sess.Peer().ID; id != "" {
+		if _, err := local.MeetPeer(ctx, opts.Peer, id); err != nil {
+			return rep, fmt.Errorf("bootstrap: %w", err)
+		}
+	}
 	if err := resetFetch(ctx, local, opts.Peer); err != nil {
 		return rep, fmt.Errorf("bootstrap: %w", err)
 	}

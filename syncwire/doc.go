@@ -52,7 +52,9 @@
 // transfer between the two stores runs in one FIFO (internal/fifo) as an
 // Exchange: a turn on a live session, whose first transfer on a new session
 // reconciles the watermarks with the peer's (re-baselining a peer that lost
-// state; a snapshot bootstrap, which sets them itself, comes before it).
+// state, or that is another store than the one they were kept for:
+// Backend.MeetPeer; a snapshot bootstrap, which sets them itself, comes
+// before it).
 // PushOnce, PullOnce and Tick (pull, then push) are exchanges;
 // Do runs any other one (convergence repair, snapshot bootstrap, verify),
 // so nothing overtakes or interleaves with a push or a pull.

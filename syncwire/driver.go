@@ -392,14 +392,28 @@ func (x *Exchange) transfer(ctx context.Context, res *Result, op func(context.Co
 }
 
 // reconcile re-baselines watermarks against a peer met on a new session:
-// a peer whose current rev is below our fetch cursor lost its feed (fetch
-// it again from the start); a peer that has less of our feed than our push
-// cursor says lost state (push again from what it has).
+// a peer that is another store than the one our watermarks for its name
+// describe (a replaced or pooled container) is fetched from the start of
+// its feed (MeetPeer); a peer whose current rev is below our fetch cursor
+// lost its feed (fetch it again from the start); a peer that has less of
+// our feed than our push cursor says lost state (push again from what it
+// has).
 func (x *Exchange) reconcile(ctx context.Context, res *Result) error {
 	d := x.d
 	ps, err := x.s.Watermarks(ctx)
 	if err != nil {
 		return err
+	}
+	if ps.StoreID != "" {
+		reset, err := d.local.MeetPeer(ctx, d.peer, ps.StoreID)
+		if err != nil {
+			return err
+		}
+		if reset {
+			d.log.Info("peer is another store than our watermarks describe; fetching its feed from the start", "store", ps.StoreID)
+			res.Resets++
+			metricResets.WithLabelValues("store").Inc()
+		}
 	}
 	ws, err := d.local.Watermarks(ctx, d.peer)
 	if err != nil {

@@ -187,6 +187,10 @@ func (f *fakeBackend) Bounce(ctx context.Context, peer string) (vfs.BounceRun, e
 	return vfs.BounceRun{}, nil
 }
 
+func (f *fakeBackend) MeetPeer(ctx context.Context, peer, id string) (bool, error) {
+	return false, nil
+}
+
 func (f *fakeBackend) FlushAll(ctx context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -42,6 +42,10 @@ type Backend interface {
 	// Bounce is the peer's bounce run: revs stamped by applies of its
 	// entries (ApplyOptions.Bounce), never sent back to it.
 	Bounce(ctx context.Context, peer string) (vfs.BounceRun, error)
+	// MeetPeer records the store id behind peer; when another store was
+	// recorded, it resets what described that store's feed (the fetch
+	// cursor, the bounce run, the merge bases) and reports it.
+	MeetPeer(ctx context.Context, peer, id string) (bool, error)
 	FlushAll(ctx context.Context) error
 	// Quota, SetQuota and Admit are the store's quota (quota.go): the
 	// driver tells the peer its own and admits each pulled batch; the

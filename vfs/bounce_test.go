@@ -76,3 +76,59 @@ func TestApplyRecordsBounceRun(t *testing.T) {
 		t.Errorf("after lowering push: run = %v, want none", got)
 	}
 }
+
+// MeetPeer: the first store met under a name is recorded as it is, and so
+// is one met again; another store behind the name takes the fetch cursor
+// and the bounce run back to the start and drops the merge bases, in one
+// transaction, keeping the push cursors, which the driver reconciles with
+// what the new store says it holds.
+func TestMeetPeerResetsWhatDescribedAnotherStore(t *testing.T) {
+	s := newStore(t)
+	st := s.Chunks().NewStage()
+	defer st.Release()
+	if reset, err := s.MeetPeer(ctx, "p", "store-a"); err != nil || reset {
+		t.Fatalf("first meeting: reset %v, %v", reset, err)
+	}
+	ws := watermark.Set{Push: watermark.At(7), Fetch: watermark.At(40), AppliedPush: watermark.At(5)}
+	opts := ApplyOptions{Source: Upstream, Stage: st, Peer: "p", Watermarks: &ws, Bounce: true}
+	_, err := s.Apply(ctx, []ChangeEntry{stageEntry(t, st, "a", []byte("1"))}, opts)
+	must(t, err)
+	must(t, s.Delivered(ctx, "p", ws, []ChangeEntry{stageEntry(t, st, "a", []byte("1"))}, nil, true))
+	if n := countBases(t, s, "p"); n == 0 {
+		t.Fatal("no merge base kept for p")
+	}
+	if reset, err := s.MeetPeer(ctx, "p", "store-a"); err != nil || reset {
+		t.Fatalf("the same store again: reset %v, %v", reset, err)
+	}
+	if got, _ := s.Watermarks(ctx, "p"); got != ws {
+		t.Fatalf("the same store again changed the watermarks to %+v", got)
+	}
+	reset, err := s.MeetPeer(ctx, "p", "store-b")
+	if err != nil || !reset {
+		t.Fatalf("another store: reset %v, %v", reset, err)
+	}
+	got, err := s.Watermarks(ctx, "p")
+	must(t, err)
+	if want := (watermark.Set{Push: ws.Push, AppliedPush: ws.AppliedPush}); got != want {
+		t.Errorf("watermarks after another store = %+v, want %+v", got, want)
+	}
+	if run, _ := s.Bounce(ctx, "p"); run != (BounceRun{}) {
+		t.Errorf("bounce run after another store = %v", run)
+	}
+	if n := countBases(t, s, "p"); n != 0 {
+		t.Errorf("%d merge bases kept after another store", n)
+	}
+	if reset, err := s.MeetPeer(ctx, "q", "store-c"); err != nil || reset {
+		t.Errorf("a new name: reset %v, %v", reset, err)
+	}
+	if _, err := s.MeetPeer(ctx, "q", ""); !errors.Is(err, ErrInvalid) {
+		t.Errorf("an empty store id: %v, want ErrInvalid", err)
+	}
+}
+
+func countBases(t *testing.T, s *Store, peer string) int {
+	t.Helper()
+	var n int
+	must(t, s.committed().QueryRowContext(ctx, `SELECT count(*) FROM bases WHERE peer = ?`, peer).Scan(&n))
+	return n
+}

@@ -24,6 +24,7 @@ var migrations = []sqlitemigrate.Step{
 	migrateV8,
 	migrateV9,
 	migrateV10,
+	migrateV11,
 }
 
 // SchemaVersion is the schema version this build writes.
@@ -210,6 +211,15 @@ func migrateV9(ctx context.Context, tx *sql.Tx) error {
 func migrateV10(ctx context.Context, tx *sql.Tx) error {
 	if _, err := tx.ExecContext(ctx, `CREATE TABLE chunk_holds(hash BLOB PRIMARY KEY) WITHOUT ROWID`); err != nil {
 		return fmt.Errorf("v10: %w", err)
+	}
+	return nil
+}
+
+// migrateV11 records the store id each peer's sessions announced
+// (MeetPeer): the watermarks kept under a peer's name describe that store.
+func migrateV11(ctx context.Context, tx *sql.Tx) error {
+	if _, err := tx.ExecContext(ctx, `ALTER TABLE watermarks ADD COLUMN peer_store TEXT NOT NULL DEFAULT ''`); err != nil {
+		return fmt.Errorf("v11: %w", err)
 	}
 	return nil
 }
