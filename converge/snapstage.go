@@ -733,9 +733,9 @@ func (s *snapReceiver) commit(ctx context.Context, c *rpc.Incoming) error {
 }
 
 // installChecked installs a verified staging, checks the live tree
-// against its root, and removes the staging. Called with s.mu held.
-// It returns the rev the install left the store at: later revs are the
-// container's own changes. Called with s.mu held.
+// against its root, and removes the staging. It returns the rev the
+// install left the store at: later revs are the container's own changes.
+// Called with s.mu held.
 func (s *snapReceiver) installChecked(ctx context.Context, db *sql.DB, m stagedMeta, resumed bool) (int64, error) {
 	s.installing.Store(true)
 	last, err := s.install(ctx, db, m, resumed)

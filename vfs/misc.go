@@ -101,27 +101,21 @@ func (s *Store) MeetPeer(ctx context.Context, peer, id string) (reset bool, err 
 	case err != nil && !errors.Is(err, sql.ErrNoRows):
 		return false, fmt.Errorf("meet peer %q: %w", peer, err)
 	}
+	zero, err := watermark.Cursor{}.AppendBinary(nil)
+	if err != nil {
+		return false, err
+	}
 	err = s.update(ctx, func(t *wtx) error {
 		var prev string
-		var fetch []byte
-		err := t.tx.QueryRowContext(t.ctx, `SELECT peer_store, fetch FROM watermarks WHERE peer = ?`, peer).Scan(&prev, &fetch)
-		if errors.Is(err, sql.ErrNoRows) {
-			zero, err := watermark.Cursor{}.AppendBinary(nil)
-			if err != nil {
-				return err
-			}
+		err := t.tx.QueryRowContext(t.ctx, `SELECT peer_store FROM watermarks WHERE peer = ?`, peer).Scan(&prev)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
 			_, err = t.exec(`INSERT INTO watermarks(peer, push, fetch, applied_push, peer_store) VALUES(?, ?, ?, ?, ?)`, peer, zero, zero, zero, id)
 			return err
-		}
-		if err != nil {
+		case err != nil:
 			return err
-		}
-		if prev == "" || prev == id {
+		case prev == "" || prev == id:
 			_, err = t.exec(`UPDATE watermarks SET peer_store = ? WHERE peer = ?`, id, peer)
-			return err
-		}
-		zero, err := watermark.Cursor{}.AppendBinary(nil)
-		if err != nil {
 			return err
 		}
 		if _, err := t.exec(`UPDATE watermarks SET peer_store = ?, fetch = ?, bounce_from = 0, bounce_to = 0 WHERE peer = ?`, id, zero, peer); err != nil {
