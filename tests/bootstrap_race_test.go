@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -28,18 +27,7 @@ func TestWriteDuringBootstrapIsKept(t *testing.T) {
 	// again: the first is bootstrapped alone, and leaves the server a fetch
 	// cursor as far into that container's feed as the install of the next
 	// will reach (no reset then tells the server it is stale).
-	replace := func() {
-		p.cd.stop(syscall.SIGTERM)
-		syscallUnmount(p.mount)
-		olds, _ := filepath.Glob(p.cdState + "*")
-		for _, f := range olds {
-			if err := os.RemoveAll(f); err != nil {
-				t.Fatal(err)
-			}
-		}
-		p.startComputerd()
-	}
-	replace()
+	p.replaceContainer()
 	if rep := p.sync("push"); !rep.Rebaselined {
 		t.Fatalf("push to the first empty container: %+v, want a bootstrap", rep)
 	}
@@ -51,7 +39,7 @@ func TestWriteDuringBootstrapIsKept(t *testing.T) {
 	// page. On a loaded machine they may land after the install instead (a
 	// plain local change then), and the container is replaced again.
 	try := func() (syncReport, bool) {
-		replace()
+		p.replaceContainer()
 		done := make(chan result, 1)
 		go func() { done <- p.cli("", "push", "--json") }()
 		var staging *sql.DB

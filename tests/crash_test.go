@@ -221,12 +221,7 @@ func runCrashSeed(t *testing.T, seed uint64) (crashFigure, *pair) {
 func (p *pair) restartArmed(daemon, op, env string) *proc {
 	p.t.Helper()
 	if op == "install" {
-		p.cd.stop(15)
-		syscallUnmount(p.mount)
-		olds, _ := filepath.Glob(p.cdState + "*")
-		for _, f := range olds {
-			os.RemoveAll(f)
-		}
+		p.dropContainer()
 		if daemon == "computerd" {
 			p.launchComputerd(env)
 		} else {

@@ -241,15 +241,7 @@ func fullDiskBootstrap(t *testing.T, l fullLoad) {
 	}
 
 	// A container replaced by an empty one, on a disk with little room.
-	p.cd.stop(syscall.SIGTERM)
-	syscallUnmount(p.mount)
-	olds, _ := filepath.Glob(p.cdState + "*")
-	for _, f := range olds {
-		if err := os.RemoveAll(f); err != nil {
-			t.Fatal(err)
-		}
-	}
-	p.startComputerd()
+	p.replaceContainer()
 	bf := ballast(t, filepath.Dir(p.cdState), l.spare)
 
 	r := p.cli("", "push")

@@ -332,3 +332,25 @@ func (p *pair) ls(path string, recursive bool) []fileInfo {
 }
 
 func syscallUnmount(dir string) { syscall.Unmount(dir, syscall.MNT_DETACH) }
+
+// replaceContainer stands for the platform replacing the container:
+// computerd stops, and comes back with an empty store at the same path.
+func (p *pair) replaceContainer() {
+	p.t.Helper()
+	p.dropContainer()
+	p.startComputerd()
+}
+
+// dropContainer stops computerd and removes its state (the store, its
+// WAL, chunks and staging).
+func (p *pair) dropContainer() {
+	p.t.Helper()
+	p.cd.stop(syscall.SIGTERM)
+	syscallUnmount(p.mount)
+	olds, _ := filepath.Glob(p.cdState + "*")
+	for _, f := range olds {
+		if err := os.RemoveAll(f); err != nil {
+			p.t.Fatal(err)
+		}
+	}
+}
