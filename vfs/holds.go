@@ -70,7 +70,10 @@ func (s *Store) HoldChunks(ctx context.Context, st *chunkstore.Stage, refs []chu
 			for i, r := range fresh {
 				args[i] = r.Hash[:]
 			}
-			if _, err := t.exec(`INSERT INTO chunk_holds(hash) VALUES `+rowsOf("(?)", len(fresh)), args...); err != nil {
+			// None is held (heldAmong): OR FAIL spares SQLite the
+			// statement journal an aborting multi-row insert keeps (see
+			// chunkstore's AddRefs); a failure rolls the whole hold back.
+			if _, err := t.exec(`INSERT OR FAIL INTO chunk_holds(hash) VALUES `+rowsOf("(?)", len(fresh)), args...); err != nil {
 				return err
 			}
 		}
