@@ -42,6 +42,18 @@ var fullLoads = []fullLoad{
 	{"rows", 1000, 7 << 9, 2 << 20},       // 3.5 MiB of chunks inline in the database
 }
 
+// write writes the load's files under /big through s, recording them in m.
+func (l fullLoad) write(rng *rand.Rand, m treeModel, s fsSide) {
+	s.mkdir("/big")
+	m["/big"] = "dir"
+	for i := range l.files {
+		b := randomBytes(rng, l.size)
+		pth := fmt.Sprintf("/big/%04d", i)
+		s.write(pth, b)
+		m[pth] = "file:" + sum(b)
+	}
+}
+
 // ballast fills dir's filesystem until spare bytes are left and returns
 // the file to remove to free it.
 func ballast(t *testing.T, dir string, spare int64) string {
@@ -140,14 +152,7 @@ func fullDiskSync(t *testing.T, verb string, l fullLoad) {
 	before := p.remoteStatus()
 	bf := ballast(t, full, l.spare)
 
-	sender.mkdir("/big")
-	m["/big"] = "dir"
-	for i := range l.files {
-		b := randomBytes(rng, l.size)
-		pth := fmt.Sprintf("/big/%04d", i)
-		sender.write(pth, b)
-		m[pth] = "file:" + sum(b)
-	}
+	l.write(rng, m, sender)
 	r := p.cli("", verb)
 	if r.code == 0 {
 		t.Fatalf("a %s of %d MiB into %d MiB of free space succeeded", verb, l.files*l.size>>20, l.spare>>20)
@@ -229,16 +234,8 @@ var bootLoads = []fullLoad{
 func fullDiskBootstrap(t *testing.T, l fullLoad) {
 	p := newPair(t, pairOpts{separate: "disk", stateTmpfs: fullTmpfs})
 	rng := rand.New(rand.NewPCG(uint64(len(l.name)), 0xb007))
-	server := apiSide{t: t, c: p.client()}
 	m := treeModel{}
-	server.mkdir("/big")
-	m["/big"] = "dir"
-	for i := range l.files {
-		b := randomBytes(rng, l.size)
-		pth := fmt.Sprintf("/big/%04d", i)
-		server.write(pth, b)
-		m[pth] = "file:" + sum(b)
-	}
+	l.write(rng, m, apiSide{t: t, c: p.client()})
 
 	// A container replaced by an empty one, on a disk with little room.
 	p.replaceContainer()
