@@ -52,7 +52,8 @@
 // transfer between the two stores runs in one FIFO (internal/fifo) as an
 // Exchange: a turn on a live session, whose first transfer on a new session
 // reconciles the watermarks with the peer's (re-baselining a peer that lost
-// state, or that is another store than the one they were kept for:
+// state, that is another store than the one they were kept for, or whose
+// store's lineage shows it restored behind our fetch cursor:
 // Backend.MeetPeer; a snapshot bootstrap, which sets them itself, comes
 // before it).
 // PushOnce, PullOnce and Tick (pull, then push) are exchanges;

@@ -394,7 +394,8 @@ func (x *Exchange) transfer(ctx context.Context, res *Result, op func(context.Co
 // reconcile re-baselines watermarks against a peer met on a new session:
 // a peer that is another store than the one our watermarks for its name
 // describe (a replaced or pooled container) is fetched from the start of
-// its feed (MeetPeer); a peer whose current rev is below our fetch cursor
+// its feed, and one restored behind our fetch cursor (its lineage parts
+// from the one recorded) from where the two histories part (MeetPeer); a peer whose current rev is below our fetch cursor
 // lost its feed (fetch it again from the start); a peer that has less of
 // our feed than our push cursor says lost state (push again from what it
 // has).
@@ -405,14 +406,19 @@ func (x *Exchange) reconcile(ctx context.Context, res *Result) error {
 		return err
 	}
 	if ps.StoreID != "" {
-		reset, err := d.local.MeetPeer(ctx, d.peer, ps.StoreID)
+		met, err := d.local.MeetPeer(ctx, d.peer, ps.StoreID, ps.Lineage)
 		if err != nil {
 			return err
 		}
-		if reset {
+		switch {
+		case met.Store:
 			d.log.Info("peer is another store than our watermarks describe; fetching its feed from the start", "store", ps.StoreID)
 			res.Resets++
 			metricResets.WithLabelValues("store").Inc()
+		case met.Restored:
+			d.log.Warn("peer's store was restored behind our fetch cursor; fetching its feed from where the histories part", "store", ps.StoreID, "fetch", met.Fetch)
+			res.Resets++
+			metricResets.WithLabelValues("restored").Inc()
 		}
 	}
 	ws, err := d.local.Watermarks(ctx, d.peer)

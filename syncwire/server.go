@@ -42,10 +42,13 @@ type Backend interface {
 	// Bounce is the peer's bounce run: revs stamped by applies of its
 	// entries (ApplyOptions.Bounce), never sent back to it.
 	Bounce(ctx context.Context, peer string) (vfs.BounceRun, error)
-	// MeetPeer records the store id behind peer; when another store was
-	// recorded, it resets what described that store's feed (the fetch
+	// MeetPeer records the store id and lineage behind peer; when another
+	// store was recorded, or the same one restored behind our fetch
+	// cursor, it resets what described what the peer held (the fetch
 	// cursor, the bounce run, the merge bases) and reports it.
-	MeetPeer(ctx context.Context, peer, id string) (bool, error)
+	MeetPeer(ctx context.Context, peer, id string, lin vfs.Lineage) (vfs.Met, error)
+	// Lineage is the store's lineage, announced in Watermarks replies.
+	Lineage() vfs.Lineage
 	FlushAll(ctx context.Context) error
 	// Quota, SetQuota and Admit are the store's quota (quota.go): the
 	// driver tells the peer its own and admits each pulled batch; the
@@ -178,7 +181,7 @@ func (s *Server) watermarks(ctx context.Context, c *rpc.Incoming) error {
 	if err != nil {
 		return err
 	}
-	b, err := PeerState{StoreID: s.b.ID(), CurrentRev: s.b.CurrentRev(), Set: set}.appendTo(nil)
+	b, err := PeerState{StoreID: s.b.ID(), CurrentRev: s.b.CurrentRev(), Set: set, Lineage: s.b.Lineage()}.appendTo(nil)
 	if err != nil {
 		return err
 	}

@@ -86,8 +86,8 @@ func TestMeetPeerResetsWhatDescribedAnotherStore(t *testing.T) {
 	s := newStore(t)
 	st := s.Chunks().NewStage()
 	defer st.Release()
-	if reset, err := s.MeetPeer(ctx, "p", "store-a"); err != nil || reset {
-		t.Fatalf("first meeting: reset %v, %v", reset, err)
+	if met, err := s.MeetPeer(ctx, "p", "store-a", nil); err != nil || met.Store || met.Restored {
+		t.Fatalf("first meeting: %+v, %v", met, err)
 	}
 	ws := watermark.Set{Push: watermark.At(7), Fetch: watermark.At(40), AppliedPush: watermark.At(5)}
 	opts := ApplyOptions{Source: Upstream, Stage: st, Peer: "p", Watermarks: &ws, Bounce: true}
@@ -97,15 +97,15 @@ func TestMeetPeerResetsWhatDescribedAnotherStore(t *testing.T) {
 	if n := countBases(t, s, "p"); n == 0 {
 		t.Fatal("no merge base kept for p")
 	}
-	if reset, err := s.MeetPeer(ctx, "p", "store-a"); err != nil || reset {
-		t.Fatalf("the same store again: reset %v, %v", reset, err)
+	if met, err := s.MeetPeer(ctx, "p", "store-a", nil); err != nil || met.Store || met.Restored || met.Fetch != ws.Fetch {
+		t.Fatalf("the same store again: %+v, %v", met, err)
 	}
 	if got, _ := s.Watermarks(ctx, "p"); got != ws {
 		t.Fatalf("the same store again changed the watermarks to %+v", got)
 	}
-	reset, err := s.MeetPeer(ctx, "p", "store-b")
-	if err != nil || !reset {
-		t.Fatalf("another store: reset %v, %v", reset, err)
+	met, err := s.MeetPeer(ctx, "p", "store-b", nil)
+	if err != nil || !met.Store || met.Fetch != (watermark.Cursor{}) {
+		t.Fatalf("another store: %+v, %v", met, err)
 	}
 	got, err := s.Watermarks(ctx, "p")
 	must(t, err)
@@ -118,10 +118,10 @@ func TestMeetPeerResetsWhatDescribedAnotherStore(t *testing.T) {
 	if n := countBases(t, s, "p"); n != 0 {
 		t.Errorf("%d merge bases kept after another store", n)
 	}
-	if reset, err := s.MeetPeer(ctx, "q", "store-c"); err != nil || reset {
-		t.Errorf("a new name: reset %v, %v", reset, err)
+	if met, err := s.MeetPeer(ctx, "q", "store-c", nil); err != nil || met.Store || met.Restored {
+		t.Errorf("a new name: %+v, %v", met, err)
 	}
-	if _, err := s.MeetPeer(ctx, "q", ""); !errors.Is(err, ErrInvalid) {
+	if _, err := s.MeetPeer(ctx, "q", "", nil); !errors.Is(err, ErrInvalid) {
 		t.Errorf("an empty store id: %v, want ErrInvalid", err)
 	}
 }

@@ -31,6 +31,13 @@
 // past through and is delivered by the next feed. Cursors are
 // watermark.Cursor values, resumable in the middle of a rev.
 //
+// Each opening of a store starts a segment of its revs under a random id
+// (Lineage, lineage.go). A peer that recorded the lineage tells, from the
+// lineage the store announces later, whether it was restored from an older
+// copy of itself behind what the peer fetched, and from which rev its
+// history is another one (Agreed; MeetPeer moves the peer's fetch cursor
+// back there).
+//
 // # Ignore patterns
 //
 // Ignore is a compiled list of gitignore(5) patterns relative to the

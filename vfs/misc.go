@@ -78,58 +78,6 @@ func (t *wtx) setWatermarks(peer string, set watermark.Set) error {
 	return nil
 }
 
-// MeetPeer records id as the store behind peer, as its sessions announce
-// it (a peer's name outlives its store: a replaced or pooled container
-// keeps the runtime's name). When the store recorded is another one, what
-// is kept under the name describes that other store's feed and what it
-// held: the fetch cursor and the bounce run go back to the start of the
-// new store's feed and the merge bases go, in one transaction, so the next
-// push fences every change of the new store and the next pull fetches
-// them all (the push cursor is reconciled against what the new store says
-// it holds of ours). It reports whether it reset them. A name met for the
-// first time, or whose store was never recorded (before schema v11), is
-// recorded as it is.
-func (s *Store) MeetPeer(ctx context.Context, peer, id string) (reset bool, err error) {
-	if id == "" {
-		return false, fmt.Errorf("meet peer %q: %w: no store id", peer, ErrInvalid)
-	}
-	var known string
-	err = s.committed().QueryRowContext(ctx, `SELECT peer_store FROM watermarks WHERE peer = ?`, peer).Scan(&known)
-	switch {
-	case err == nil && known == id:
-		return false, nil
-	case err != nil && !errors.Is(err, sql.ErrNoRows):
-		return false, fmt.Errorf("meet peer %q: %w", peer, err)
-	}
-	zero, err := watermark.Cursor{}.AppendBinary(nil)
-	if err != nil {
-		return false, err
-	}
-	err = s.update(ctx, func(t *wtx) error {
-		var prev string
-		err := t.tx.QueryRowContext(t.ctx, `SELECT peer_store FROM watermarks WHERE peer = ?`, peer).Scan(&prev)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			_, err = t.exec(`INSERT INTO watermarks(peer, push, fetch, applied_push, peer_store) VALUES(?, ?, ?, ?, ?)`, peer, zero, zero, zero, id)
-			return err
-		case err != nil:
-			return err
-		case prev == "" || prev == id:
-			_, err = t.exec(`UPDATE watermarks SET peer_store = ? WHERE peer = ?`, id, peer)
-			return err
-		}
-		if _, err := t.exec(`UPDATE watermarks SET peer_store = ?, fetch = ?, bounce_from = 0, bounce_to = 0 WHERE peer = ?`, id, zero, peer); err != nil {
-			return err
-		}
-		reset = true
-		return t.forgetBases(peer)
-	})
-	if err != nil {
-		return false, fmt.Errorf("meet peer %q: %w", peer, err)
-	}
-	return reset, nil
-}
-
 // Has returns the subset of hashes whose bytes are present, in input order.
 func (s *Store) Has(ctx context.Context, hashes []chunkstore.Hash) ([]chunkstore.Hash, error) {
 	return s.chunks.Has(ctx, s.committed(), hashes)

@@ -25,6 +25,7 @@ var migrations = []sqlitemigrate.Step{
 	migrateV9,
 	migrateV10,
 	migrateV11,
+	migrateV12,
 }
 
 // SchemaVersion is the schema version this build writes.
@@ -220,6 +221,20 @@ func migrateV10(ctx context.Context, tx *sql.Tx) error {
 func migrateV11(ctx context.Context, tx *sql.Tx) error {
 	if _, err := tx.ExecContext(ctx, `ALTER TABLE watermarks ADD COLUMN peer_store TEXT NOT NULL DEFAULT ''`); err != nil {
 		return fmt.Errorf("v11: %w", err)
+	}
+	return nil
+}
+
+// migrateV12 adds the store's lineage (lineage.go): one segment per
+// opening, and the lineage each peer's sessions announced (MeetPeer).
+func migrateV12(ctx context.Context, tx *sql.Tx) error {
+	for _, q := range []string{
+		`CREATE TABLE lineage(from_rev INTEGER PRIMARY KEY, id INTEGER NOT NULL)`,
+		`ALTER TABLE watermarks ADD COLUMN peer_lineage BLOB`,
+	} {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return fmt.Errorf("v12: %w", err)
+		}
 	}
 	return nil
 }

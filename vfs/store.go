@@ -75,7 +75,9 @@ type Store struct {
 	rq     dbQuerier // reads outside transactions
 	chunks *chunkstore.Store
 	id     string
-	memory bool
+	// lineage is the store's segments as of its opening (lineage.go).
+	lineage Lineage
+	memory  bool
 
 	wmu      sync.Mutex     // serialises write transactions
 	dirCache map[Ino]string // directory paths; guarded by wmu
@@ -148,6 +150,11 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	if err := s.init(ctx); err != nil {
+		s.closeDBs()
+		s.chunks.Close()
+		return nil, fmt.Errorf("open store %s: %w", path, err)
+	}
+	if err := s.beginSegment(ctx); err != nil {
 		s.closeDBs()
 		s.chunks.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)

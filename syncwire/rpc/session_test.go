@@ -152,7 +152,7 @@ func TestWatchdogFailsASilentPeer(t *testing.T) {
 func TestVersionMismatchFailsBothSides(t *testing.T) {
 	a, b := Pipe()
 	ca := testConfig()
-	ca.MinVersion, ca.MaxVersion = 5, 5 // a peer from before version 6 (snapshot objects as object messages)
+	ca.MinVersion, ca.MaxVersion = 6, 6 // a peer from before version 7 (the lineage in Watermarks replies)
 	sa := NewSession(a, true, ca, nil)
 	sb := NewSession(b, false, testConfig(), nil)
 	ctx := testutil.Context(t, 10*time.Second)
@@ -161,8 +161,8 @@ func TestVersionMismatchFailsBothSides(t *testing.T) {
 	go func() { errc <- sb.Handshake(ctx) }()
 	for range 2 {
 		err := <-errc
-		if !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), "5..5") || !strings.Contains(err.Error(), "6..6") {
-			t.Errorf("err = %v, want ErrVersion naming 5..5 and 6..6", err)
+		if !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), "6..6") || !strings.Contains(err.Error(), "7..7") {
+			t.Errorf("err = %v, want ErrVersion naming 6..6 and 7..7", err)
 		}
 	}
 }
@@ -171,11 +171,11 @@ func TestVersionMismatchOverWebSocket(t *testing.T) {
 	srv := testServer(t, ServerOptions{})
 	hs := testutil.WSServer(t, srv, "/rpc")
 	cfg := testConfig()
-	cfg.MinVersion, cfg.MaxVersion = 7, 8 // a peer from after ours
+	cfg.MinVersion, cfg.MaxVersion = 8, 9 // a peer from after ours
 	c := NewClient(ClientOptions{Config: cfg, URL: hs})
 	defer c.Close()
 	_, _, err := c.Session(testutil.Context(t, 10*time.Second))
-	if !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), "7..8") {
+	if !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), "8..9") {
 		t.Errorf("err = %v, want ErrVersion", err)
 	}
 	// The server keeps serving good sessions.

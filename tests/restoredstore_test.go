@@ -1,0 +1,121 @@
+package tests
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// TestRestoredContainerStoreKeepsItsWrites: the platform restores the
+// container's disk from a snapshot taken before the server pulled more of
+// it (a sandbox rolled back, a volume restored). The restored store has
+// the same id and stamps again the revs the server's fetch cursor counts
+// as fetched; what it writes there before the server talks to it must
+// reach the server, and what the server pulled from the history the
+// restore undid must come back to the container.
+func TestRestoredContainerStoreKeepsItsWrites(t *testing.T) {
+	p := newPair(t, pairOpts{separate: "disk"})
+	p.sh(`for i in $(seq 1 20); do echo base-$i > b$i; done`)
+	p.sync("pull")
+
+	// The platform snapshots the container's disk (computerd stopped, so
+	// the copy is consistent).
+	p.cd.stop(syscall.SIGTERM)
+	syscallUnmount(p.mount)
+	snap := filepath.Join(p.dir, "snapshot")
+	copyState(t, p.cdState, snap)
+	p.startComputerd()
+
+	// After the snapshot: the container writes 100 files and the server
+	// pulls them.
+	p.sh(`for i in $(seq 1 100); do echo undone-$i > u$i; done`)
+	p.sync("pull")
+
+	// A computerd killed and started again is the same history: the next
+	// pull carries what it wrote since, not the whole feed.
+	p.cd.stop(syscall.SIGKILL)
+	syscallUnmount(p.mount)
+	p.startComputerd()
+	if err := os.WriteFile(filepath.Join(p.mount, "after-kill"), []byte("k\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := p.sync("pull"); r.Rebaselined || r.Entries != 1 {
+		t.Errorf("pull after a restart: %+v, want one entry and no re-baseline", r)
+	}
+
+	// The platform restores the snapshot; the restored container writes
+	// 200 files of its own before the server talks to it again: more revs
+	// than the server fetched after the snapshot, so its current rev is
+	// past the server's fetch cursor.
+	p.cd.stop(syscall.SIGTERM)
+	syscallUnmount(p.mount)
+	copyState(t, snap, p.cdState)
+	p.startComputerd()
+	for i := 1; i <= 200; i++ {
+		if err := os.WriteFile(filepath.Join(p.mount, fmt.Sprintf("n%d", i)), []byte(fmt.Sprintf("restored-%d\n", i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := p.sync("push"); !r.Rebaselined {
+		t.Errorf("push after the restore: %+v, want a re-baseline", r)
+	}
+	p.sync("pull")
+
+	lost := 0
+	for i := 1; i <= 200; i++ {
+		name := fmt.Sprintf("/n%d", i)
+		if b, err := p.client().ReadFile(t.Context(), name); err != nil || string(b) != fmt.Sprintf("restored-%d\n", i) {
+			lost++
+		}
+	}
+	if lost > 0 {
+		t.Errorf("%d of the restored container's 200 files are not on the server", lost)
+	}
+	for i := 1; i <= 100; i++ {
+		name := filepath.Join(p.mount, fmt.Sprintf("u%d", i))
+		if b, err := os.ReadFile(name); err != nil || string(b) != fmt.Sprintf("undone-%d\n", i) {
+			t.Errorf("container %s = %q, %v: the server did not give back what the restore undid", name, b, err)
+			break
+		}
+	}
+	if r := p.cli("", "verify"); r.code != 0 {
+		t.Errorf("verify: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// copyState replaces what lies at dst (a computerd state path: the store
+// and its WAL, chunks and staging beside it) with what lies at src.
+func copyState(t *testing.T, src, dst string) {
+	t.Helper()
+	olds, _ := filepath.Glob(dst + "*")
+	for _, f := range olds {
+		if err := os.RemoveAll(f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	news, _ := filepath.Glob(src + "*")
+	if len(news) == 0 {
+		t.Fatalf("no state at %s", src)
+	}
+	for _, f := range news {
+		to := dst + strings.TrimPrefix(f, src)
+		fi, err := os.Stat(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.IsDir() {
+			err = os.CopyFS(to, os.DirFS(f))
+		} else {
+			var b []byte
+			if b, err = os.ReadFile(f); err == nil {
+				err = os.WriteFile(to, b, fi.Mode())
+			}
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
