@@ -100,10 +100,12 @@ func (r *rig) session(t testing.TB) *rpc.Session {
 }
 
 // markSynced records both sides' watermarks as a clean sync would leave
-// them: the server pushed and fetched everything.
+// them: the server pushed and fetched everything (and the container
+// served its feed through its current rev).
 func markSynced(t testing.TB, server, cont *vfs.Store) {
 	t.Helper()
 	ctx := context.Background()
+	must(t, cont.NoteServed(ctx, cont.CurrentRev()))
 	must(t, server.SetWatermarks(ctx, peerName, watermark.Set{Push: watermark.At(server.CurrentRev()), Fetch: watermark.At(cont.CurrentRev())}))
 	at := watermark.At(server.CurrentRev())
 	must(t, cont.SetWatermarks(ctx, server.ID(), watermark.Set{Fetch: at, AppliedPush: at}))

@@ -370,7 +370,7 @@ func Bootstrap(ctx context.Context, local *vfs.Store, sess *rpc.Session, opts Bo
 	// one the watermarks now describe, so the exchange's reconcile after
 	// this bootstrap keeps what it sets.
 	if id := sess.Peer().ID; id != "" {
-		if _, err := local.MeetPeer(ctx, opts.Peer, id, nil); err != nil {
+		if _, err := local.MeetPeer(ctx, opts.Peer, id, -1); err != nil {
 			return rep, fmt.Errorf("bootstrap: %w", err)
 		}
 	}

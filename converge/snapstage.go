@@ -728,7 +728,12 @@ func (s *snapReceiver) commit(ctx context.Context, c *rpc.Incoming) error {
 	}
 	s.r.log.Debug("snapshot timing", "check", t1.Sub(t0), "install", time.Since(t1))
 	// The revs the install stamped, not the store's current rev: one the
-	// container stamped since is its own change, for the next pull.
+	// container stamped since is its own change, for the next pull. The
+	// sender takes after as its fetch cursor: recorded first, as a feed's
+	// head is.
+	if err := s.r.store.NoteServed(ctx, after); err != nil {
+		return fmt.Errorf("snapshot commit: %w", err)
+	}
 	return c.Reply(uvarints(uint64(before), uint64(after)))
 }
 

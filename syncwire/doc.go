@@ -52,8 +52,9 @@
 // transfer between the two stores runs in one FIFO (internal/fifo) as an
 // Exchange: a turn on a live session, whose first transfer on a new session
 // reconciles the watermarks with the peer's (re-baselining a peer that lost
-// state, that is another store than the one they were kept for, or whose
-// store's lineage shows it restored behind our fetch cursor:
+// state, that is another store than the one they were kept for, or that
+// served less of its feed than our fetch cursor covers (restored from an
+// older copy):
 // Backend.MeetPeer; a snapshot bootstrap, which sets them itself, comes
 // before it).
 // PushOnce, PullOnce and Tick (pull, then push) are exchanges;

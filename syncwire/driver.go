@@ -394,8 +394,8 @@ func (x *Exchange) transfer(ctx context.Context, res *Result, op func(context.Co
 // reconcile re-baselines watermarks against a peer met on a new session:
 // a peer that is another store than the one our watermarks for its name
 // describe (a replaced or pooled container) is fetched from the start of
-// its feed, and one restored behind our fetch cursor (its lineage parts
-// from the one recorded) from where the two histories part (MeetPeer); a peer whose current rev is below our fetch cursor
+// its feed, and one restored behind our fetch cursor (it served less of
+// its feed than the cursor covers) from what it served (MeetPeer); a peer whose current rev is below our fetch cursor
 // lost its feed (fetch it again from the start); a peer that has less of
 // our feed than our push cursor says lost state (push again from what it
 // has).
@@ -406,7 +406,7 @@ func (x *Exchange) reconcile(ctx context.Context, res *Result) error {
 		return err
 	}
 	if ps.StoreID != "" {
-		met, err := d.local.MeetPeer(ctx, d.peer, ps.StoreID, ps.Lineage)
+		met, err := d.local.MeetPeer(ctx, d.peer, ps.StoreID, ps.Served)
 		if err != nil {
 			return err
 		}
@@ -416,7 +416,7 @@ func (x *Exchange) reconcile(ctx context.Context, res *Result) error {
 			res.Resets++
 			metricResets.WithLabelValues("store").Inc()
 		case met.Restored:
-			d.log.Warn("peer's store was restored behind our fetch cursor; fetching its feed from where the histories part", "store", ps.StoreID, "fetch", met.Fetch)
+			d.log.Warn("peer's store serves less of its feed than our fetch cursor covers (restored from an older copy); fetching again from what it served", "store", ps.StoreID, "fetch", met.Fetch)
 			res.Resets++
 			metricResets.WithLabelValues("restored").Inc()
 		}

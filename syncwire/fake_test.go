@@ -187,13 +187,15 @@ func (f *fakeBackend) Bounce(ctx context.Context, peer string) (vfs.BounceRun, e
 	return vfs.BounceRun{}, nil
 }
 
-func (f *fakeBackend) MeetPeer(ctx context.Context, peer, id string, lin vfs.Lineage) (vfs.Met, error) {
+func (f *fakeBackend) MeetPeer(ctx context.Context, peer, id string, served int64) (vfs.Met, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return vfs.Met{Fetch: f.marks[peer].Fetch}, nil
 }
 
-func (f *fakeBackend) Lineage() vfs.Lineage { return vfs.Lineage{{From: 1, ID: 1}} }
+func (f *fakeBackend) Served() int64 { return f.rev }
+
+func (f *fakeBackend) NoteServed(ctx context.Context, rev int64) error { return nil }
 
 func (f *fakeBackend) FlushAll(ctx context.Context) error {
 	f.mu.Lock()

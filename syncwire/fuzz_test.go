@@ -68,7 +68,7 @@ func seedMessages() [][]byte {
 	add(FetchRequest{After: watermark.At(2), Through: watermark.At(7), Ignore: []string{"node_modules", ".git"}}.appendTo(nil))
 	add(FetchRequest{Ignore: []string{}}.appendTo(nil))
 	add(FetchResponse{Current: watermark.At(7), AppliedPush: watermark.Within(3, "z")}.appendTo(nil))
-	add(PeerState{StoreID: "s", CurrentRev: 8, Set: watermark.Set{Push: watermark.At(1), Fetch: watermark.Within(2, "p"), AppliedPush: watermark.At(3)}, Lineage: vfs.Lineage{{From: 1, ID: 7}, {From: 5, ID: 1 << 62}}}.appendTo(nil))
+	add(PeerState{StoreID: "s", CurrentRev: 8, Set: watermark.Set{Push: watermark.At(1), Fetch: watermark.Within(2, "p"), AppliedPush: watermark.At(3)}, Served: 5}.appendTo(nil))
 	// An ERROR payload (what rpc writes for fmt.Errorf("x: %w", chunkstore.ErrUnknownHash)).
 	var e enc
 	e.PutUvarint(uint64(CodeUnknownHash))
@@ -434,32 +434,4 @@ func TestDeepSiblingsRoundTrip(t *testing.T) {
 		t.Fatalf("round trip of deep siblings: %v", err)
 	}
 	t.Logf("%d entries of %d-byte paths in %d bytes", len(es), len(es[0].Path), len(b))
-}
-
-// A Watermarks reply's lineage must be one a store could keep: bounded,
-// in order, every segment named.
-func TestDecodePeerStateRefusesABadLineage(t *testing.T) {
-	long := make(vfs.Lineage, vfs.MaxLineage+1)
-	for i := range long {
-		long[i] = vfs.Segment{From: int64(i + 1), ID: 1}
-	}
-	for _, l := range []vfs.Lineage{{{From: 3, ID: 1}, {From: 2, ID: 2}}, {{From: 1, ID: 0}}, {{From: 0, ID: 1}}, long} {
-		e := newEnc(nil)
-		e.PutString("s")
-		e.rev(1)
-		for range 3 {
-			e.cursor(watermark.Cursor{})
-		}
-		e.PutUvarint(uint64(len(l)))
-		for _, s := range l {
-			e.PutUvarint(uint64(s.From))
-			e.PutUvarint(uint64(s.ID))
-		}
-		if _, err := DecodePeerState(e.Bytes()); !errors.Is(err, rpc.ErrProtocol) {
-			t.Errorf("lineage %v: %v, want ErrProtocol", l[:min(len(l), 3)], err)
-		}
-		if _, err := (PeerState{StoreID: "s", Lineage: l}).appendTo(nil); err == nil {
-			t.Errorf("lineage %v encoded", l[:min(len(l), 3)])
-		}
-	}
 }

@@ -3,7 +3,6 @@ package syncwire
 import (
 	"encoding/binary"
 	"fmt"
-	"math"
 
 	"github.com/wsync/wsync/chunkstore"
 	"github.com/wsync/wsync/syncwire/rpc"
@@ -56,13 +55,13 @@ const (
 )
 
 // PeerState is what Watermarks returns: the peer's identity, its current
-// rev, the watermarks it keeps for the caller and its store's lineage
-// (protocol 7).
+// rev, the watermarks it keeps for the caller, and the highest rev its
+// store handed out as a place in its feed (protocol 7; vfs.Store.Served).
 type PeerState struct {
 	StoreID    string
 	CurrentRev int64
 	Set        watermark.Set
-	Lineage    vfs.Lineage
+	Served     int64
 }
 
 func (p PeerState) appendTo(b []byte) ([]byte, error) {
@@ -72,14 +71,7 @@ func (p PeerState) appendTo(b []byte) ([]byte, error) {
 	e.cursor(p.Set.Push)
 	e.cursor(p.Set.Fetch)
 	e.cursor(p.Set.AppliedPush)
-	if err := p.Lineage.Valid(); err != nil {
-		e.Fail(fmt.Errorf("encode peer state: %w", err))
-	}
-	e.PutUvarint(uint64(len(p.Lineage)))
-	for _, s := range p.Lineage {
-		e.rev(s.From)
-		e.PutUvarint(uint64(s.ID))
-	}
+	e.rev(p.Served)
 	return e.Bytes(), e.Err()
 }
 
@@ -92,20 +84,8 @@ func DecodePeerState(p []byte) (PeerState, error) {
 	s.Set.Push = d.cursor()
 	s.Set.Fetch = d.cursor()
 	s.Set.AppliedPush = d.cursor()
-	// Each segment is at least two bytes (a rev and an id).
-	if n := d.Count("lineage segments", vfs.MaxLineage, 2); n > 0 {
-		s.Lineage = make(vfs.Lineage, n)
-		for i := range s.Lineage {
-			s.Lineage[i] = vfs.Segment{From: d.rev(), ID: int64(d.Bounded("segment id", math.MaxInt64))}
-		}
-	}
-	if err := d.Done(); err != nil {
-		return s, err
-	}
-	if err := s.Lineage.Valid(); err != nil {
-		return s, protoErr("peer state: %v", err)
-	}
-	return s, nil
+	s.Served = d.rev()
+	return s, d.Done()
 }
 
 // PushRequest opens a Push. Its request stream carries the entries.

@@ -42,13 +42,16 @@ type Backend interface {
 	// Bounce is the peer's bounce run: revs stamped by applies of its
 	// entries (ApplyOptions.Bounce), never sent back to it.
 	Bounce(ctx context.Context, peer string) (vfs.BounceRun, error)
-	// MeetPeer records the store id and lineage behind peer; when another
-	// store was recorded, or the same one restored behind our fetch
-	// cursor, it resets what described what the peer held (the fetch
-	// cursor, the bounce run, the merge bases) and reports it.
-	MeetPeer(ctx context.Context, peer, id string, lin vfs.Lineage) (vfs.Met, error)
-	// Lineage is the store's lineage, announced in Watermarks replies.
-	Lineage() vfs.Lineage
+	// MeetPeer records the store id behind peer; when another store was
+	// recorded, or the same one serves less of its feed than our fetch
+	// cursor covers (restored behind it), it resets what described what
+	// the peer held (the fetch cursor, the bounce run, the merge bases)
+	// and reports it. A served below 0 is not checked.
+	MeetPeer(ctx context.Context, peer, id string, served int64) (vfs.Met, error)
+	// Served is the highest rev the store handed out as a place in its
+	// feed; NoteServed records one before the answer carrying it goes.
+	Served() int64
+	NoteServed(ctx context.Context, rev int64) error
 	FlushAll(ctx context.Context) error
 	// Quota, SetQuota and Admit are the store's quota (quota.go): the
 	// driver tells the peer its own and admits each pulled batch; the
@@ -181,7 +184,7 @@ func (s *Server) watermarks(ctx context.Context, c *rpc.Incoming) error {
 	if err != nil {
 		return err
 	}
-	b, err := PeerState{StoreID: s.b.ID(), CurrentRev: s.b.CurrentRev(), Set: set, Lineage: s.b.Lineage()}.appendTo(nil)
+	b, err := PeerState{StoreID: s.b.ID(), CurrentRev: s.b.CurrentRev(), Set: set, Served: s.b.Served()}.appendTo(nil)
 	if err != nil {
 		return err
 	}
@@ -274,6 +277,11 @@ func (s *Server) push(ctx context.Context, c *rpc.Incoming) error {
 	resp := PushResponse{Applied: res.Applied, Skipped: res.Skipped, AppliedPush: ws.AppliedPush, Deferred: res.Deferred}
 	if res.LastRev > 0 {
 		resp.RevBefore, resp.RevAfter = res.RevBefore, res.LastRev
+		// The sender may take rev_after as its fetch cursor (the revs
+		// hold its own entries): recorded first, as a feed's head is.
+		if err := b.NoteServed(ctx, resp.RevAfter); err != nil {
+			return fmt.Errorf("push: %w", err)
+		}
 	} else {
 		resp.RevBefore = b.CurrentRev()
 		resp.RevAfter = resp.RevBefore
@@ -309,6 +317,11 @@ func (s *Server) fetchChanges(ctx context.Context, c *rpc.Incoming) error {
 	run, err := b.Bounce(ctx, peerKey(c))
 	if err != nil {
 		return err
+	}
+	// The caller may take the head as its fetch cursor: recorded first, a
+	// copy of this store restored later holds at least this much.
+	if err := b.NoteServed(ctx, through.Rev); err != nil {
+		return fmt.Errorf("fetch changes: %w", err)
 	}
 	head, err := FetchResponse{Current: through, AppliedPush: ws.AppliedPush}.appendTo(nil)
 	if err != nil {

@@ -86,7 +86,7 @@ func TestMeetPeerResetsWhatDescribedAnotherStore(t *testing.T) {
 	s := newStore(t)
 	st := s.Chunks().NewStage()
 	defer st.Release()
-	if met, err := s.MeetPeer(ctx, "p", "store-a", nil); err != nil || met.Store || met.Restored {
+	if met, err := s.MeetPeer(ctx, "p", "store-a", -1); err != nil || met.Store || met.Restored {
 		t.Fatalf("first meeting: %+v, %v", met, err)
 	}
 	ws := watermark.Set{Push: watermark.At(7), Fetch: watermark.At(40), AppliedPush: watermark.At(5)}
@@ -97,13 +97,13 @@ func TestMeetPeerResetsWhatDescribedAnotherStore(t *testing.T) {
 	if n := countBases(t, s, "p"); n == 0 {
 		t.Fatal("no merge base kept for p")
 	}
-	if met, err := s.MeetPeer(ctx, "p", "store-a", nil); err != nil || met.Store || met.Restored || met.Fetch != ws.Fetch {
+	if met, err := s.MeetPeer(ctx, "p", "store-a", -1); err != nil || met.Store || met.Restored || met.Fetch != ws.Fetch {
 		t.Fatalf("the same store again: %+v, %v", met, err)
 	}
 	if got, _ := s.Watermarks(ctx, "p"); got != ws {
 		t.Fatalf("the same store again changed the watermarks to %+v", got)
 	}
-	met, err := s.MeetPeer(ctx, "p", "store-b", nil)
+	met, err := s.MeetPeer(ctx, "p", "store-b", -1)
 	if err != nil || !met.Store || met.Fetch != (watermark.Cursor{}) {
 		t.Fatalf("another store: %+v, %v", met, err)
 	}
@@ -118,10 +118,10 @@ func TestMeetPeerResetsWhatDescribedAnotherStore(t *testing.T) {
 	if n := countBases(t, s, "p"); n != 0 {
 		t.Errorf("%d merge bases kept after another store", n)
 	}
-	if met, err := s.MeetPeer(ctx, "q", "store-c", nil); err != nil || met.Store || met.Restored {
+	if met, err := s.MeetPeer(ctx, "q", "store-c", -1); err != nil || met.Store || met.Restored {
 		t.Errorf("a new name: %+v, %v", met, err)
 	}
-	if _, err := s.MeetPeer(ctx, "q", "", nil); !errors.Is(err, ErrInvalid) {
+	if _, err := s.MeetPeer(ctx, "q", "", -1); !errors.Is(err, ErrInvalid) {
 		t.Errorf("an empty store id: %v, want ErrInvalid", err)
 	}
 }

@@ -31,12 +31,11 @@
 // past through and is delivered by the next feed. Cursors are
 // watermark.Cursor values, resumable in the middle of a rev.
 //
-// Each opening of a store starts a segment of its revs under a random id
-// (Lineage, lineage.go). A peer that recorded the lineage tells, from the
-// lineage the store announces later, whether it was restored from an older
-// copy of itself behind what the peer fetched, and from which rev its
-// history is another one (Agreed; MeetPeer moves the peer's fetch cursor
-// back there).
+// A store records the highest rev it handed out as a place in its feed
+// (Served, NoteServed; peers.go): every peer's fetch cursor is at or
+// before it, in the store and in any later copy of it. A peer whose cursor
+// is past what the store announces met a copy restored behind it
+// (MeetPeer moves the cursor back to the announced rev).
 //
 // # Ignore patterns
 //

@@ -225,16 +225,12 @@ func migrateV11(ctx context.Context, tx *sql.Tx) error {
 	return nil
 }
 
-// migrateV12 adds the store's lineage (lineage.go): one segment per
-// opening, and the lineage each peer's sessions announced (MeetPeer).
+// migrateV12 records the rev a store has served to its peers
+// (peers.go): the highest it handed out as a place in its feed. A store
+// from before kept no record; all it holds may have been served.
 func migrateV12(ctx context.Context, tx *sql.Tx) error {
-	for _, q := range []string{
-		`CREATE TABLE lineage(from_rev INTEGER PRIMARY KEY, id INTEGER NOT NULL)`,
-		`ALTER TABLE watermarks ADD COLUMN peer_lineage BLOB`,
-	} {
-		if _, err := tx.ExecContext(ctx, q); err != nil {
-			return fmt.Errorf("v12: %w", err)
-		}
+	if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO meta(key, value) SELECT 'served', value FROM meta WHERE key = 'rev'`); err != nil {
+		return fmt.Errorf("v12: %w", err)
 	}
 	return nil
 }

@@ -75,9 +75,10 @@ type Store struct {
 	rq     dbQuerier // reads outside transactions
 	chunks *chunkstore.Store
 	id     string
-	// lineage is the store's segments as of its opening (lineage.go).
-	lineage Lineage
-	memory  bool
+	// served is the highest rev handed out as a place in the feed
+	// (peers.go).
+	served atomic.Int64
+	memory bool
 
 	wmu      sync.Mutex     // serialises write transactions
 	dirCache map[Ino]string // directory paths; guarded by wmu
@@ -150,11 +151,6 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		return nil, err
 	}
 	if err := s.init(ctx); err != nil {
-		s.closeDBs()
-		s.chunks.Close()
-		return nil, fmt.Errorf("open store %s: %w", path, err)
-	}
-	if err := s.beginSegment(ctx); err != nil {
 		s.closeDBs()
 		s.chunks.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
@@ -264,6 +260,9 @@ func (s *Store) init(ctx context.Context) error {
 	}
 	if err := s.w.QueryRowContext(ctx, `SELECT value FROM meta WHERE key='store_id'`).Scan(&s.id); err != nil {
 		return fmt.Errorf("read store id: %w", err)
+	}
+	if err := s.loadServed(ctx); err != nil {
+		return err
 	}
 	return s.recover(ctx)
 }

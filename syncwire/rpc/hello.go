@@ -30,10 +30,10 @@ const ProtocolName = "wsync"
 // one zstd frame per message, which cost the sender an encode of every
 // incompressible byte and the receiver a decode and a copy; a version 5
 // receiver would refuse every such message, so 6 is the only one spoken.
-// Version 7: a Watermarks reply carries the store's lineage (one segment
-// per opening of it), which lets the driver tell a store restored behind
-// its fetch cursor from the store it fetched; a version 6 caller refuses
-// the reply's trailing bytes, so 7 is the only one spoken.
+// Version 7: a Watermarks reply carries the highest rev the store handed
+// out as a place in its feed, which lets the driver tell a store restored
+// behind its fetch cursor from the store it fetched; a version 6 caller
+// refuses the reply's trailing bytes, so 7 is the only one spoken.
 const (
 	ProtocolMinVersion = 7
 	ProtocolMaxVersion = 7

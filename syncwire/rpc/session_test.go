@@ -152,7 +152,7 @@ func TestWatchdogFailsASilentPeer(t *testing.T) {
 func TestVersionMismatchFailsBothSides(t *testing.T) {
 	a, b := Pipe()
 	ca := testConfig()
-	ca.MinVersion, ca.MaxVersion = 6, 6 // a peer from before version 7 (the lineage in Watermarks replies)
+	ca.MinVersion, ca.MaxVersion = 6, 6 // a peer from before version 7 (the served rev in Watermarks replies)
 	sa := NewSession(a, true, ca, nil)
 	sb := NewSession(b, false, testConfig(), nil)
 	ctx := testutil.Context(t, 10*time.Second)
