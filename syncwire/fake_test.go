@@ -195,7 +195,7 @@ func (f *fakeBackend) MeetPeer(ctx context.Context, peer, id string, served int6
 
 func (f *fakeBackend) Served() int64 { return f.rev }
 
-func (f *fakeBackend) NoteServed(ctx context.Context, rev int64) error { return nil }
+func (f *fakeBackend) NoteServed(ctx context.Context, rev int64) {}
 
 func (f *fakeBackend) FlushAll(ctx context.Context) error {
 	f.mu.Lock()

@@ -49,9 +49,11 @@ type Backend interface {
 	// and reports it. A served below 0 is not checked.
 	MeetPeer(ctx context.Context, peer, id string, served int64) (vfs.Met, error)
 	// Served is the highest rev the store handed out as a place in its
-	// feed; NoteServed records one before the answer carrying it goes.
+	// feed; NoteServed records one before the answer carrying it goes
+	// (a failure to record only costs a refetch later, and is not
+	// returned).
 	Served() int64
-	NoteServed(ctx context.Context, rev int64) error
+	NoteServed(ctx context.Context, rev int64)
 	FlushAll(ctx context.Context) error
 	// Quota, SetQuota and Admit are the store's quota (quota.go): the
 	// driver tells the peer its own and admits each pulled batch; the
@@ -279,9 +281,7 @@ func (s *Server) push(ctx context.Context, c *rpc.Incoming) error {
 		resp.RevBefore, resp.RevAfter = res.RevBefore, res.LastRev
 		// The sender may take rev_after as its fetch cursor (the revs
 		// hold its own entries): recorded first, as a feed's head is.
-		if err := b.NoteServed(ctx, resp.RevAfter); err != nil {
-			return fmt.Errorf("push: %w", err)
-		}
+		b.NoteServed(ctx, resp.RevAfter)
 	} else {
 		resp.RevBefore = b.CurrentRev()
 		resp.RevAfter = resp.RevBefore
@@ -320,9 +320,7 @@ func (s *Server) fetchChanges(ctx context.Context, c *rpc.Incoming) error {
 	}
 	// The caller may take the head as its fetch cursor: recorded first, a
 	// copy of this store restored later holds at least this much.
-	if err := b.NoteServed(ctx, through.Rev); err != nil {
-		return fmt.Errorf("fetch changes: %w", err)
-	}
+	b.NoteServed(ctx, through.Rev)
 	head, err := FetchResponse{Current: through, AppliedPush: ws.AppliedPush}.appendTo(nil)
 	if err != nil {
 		return err

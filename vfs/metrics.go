@@ -41,11 +41,12 @@ var (
 
 // metricWriteErrors counts failures on the write path of open files, by
 // where they happened and their errno: "store" (a background chunk store;
-// the bytes stay dirty), "commit" (a writer's flush, fsync or close) and
-// "flushall" (the flush before a feed; the error stays with the file).
+// the bytes stay dirty), "commit" (a writer's flush, fsync or close),
+// "flushall" (the flush before a feed; the error stays with the file) and
+// "served" (the record of a rev handed out to a peer, NoteServed).
 var metricWriteErrors = metrics.Add(prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "wsync_vfs_write_errors_total",
-	Help: "Write-path failures of open files, by where (store, commit, flushall) and errno name.",
+	Help: "Write-path failures of open files, by where (store, commit, flushall; served: the record of a rev handed out to a peer) and errno name.",
 }, []string{"where", "errno"}))
 
 // metricQuotaRefusals counts operations the store's quota refused

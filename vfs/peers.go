@@ -33,26 +33,42 @@ func (s *Store) Served() int64 { return s.served.Load() }
 
 // NoteServed records that rev (capped at the store's) is handed out as a
 // place in the store's feed, before the answer that carries it goes. It
-// writes only when rev is past what was recorded.
-func (s *Store) NoteServed(ctx context.Context, rev int64) error {
+// writes only when rev is past what was recorded. A record that fails (a
+// full disk) is logged and counted (wsync_vfs_write_errors_total, where
+// "served"), not returned, and the answer goes anyway: a rev handed out
+// unrecorded can only make a later meeting take a peer's cursor back
+// further than it had to (a refetch), never hide a restore, and a full
+// container must still be pulled from.
+func (s *Store) NoteServed(ctx context.Context, rev int64) {
 	rev = min(rev, s.CurrentRev())
 	if rev <= s.served.Load() {
-		return nil
+		return
 	}
 	err := s.update(ctx, func(t *wtx) error {
+		if noteServedHook != nil {
+			if err := noteServedHook(); err != nil {
+				return err
+			}
+		}
 		_, err := t.exec(`INSERT INTO meta(key, value) VALUES('served', ?) ON CONFLICT(key) DO UPDATE SET value = max(value, excluded.value)`, rev)
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("note served rev %d: %w", rev, err)
+		countWriteError("served", err)
+		s.log.Warn("the rev handed out to a peer was not recorded; a peer meeting this store later may fetch again from an older rev", "rev", rev, "err", err)
+		return
 	}
 	for {
 		old := s.served.Load()
 		if old >= rev || s.served.CompareAndSwap(old, rev) {
-			return nil
+			return
 		}
 	}
 }
+
+// noteServedHook, when set (tests), fails NoteServed's record with the
+// error it returns.
+var noteServedHook func() error
 
 // loadServed reads what NoteServed recorded (0 when nothing was).
 func (s *Store) loadServed(ctx context.Context) error {

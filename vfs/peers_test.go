@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/wsync/wsync/watermark"
@@ -24,14 +25,14 @@ func TestNoteServedKeepsTheHighest(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	for i := range 100 {
-		wg.Go(func() { must(t, s.NoteServed(ctx, int64(i%20))) })
+		wg.Go(func() { s.NoteServed(ctx, int64(i%20)) })
 	}
 	wg.Wait()
 	if got := s.Served(); got != 19 {
 		t.Fatalf("served %d after 100 callers up to 19", got)
 	}
-	must(t, s.NoteServed(ctx, 5))
-	must(t, s.NoteServed(ctx, 1000))
+	s.NoteServed(ctx, 5)
+	s.NoteServed(ctx, 1000)
 	if got, rev := s.Served(), s.CurrentRev(); got != rev {
 		t.Fatalf("served %d after a rev past the store's %d", got, rev)
 	}
@@ -73,7 +74,7 @@ func TestMeetPeerFindsARestoredStore(t *testing.T) {
 	for i := range 10 {
 		writeFile(t, c, fmt.Sprintf("base%d", i), []byte("x"))
 	}
-	must(t, c.NoteServed(ctx, c.CurrentRev()))
+	c.NoteServed(ctx, c.CurrentRev())
 	copied := c.Served()
 	must(t, c.Close())
 	must(t, os.CopyFS(copyDir, os.DirFS(live)))
@@ -89,7 +90,7 @@ func TestMeetPeerFindsARestoredStore(t *testing.T) {
 	if err != nil || met.Store || met.Restored {
 		t.Fatalf("first meeting: %+v, %v", met, err)
 	}
-	must(t, c.NoteServed(ctx, c.CurrentRev()))
+	c.NoteServed(ctx, c.CurrentRev())
 	fetched := c.Served()
 	st := srv.Chunks().NewStage()
 	defer st.Release()
@@ -142,5 +143,32 @@ func TestMeetPeerFindsARestoredStore(t *testing.T) {
 	// Not known: not checked.
 	if met, err := srv.MeetPeer(ctx, "c", c.ID(), -1); err != nil || met.Restored {
 		t.Errorf("met without a served rev: %+v, %v", met, err)
+	}
+}
+
+// A record of a served rev that fails (a full disk) does not fail the
+// answer that hands the rev out: it is counted, the store keeps what it
+// recorded before (a later meeting refetches more, never less), and the
+// next record that succeeds catches up.
+func TestNoteServedOnAFullDisk(t *testing.T) {
+	s := newStore(t)
+	for i := range 5 {
+		writeFile(t, s, fmt.Sprintf("f%d", i), []byte("x"))
+	}
+	s.NoteServed(ctx, 2)
+	noteServedHook = func() error { return fmt.Errorf("write meta: %w", syscall.ENOSPC) }
+	t.Cleanup(func() { noteServedHook = nil })
+	before := writeErrors(t, "served", "ENOSPC")
+	s.NoteServed(ctx, s.CurrentRev())
+	if got := s.Served(); got != 2 {
+		t.Errorf("served %d after a failed record, want the 2 recorded before", got)
+	}
+	if got := writeErrors(t, "served", "ENOSPC") - before; got != 1 {
+		t.Errorf("wsync_vfs_write_errors_total{where=served,errno=ENOSPC} rose by %v, want 1", got)
+	}
+	noteServedHook = nil
+	s.NoteServed(ctx, s.CurrentRev())
+	if got, rev := s.Served(), s.CurrentRev(); got != rev {
+		t.Errorf("served %d once the record succeeds, want %d", got, rev)
 	}
 }
