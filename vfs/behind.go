@@ -473,9 +473,16 @@ func (s *Store) runQueued(q []queued) {
 			if t != nil {
 				t.releaseStages() // nobody retries a lost commit
 			}
+			s.running = nil
 			s.queuedFailed(&q[i], err, len(q)-i-1)
 			break
 		}
+	}
+	// What the run kept is published, at the count its last mutation
+	// ended at: nobody writes it any more.
+	if p := s.running; p != nil {
+		s.running = nil
+		s.kept.Store(p)
 	}
 	s.queuedN.Add(-int64(len(q)))
 }

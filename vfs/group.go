@@ -158,8 +158,13 @@ func (s *Store) mutateLocked(ctx context.Context, fn func(*wtx) error, q *queued
 	ended = true
 	// A queued mutation carries too: what it keeps is the rows' state
 	// after it, which the next queued mutation starts from (readers get
-	// nothing kept while mutations are queued: keptAttr).
-	s.carryKept(t, before, s.writes.Add(1))
+	// nothing kept while mutations are queued: keptAttr), carried in
+	// place through the run and published at its end (runQueued).
+	if q != nil {
+		s.carryQueued(t, before, s.writes.Add(1))
+	} else {
+		s.carryKept(t, before, s.writes.Add(1))
+	}
 	if g.n >= groupMax {
 		return t, s.commitGroup()
 	}

@@ -71,7 +71,7 @@ func (t *wtx) keepRow(ino Ino, manifest []byte, paths []string) {
 // keptNode returns the whole row and the paths of a node kept at the
 // start of mutation t.
 func (t *wtx) keptNode(ino Ino) (node, []string, bool) {
-	p := t.s.kept.Load()
+	p := t.s.keptNow()
 	if t.grp == nil || p == nil || p.at != t.before {
 		return node{}, nil, false
 	}
@@ -107,19 +107,63 @@ func (s *Store) carryKept(t *wtx, before, at uint64) {
 		s.kept.Store(&keptAttrs{at: at, attrs: prev.attrs, rows: prev.rows})
 		return
 	}
-	p := &keptAttrs{at: at, attrs: make(map[Ino]Attr, maxKept), rows: make(map[Ino]keptRow)}
-	if prev != nil && prev.at == before {
-		for ino, a := range prev.attrs {
-			if _, ok := t.dirty[ino]; ok {
-				a.Mtime = time.Unix(0, t.now)
-				a.Ctime = a.Mtime
-			}
-			p.attrs[ino] = a
+	p := prev.clone(before)
+	p.carry(t, at)
+	s.kept.Store(p)
+}
+
+// carryQueued is carryKept for a queued mutation of a run (runQueued):
+// what is kept is carried in place, in s.running, which only the writer
+// reads while the run lasts and the run publishes at its end, instead of
+// in a copy published after each mutation. The run's first mutation
+// starts it from what is published. Called with the writer held.
+func (s *Store) carryQueued(t *wtx, before, at uint64) {
+	if !t.carries {
+		s.running = nil
+		s.kept.Store(nil)
+		return
+	}
+	if s.running == nil || s.running.at != before {
+		s.running = s.kept.Load().clone(before)
+		// Nothing reads what is kept while mutations are queued
+		// (keptAttr); what was published is stale from now on.
+		s.kept.Store(nil)
+	}
+	s.running.carry(t, at)
+}
+
+// keptNow is what is kept as a mutation of the writer sees it: a run's
+// own (carryQueued) while it lasts, or what is published.
+func (s *Store) keptNow() *keptAttrs {
+	if s.running != nil {
+		return s.running
+	}
+	return s.kept.Load()
+}
+
+// clone returns a copy of p to carry a mutation over, when p is kept at
+// before; an empty one otherwise.
+func (p *keptAttrs) clone(before uint64) *keptAttrs {
+	c := &keptAttrs{at: before, attrs: make(map[Ino]Attr, maxKept), rows: make(map[Ino]keptRow)}
+	if p != nil && p.at == before {
+		for ino, a := range p.attrs {
+			c.attrs[ino] = a
 		}
-		for ino, r := range prev.rows {
-			if _, ok := t.keep[ino]; !ok {
-				p.rows[ino] = r
-			}
+		for ino, r := range p.rows {
+			c.rows[ino] = r
+		}
+	}
+	return c
+}
+
+// carry carries p, which the caller owns, over t to at: the times of the
+// directories t changed, and the nodes it declares.
+func (p *keptAttrs) carry(t *wtx, at uint64) {
+	for d := range t.dirty {
+		if a, ok := p.attrs[d]; ok {
+			a.Mtime = time.Unix(0, t.now)
+			a.Ctime = a.Mtime
+			p.attrs[d] = a
 		}
 	}
 	for ino, a := range t.keep {
@@ -135,7 +179,7 @@ func (s *Store) carryKept(t *wtx, before, at uint64) {
 			}
 		}
 	}
-	s.kept.Store(p)
+	p.at = at
 }
 
 // changesKept reports whether carrying t over p changes what p keeps.
@@ -179,7 +223,7 @@ func (p *keptAttrs) room(spare map[Ino]*Attr) bool {
 // keptAttr returns a kept node's attributes (its row's) inside mutation t,
 // when nothing was written between their keeping and t's start.
 func (t *wtx) keptAttr(ino Ino) (Attr, bool) {
-	p := t.s.kept.Load()
+	p := t.s.keptNow()
 	if t.grp == nil || p == nil || p.at != t.before {
 		return Attr{}, false
 	}

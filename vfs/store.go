@@ -89,7 +89,10 @@ type Store struct {
 	// across a span knows nothing was written meanwhile (AttrAsOf).
 	writes atomic.Uint64
 	// kept is what GetAttr keeps of directories (kept.go).
-	kept    atomic.Pointer[keptAttrs]
+	kept atomic.Pointer[keptAttrs]
+	// running is what a run of queued mutations keeps, carried in place
+	// while the run lasts (kept.go: carryQueued); guarded by wmu.
+	running *keptAttrs
 	grp     *group      // the open group of local mutations; guarded by wmu
 	grpOpen atomic.Bool // grp != nil, for reads that take no lock
 	grpErr  error       // a group failure not yet returned by Sync; guarded by wmu
