@@ -29,8 +29,13 @@ func TestRestoredContainerStoreKeepsItsWrites(t *testing.T) {
 	copyState(t, p.cdState, snap)
 	p.startComputerd()
 
-	// After the snapshot: the container writes 100 files and the server
-	// pulls them.
+	// After the snapshot: the server writes a file that is pushed to the
+	// container (the revs its apply stamps move the server's fetch cursor
+	// too), then the container writes 100 files and the server pulls them.
+	if _, err := p.client().WriteFile(t.Context(), "/from-server", strings.NewReader("server\n"), nil); err != nil {
+		t.Fatal(err)
+	}
+	p.sync("push")
 	p.sh(`for i in $(seq 1 100); do echo undone-$i > u$i; done`)
 	p.sync("pull")
 
@@ -80,6 +85,9 @@ func TestRestoredContainerStoreKeepsItsWrites(t *testing.T) {
 			t.Errorf("container %s = %q, %v: the server did not give back what the restore undid", name, b, err)
 			break
 		}
+	}
+	if b, err := os.ReadFile(filepath.Join(p.mount, "from-server")); err != nil || string(b) != "server\n" {
+		t.Errorf("container /from-server = %q, %v: the server did not give back its own write the restore undid", b, err)
 	}
 	if r := p.cli("", "verify"); r.code != 0 {
 		t.Errorf("verify: exit %d\n%s%s", r.code, r.stdout, r.stderr)
