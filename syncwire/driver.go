@@ -395,10 +395,12 @@ func (x *Exchange) transfer(ctx context.Context, res *Result, op func(context.Co
 // a peer that is another store than the one our watermarks for its name
 // describe (a replaced or pooled container) is fetched from the start of
 // its feed, and one restored behind our fetch cursor (it served less of
-// its feed than the cursor covers) from what it served (MeetPeer); a peer whose current rev is below our fetch cursor
-// lost its feed (fetch it again from the start); a peer that has less of
-// our feed than our push cursor says lost state (push again from what it
-// has).
+// its feed than the cursor covers) from what it served (MeetPeer); a peer
+// whose current rev is below our fetch cursor lost its feed (fetch it
+// again from the start); a peer that has less of our feed than our push
+// cursor says lost state (push again from what it has); one that has more
+// than we ever served is told our push cursor (our store was restored
+// behind what it applied, so our pulls must fetch it back).
 func (x *Exchange) reconcile(ctx context.Context, res *Result) error {
 	d := x.d
 	ps, err := x.s.Watermarks(ctx)
@@ -435,10 +437,30 @@ func (x *Exchange) reconcile(ctx context.Context, res *Result) error {
 	if peerHas.Less(ps.Set.Fetch) {
 		peerHas = ps.Set.Fetch
 	}
-	if peerHas.Less(ws.Push) {
+	switch {
+	case peerHas.Less(ws.Push):
 		d.log.Info("peer has less of our feed than our push cursor; re-pushing", "peer_has", peerHas, "push", ws.Push)
 		ws.Push = peerHas
 		changed = true
+	case ws.Push.Less(peerHas) && peerHas.Rev > d.local.Served():
+		// The peer applied more of our feed than we ever handed out: our
+		// store was restored from a copy older than those pushes (a push
+		// records its cursor as served before it goes; a push whose reply
+		// was lost is within what we served, and its entries are still
+		// ours). Its bounce run keeps the revs those applies stamped out
+		// of our pulls, and they hold entries we no longer have: tell it
+		// our cursor, so it forgets that run and our next pull fetches
+		// them back.
+		d.log.Warn("peer has more of our feed than we served (our store restored from an older copy); telling it our push cursor so our pulls fetch back what it applied", "peer_has", peerHas, "push", ws.Push, "served", d.local.Served())
+		resp, err := x.s.Push(ctx, PushRequest{SenderRev: max(d.local.CurrentRev(), 1), SenderCursor: ws.Push, Fence: ws.Fetch}, nil)
+		if err != nil {
+			return err
+		}
+		if err := watermark.CheckInvariant(d.peer, ws, resp.AppliedPush); err != nil {
+			return err
+		}
+		res.Resets++
+		metricResets.WithLabelValues("rewind").Inc()
 	}
 	if !changed {
 		return nil
@@ -550,6 +572,10 @@ func (x *Exchange) send(ctx context.Context, entries iter.Seq2[vfs.ChangeEntry, 
 				return err
 			}
 		}
+		// The peer records the cursor as how far it has our feed: recorded
+		// first as served, a copy of our store restored later knows
+		// whether it pushed this far (reconcile).
+		d.local.NoteServed(ctx, cursor.Rev)
 		resp, err := x.s.Push(ctx, PushRequest{SenderRev: max(through.Rev, 1), SenderCursor: cursor, Stage: stageID, Fence: ws.Fetch}, batch)
 		if err != nil {
 			return err
@@ -771,6 +797,7 @@ func (x *Exchange) settleBounce(ctx context.Context, ws *watermark.Set) error {
 	if to == ws.Push {
 		return nil
 	}
+	d.local.NoteServed(ctx, to.Rev)
 	resp, err := x.s.Push(ctx, PushRequest{SenderRev: max(d.local.CurrentRev(), 1), SenderCursor: to}, nil)
 	if err != nil {
 		return err

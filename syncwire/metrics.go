@@ -27,7 +27,7 @@ var (
 	}, []string{"direction"}))
 	metricResets = metrics.Add(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "wsync_syncwire_watermark_resets_total",
-		Help: "Watermarks reset to re-baseline a peer, by cause (invariant, reconcile, ignore: the pull's ignore list changed, store: another store behind the peer's name, restored: the peer's store restored behind our fetch cursor).",
+		Help: "Watermarks reset to re-baseline a peer, by cause (invariant, reconcile, ignore: the pull's ignore list changed, store: another store behind the peer's name, restored: the peer's store restored behind our fetch cursor, rewind: the peer applied more of our feed than we served, our store restored).",
 	}, []string{"cause"}))
 	metricSyncErrors = metrics.Add(prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "wsync_syncwire_sync_errors_total",

@@ -411,7 +411,13 @@ func TestTakeoverPullsTheLagWindowBack(t *testing.T) {
 	a.caughtUp("proj")
 
 	c.s3.Pause() // nothing A commits from now on reaches the bucket
-	if got := a.sh("echo late > late.txt; cat early.txt"); got != "early\n" {
+	// A file written through A's API, which A's next exec pushes to the
+	// container: B's restored store lacks it, and must get it back from
+	// the container (whose bounce run would keep it out of B's pulls).
+	if r := a.cli("api, late\n", "write", "/api-late.txt", "-"); r.code != 0 {
+		t.Fatalf("A's write: exit %d %s", r.code, r.stderr)
+	}
+	if got := a.sh("echo late > late.txt; cat early.txt api-late.txt"); got != "early\napi, late\n" {
 		t.Fatalf("A's exec: %q", got)
 	}
 	if got := a.ok("read", "/late.txt"); got != "late\n" {
@@ -428,6 +434,10 @@ func TestTakeoverPullsTheLagWindowBack(t *testing.T) {
 	if got := b.ok("read", "/early.txt"); got != "early\n" {
 		t.Fatalf("B's early.txt: %q", got)
 	}
+	testutil.WaitFor(t, "B to pull api-late.txt back from the container", 30*time.Second, func() bool {
+		r := b.cli("", "read", "/api-late.txt")
+		return r.code == 0 && r.stdout == "api, late\n"
+	})
 }
 
 // TestTakeoverDuringUploads: A is SIGKILLed while it is still uploading

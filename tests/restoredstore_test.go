@@ -127,3 +127,44 @@ func copyState(t *testing.T, src, dst string) {
 		}
 	}
 }
+
+// TestRestoredServerStoreGetsItsWritesBack: the server's data is restored
+// from a backup taken before a file written through its API was pushed to
+// the container. The container still holds the file, as an entry the
+// server pushed (its bounce run keeps such entries out of the server's
+// pulls); the restored server must get it back from the container rather
+// than leave the two sides apart.
+func TestRestoredServerStoreGetsItsWritesBack(t *testing.T) {
+	p := newPair(t, pairOpts{separate: "disk"})
+	p.sh(`for i in $(seq 1 20); do echo base-$i > b$i; done`)
+	p.sync("pull")
+
+	p.server.stop(syscall.SIGTERM)
+	backup := filepath.Join(p.dir, "backup")
+	if err := os.CopyFS(backup, os.DirFS(p.data)); err != nil {
+		t.Fatal(err)
+	}
+	p.startServer()
+	if _, err := p.client().WriteFile(t.Context(), "/late.txt", strings.NewReader("written after the backup\n"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.sh("cat late.txt"); got != "written after the backup\n" {
+		t.Fatalf("the container's late.txt = %q", got)
+	}
+
+	p.server.stop(syscall.SIGTERM)
+	if err := os.RemoveAll(p.data); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.CopyFS(p.data, os.DirFS(backup)); err != nil {
+		t.Fatal(err)
+	}
+	p.startServer()
+	p.sync("pull")
+	if b, err := p.client().ReadFile(t.Context(), "/late.txt"); err != nil || string(b) != "written after the backup\n" {
+		t.Errorf("server /late.txt = %q, %v: the container's copy did not come back", b, err)
+	}
+	if r := p.cli("", "verify"); r.code != 0 {
+		t.Errorf("verify: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}

@@ -132,3 +132,34 @@ func countBases(t *testing.T, s *Store, peer string) int {
 	must(t, s.committed().QueryRowContext(ctx, `SELECT count(*) FROM bases WHERE peer = ?`, peer).Scan(&n))
 	return n
 }
+
+// An applied-push cursor lowered below the stored one is the peer's feed
+// going back (it lost the record of pushes we applied, or was restored):
+// the bounce run kept for it goes, so its pulls fetch back the entries it
+// may no longer have; the merge bases stay (they describe what we hold).
+// One moving forward keeps the run.
+func TestAppliedPushGoingBackForgetsTheBounceRun(t *testing.T) {
+	s := newStore(t)
+	st := s.Chunks().NewStage()
+	defer st.Release()
+	ws := watermark.Set{Fetch: watermark.At(9), AppliedPush: watermark.At(9)}
+	_, err := s.Apply(ctx, []ChangeEntry{stageEntry(t, st, "a", []byte("1"))}, ApplyOptions{Source: Upstream, Stage: st, Peer: "p", Watermarks: &ws, Bounce: true})
+	must(t, err)
+	run, _ := s.Bounce(ctx, "p")
+	if run == (BounceRun{}) {
+		t.Fatal("no bounce run after an apply of the peer's entry")
+	}
+	ws.AppliedPush = watermark.At(12)
+	must(t, s.SetWatermarks(ctx, "p", ws))
+	if got, _ := s.Bounce(ctx, "p"); got != run {
+		t.Fatalf("bounce run after the applied-push cursor moved forward = %v, want %v", got, run)
+	}
+	ws.AppliedPush = watermark.At(4)
+	must(t, s.SetWatermarks(ctx, "p", ws))
+	if got, _ := s.Bounce(ctx, "p"); got != (BounceRun{}) {
+		t.Errorf("bounce run after the applied-push cursor went back = %v, want none", got)
+	}
+	if got, _ := s.Watermarks(ctx, "p"); got != ws {
+		t.Errorf("watermarks = %+v, want %+v", got, ws)
+	}
+}

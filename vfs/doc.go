@@ -32,10 +32,12 @@
 // watermark.Cursor values, resumable in the middle of a rev.
 //
 // A store records the highest rev it handed out as a place in its feed
-// (Served, NoteServed; peers.go): every peer's fetch cursor is at or
-// before it, in the store and in any later copy of it. A peer whose cursor
-// is past what the store announces met a copy restored behind it
-// (MeetPeer moves the cursor back to the announced rev).
+// (Served, NoteServed; peers.go): every peer's fetch cursor, and every
+// push cursor it sent, is at or before it, in the store and in any later
+// copy of it. A peer whose cursor is past what the store announces met a
+// copy restored behind it (MeetPeer moves the cursor back to the announced
+// rev). An applied-push cursor that goes back (setWatermarks) is the
+// pusher's store restored: the bounce run kept for it is dropped.
 //
 // # Ignore patterns
 //

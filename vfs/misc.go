@@ -44,16 +44,23 @@ func (s *Store) SetWatermarks(ctx context.Context, peer string, set watermark.Se
 // stored one is a re-baseline (the peer lost state): the bounce run and
 // the merge bases kept for the peer are forgotten with it, so the re-push
 // carries every entry and no base claims what the peer no longer holds.
+// An applied-push cursor lowered below the stored one is the peer's feed
+// going back (it lost the record of pushes we applied, or its store was
+// restored from an older copy): the bounce run kept for it names our revs
+// holding entries it may no longer have, and is forgotten, so its next
+// pull fetches them (what it still has applies as a no-op).
 func (t *wtx) setWatermarks(peer string, set watermark.Set) error {
-	var old []byte
-	err := t.tx.QueryRowContext(t.ctx, `SELECT push FROM watermarks WHERE peer = ?`, peer).Scan(&old)
+	var old, oldApplied []byte
+	err := t.tx.QueryRowContext(t.ctx, `SELECT push, applied_push FROM watermarks WHERE peer = ?`, peer).Scan(&old, &oldApplied)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("set watermarks %q: %w", peer, err)
 	}
-	lowered := false
+	lowered, wentBack := false, false
 	if err == nil {
 		prev, _, err := watermark.DecodeCursor(old)
 		lowered = err != nil || set.Push.Less(prev)
+		applied, _, err := watermark.DecodeCursor(oldApplied)
+		wentBack = err != nil || set.AppliedPush.Less(applied)
 	}
 	var enc [3][]byte
 	for i, c := range []watermark.Cursor{set.Push, set.Fetch, set.AppliedPush} {
@@ -69,10 +76,12 @@ func (t *wtx) setWatermarks(peer string, set watermark.Set) error {
 	if err != nil {
 		return fmt.Errorf("set watermarks %q: %w", peer, err)
 	}
-	if lowered {
+	if lowered || wentBack {
 		if _, err := t.exec(`UPDATE watermarks SET bounce_from = 0, bounce_to = 0 WHERE peer = ?`, peer); err != nil {
 			return fmt.Errorf("set watermarks %q: %w", peer, err)
 		}
+	}
+	if lowered {
 		return t.forgetBases(peer)
 	}
 	return nil
