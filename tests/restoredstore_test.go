@@ -168,3 +168,36 @@ func TestRestoredServerStoreGetsItsWritesBack(t *testing.T) {
 		t.Errorf("verify: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
+
+// TestExecInARestoredContainerPullsItsWrites: the first command run in a
+// restored container writes fewer revs than the server fetched after the
+// snapshot. The exec's trailing pull must not be skipped on the server's
+// old cursor, which covers the command's feed head: what the command
+// wrote is on the server when the exec returns. (The exec's push
+// reconciles first; here the restored store's rev is below the cursor, so
+// either rule, that one or what it served, takes the cursor back.)
+func TestExecInARestoredContainerPullsItsWrites(t *testing.T) {
+	p := newPair(t, pairOpts{separate: "disk"})
+	p.sh(`echo base > base`)
+	p.cd.stop(syscall.SIGTERM)
+	syscallUnmount(p.mount)
+	snap := filepath.Join(p.dir, "snapshot")
+	copyState(t, p.cdState, snap)
+	p.startComputerd()
+	// Each file written twice: more revs than the 50 entries the server
+	// pushes back after the restore stamp, so the command's write after
+	// them has a rev the server's old cursor covers.
+	p.sh(`for i in $(seq 1 50); do echo undone > u$i; echo undone-$i > u$i; done`)
+
+	p.cd.stop(syscall.SIGTERM)
+	syscallUnmount(p.mount)
+	copyState(t, snap, p.cdState)
+	p.startComputerd()
+	p.sh(`echo after the restore > new.txt`)
+	if b, err := p.client().ReadFile(t.Context(), "/new.txt"); err != nil || string(b) != "after the restore\n" {
+		t.Errorf("server /new.txt right after the exec = %q, %v", b, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(p.mount, "u50")); err != nil || string(b) != "undone-50\n" {
+		t.Errorf("container u50 = %q, %v", b, err)
+	}
+}
