@@ -111,7 +111,7 @@ func (d *Daemon) watermarks(w http.ResponseWriter, r *http.Request) {
 	for p, set := range all {
 		peers[p] = map[string]any{"push": c(set.Push), "fetch": c(set.Fetch), "applied_push": c(set.AppliedPush)}
 	}
-	writeJSON(w, map[string]any{"current_rev": d.store.CurrentRev(), "store": d.store.ID(), "peers": peers})
+	writeJSON(w, map[string]any{"current_rev": d.store.CurrentRev(), "served": d.store.Served(), "store": d.store.ID(), "peers": peers})
 }
 
 // RSS is the process's resident set size in bytes, from /proc.

@@ -1,6 +1,7 @@
 package tests
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -49,6 +50,30 @@ func TestRestoredContainerStoreKeepsItsWrites(t *testing.T) {
 	}
 	if r := p.sync("pull"); r.Rebaselined || r.Entries != 1 {
 		t.Errorf("pull after a restart: %+v, want one entry and no re-baseline", r)
+	}
+	// status shows what each side served: the container's is at or past
+	// the server's fetch cursor, the server's at or past its push cursor.
+	var st struct {
+		Remote struct {
+			Server struct {
+				Served int64 `json:"served"`
+				Push   struct {
+					Rev int64 `json:"rev"`
+				} `json:"push"`
+				Fetch struct {
+					Rev int64 `json:"rev"`
+				} `json:"fetch"`
+			} `json:"server"`
+			Container struct {
+				Served int64 `json:"served"`
+			} `json:"container"`
+		} `json:"remote"`
+	}
+	if err := json.Unmarshal([]byte(p.ok("status", "--json")), &st); err != nil {
+		t.Fatal(err)
+	}
+	if srv, c := st.Remote.Server, st.Remote.Container; c.Served < srv.Fetch.Rev || srv.Fetch.Rev == 0 || srv.Served < srv.Push.Rev {
+		t.Errorf("status: container served %d, server fetch %d; server served %d, push %d", c.Served, srv.Fetch.Rev, srv.Served, srv.Push.Rev)
 	}
 
 	// The platform restores the snapshot; the restored container writes

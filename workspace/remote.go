@@ -321,6 +321,10 @@ type SideStatus struct {
 	StoreID    string `json:"store_id,omitempty"`
 	RuntimeID  string `json:"runtime_id,omitempty"`
 	CurrentRev int64  `json:"current_rev"`
+	// Served is the highest rev the side's store handed out as a place in
+	// its feed (vfs.Store.Served): a peer's cursor past it met a copy of
+	// the store restored behind it.
+	Served int64 `json:"served"`
 	// Push, Fetch and AppliedPush are the side's watermarks for its peer
 	// (see package watermark).
 	Push        Cursor `json:"push"`

@@ -493,7 +493,7 @@ func (r *Remote) Status(ctx context.Context) (workspace.RemoteStatus, error) {
 		return st, err
 	}
 	st.Server = workspace.SideStatus{
-		StoreID: r.store.ID(), RuntimeID: rpc.RuntimeID.String(), CurrentRev: r.store.CurrentRev(),
+		StoreID: r.store.ID(), RuntimeID: rpc.RuntimeID.String(), CurrentRev: r.store.CurrentRev(), Served: r.store.Served(),
 		Push: workspace.CursorOf(local.Push), Fetch: workspace.CursorOf(local.Fetch), AppliedPush: workspace.CursorOf(local.AppliedPush),
 	}
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -504,7 +504,7 @@ func (r *Remote) Status(ctx context.Context) (workspace.RemoteStatus, error) {
 		if ps, err = syncwire.NewPeer(sess).Watermarks(sctx); err == nil {
 			st.Connected, st.State, st.RuntimeID = true, "connected", sess.Peer().RuntimeID.String()
 			st.Container = workspace.SideStatus{
-				StoreID: ps.StoreID, RuntimeID: sess.Peer().RuntimeID.String(), CurrentRev: ps.CurrentRev,
+				StoreID: ps.StoreID, RuntimeID: sess.Peer().RuntimeID.String(), CurrentRev: ps.CurrentRev, Served: ps.Served,
 				Push: workspace.CursorOf(ps.Set.Push), Fetch: workspace.CursorOf(ps.Set.Fetch), AppliedPush: workspace.CursorOf(ps.Set.AppliedPush),
 			}
 		}
