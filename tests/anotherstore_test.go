@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 )
 
@@ -22,8 +21,7 @@ func TestAnotherStoreBehindTheRuntime(t *testing.T) {
 
 	// Another store: its own files, written through its mount before the
 	// server talks to it.
-	p.cd.stop(syscall.SIGTERM)
-	syscallUnmount(p.mount)
+	p.stopContainer()
 	p.cdState = filepath.Join(p.dir, "other.db")
 	p.startComputerd()
 	for i := 1; i <= 200; i++ {

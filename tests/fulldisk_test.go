@@ -275,8 +275,7 @@ func fullDiskBootstrap(t *testing.T, l fullLoad) {
 	t.Logf("full container disk during a bootstrap (%s, %d x %.1f KiB into %d MiB free): %d entries shown after the failure; the next push applied %d entries and %d chunks (%d bytes), rebaselined %v",
 		l.name, l.files, float64(l.size)/1024, l.spare>>20, shown, rep.Entries, rep.Objects, rep.Bytes, rep.Rebaselined)
 
-	p.cd.stop(syscall.SIGTERM)
-	syscallUnmount(p.mount)
+	p.stopContainer()
 	if n := countRows(t, p.cdState, `SELECT count(*) FROM chunk_holds`); n != 0 {
 		t.Errorf("%d chunk holds left after the bootstrap", n)
 	}

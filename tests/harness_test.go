@@ -341,16 +341,29 @@ func (p *pair) replaceContainer() {
 	p.startComputerd()
 }
 
-// dropContainer stops computerd and removes its state (the store, its
-// WAL, chunks and staging).
+// dropContainer stops computerd and removes its state.
 func (p *pair) dropContainer() {
+	p.t.Helper()
+	p.stopContainer()
+	removeState(p.t, p.cdState)
+}
+
+// stopContainer stops computerd (SIGTERM) and detaches its mount; its
+// state stays.
+func (p *pair) stopContainer() {
 	p.t.Helper()
 	p.cd.stop(syscall.SIGTERM)
 	syscallUnmount(p.mount)
-	olds, _ := filepath.Glob(p.cdState + "*")
+}
+
+// removeState removes a computerd state path and what lies beside it (the
+// store's WAL, chunks and staging).
+func removeState(t testing.TB, path string) {
+	t.Helper()
+	olds, _ := filepath.Glob(path + "*")
 	for _, f := range olds {
 		if err := os.RemoveAll(f); err != nil {
-			p.t.Fatal(err)
+			t.Fatal(err)
 		}
 	}
 }

@@ -24,8 +24,7 @@ func TestRestoredContainerStoreKeepsItsWrites(t *testing.T) {
 
 	// The platform snapshots the container's disk (computerd stopped, so
 	// the copy is consistent).
-	p.cd.stop(syscall.SIGTERM)
-	syscallUnmount(p.mount)
+	p.stopContainer()
 	snap := filepath.Join(p.dir, "snapshot")
 	copyState(t, p.cdState, snap)
 	p.startComputerd()
@@ -80,8 +79,7 @@ func TestRestoredContainerStoreKeepsItsWrites(t *testing.T) {
 	// 200 files of its own before the server talks to it again: more revs
 	// than the server fetched after the snapshot, so its current rev is
 	// past the server's fetch cursor.
-	p.cd.stop(syscall.SIGTERM)
-	syscallUnmount(p.mount)
+	p.stopContainer()
 	copyState(t, snap, p.cdState)
 	p.startComputerd()
 	for i := 1; i <= 200; i++ {
@@ -123,12 +121,7 @@ func TestRestoredContainerStoreKeepsItsWrites(t *testing.T) {
 // and its WAL, chunks and staging beside it) with what lies at src.
 func copyState(t *testing.T, src, dst string) {
 	t.Helper()
-	olds, _ := filepath.Glob(dst + "*")
-	for _, f := range olds {
-		if err := os.RemoveAll(f); err != nil {
-			t.Fatal(err)
-		}
-	}
+	removeState(t, dst)
 	news, _ := filepath.Glob(src + "*")
 	if len(news) == 0 {
 		t.Fatalf("no state at %s", src)
@@ -204,8 +197,7 @@ func TestRestoredServerStoreGetsItsWritesBack(t *testing.T) {
 func TestExecInARestoredContainerPullsItsWrites(t *testing.T) {
 	p := newPair(t, pairOpts{separate: "disk"})
 	p.sh(`echo base > base`)
-	p.cd.stop(syscall.SIGTERM)
-	syscallUnmount(p.mount)
+	p.stopContainer()
 	snap := filepath.Join(p.dir, "snapshot")
 	copyState(t, p.cdState, snap)
 	p.startComputerd()
@@ -214,8 +206,7 @@ func TestExecInARestoredContainerPullsItsWrites(t *testing.T) {
 	// them has a rev the server's old cursor covers.
 	p.sh(`for i in $(seq 1 50); do echo undone > u$i; echo undone-$i > u$i; done`)
 
-	p.cd.stop(syscall.SIGTERM)
-	syscallUnmount(p.mount)
+	p.stopContainer()
 	copyState(t, snap, p.cdState)
 	p.startComputerd()
 	p.sh(`echo after the restore > new.txt`)
@@ -250,8 +241,7 @@ func TestBothSidesRestored(t *testing.T) {
 				p.startServer()
 			}
 			copyContainer := func() {
-				p.cd.stop(syscall.SIGTERM)
-				syscallUnmount(p.mount)
+				p.stopContainer()
 				copyState(t, p.cdState, containerCopy)
 				p.startComputerd()
 			}
@@ -269,8 +259,7 @@ func TestBothSidesRestored(t *testing.T) {
 
 			// Both restored.
 			p.server.stop(syscall.SIGTERM)
-			p.cd.stop(syscall.SIGTERM)
-			syscallUnmount(p.mount)
+			p.stopContainer()
 			if err := os.RemoveAll(p.data); err != nil {
 				t.Fatal(err)
 			}

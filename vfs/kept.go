@@ -1,6 +1,9 @@
 package vfs
 
-import "time"
+import (
+	"maps"
+	"time"
+)
 
 // Attributes kept across mutations.
 //
@@ -141,17 +144,14 @@ func (s *Store) keptNow() *keptAttrs {
 	return s.kept.Load()
 }
 
-// clone returns a copy of p to carry a mutation over, when p is kept at
-// before; an empty one otherwise.
+// clone returns a copy of p at count before (to carry a mutation over,
+// or to keep one more node), when p is kept at before; an empty one
+// otherwise.
 func (p *keptAttrs) clone(before uint64) *keptAttrs {
 	c := &keptAttrs{at: before, attrs: make(map[Ino]Attr, maxKept), rows: make(map[Ino]keptRow)}
 	if p != nil && p.at == before {
-		for ino, a := range p.attrs {
-			c.attrs[ino] = a
-		}
-		for ino, r := range p.rows {
-			c.rows[ino] = r
-		}
+		maps.Copy(c.attrs, p.attrs)
+		maps.Copy(c.rows, p.rows)
 	}
 	return c
 }
@@ -255,18 +255,10 @@ func (s *Store) keepAttr(a Attr, at uint64) {
 		return // an odd count: a write was in progress (ReadDirAttrs)
 	}
 	prev := s.kept.Load()
-	p := &keptAttrs{at: at, attrs: make(map[Ino]Attr, maxKept), rows: make(map[Ino]keptRow)}
-	if prev != nil && prev.at == at {
-		for ino, b := range prev.attrs {
-			p.attrs[ino] = b
-		}
-		for ino, r := range prev.rows {
-			p.rows[ino] = r
-		}
-		if _, ok := p.attrs[a.Ino]; !ok && !p.room(nil) {
-			clear(p.attrs)
-			clear(p.rows)
-		}
+	p := prev.clone(at)
+	if _, ok := p.attrs[a.Ino]; !ok && !p.room(nil) {
+		clear(p.attrs)
+		clear(p.rows)
 	}
 	p.attrs[a.Ino] = a
 	// A racing keep or mutation wins: this one is only a saving.

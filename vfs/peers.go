@@ -40,8 +40,10 @@ func (s *Store) Served() int64 { return s.served.Load() }
 // further than it had to (a refetch), never hide a restore, and a full
 // container must still be pulled from.
 func (s *Store) NoteServed(ctx context.Context, rev int64) {
-	rev = min(rev, s.CurrentRev())
 	if rev <= s.served.Load() {
+		return // recorded already: nothing read, nothing written
+	}
+	if rev = min(rev, s.CurrentRev()); rev <= s.served.Load() {
 		return
 	}
 	err := s.update(ctx, func(t *wtx) error {
