@@ -79,6 +79,26 @@ type queued struct {
 	rev  int64
 	seq  uint64
 	what what
+	// create is a file's create, which the file's first commit may fold
+	// into while it is the last mutation queued (behindCommit).
+	create *queuedCreate
+}
+
+// queuedCreate is what a queued create of a file makes.
+type queuedCreate struct {
+	parent Ino
+	name   string
+	nn     newNode
+}
+
+// content is a file's commit as the write-behind may fold it into the
+// file's queued create: its chunk list and mtime, the stage holding its
+// chunks, the reservation it settles.
+type content struct {
+	man   chunkstore.Manifest
+	mtime int64
+	stage *chunkstore.Stage
+	own   int64
 }
 
 // what names a queued mutation for its errors; formatted only when one
@@ -97,6 +117,8 @@ func (w what) String() string {
 		return fmt.Sprintf("remove %q from %d", w.name, w.dir)
 	case "link":
 		return fmt.Sprintf("link of %d as %q in %d", w.ino, w.name, w.dir)
+	case "write":
+		return fmt.Sprintf("create of %q in %d with its first content", w.name, w.dir)
 	}
 	return fmt.Sprintf("%s of %d", w.verb, w.ino)
 }
@@ -537,12 +559,17 @@ func (s *Store) forgetLocked(m *memo) {
 
 // enqueue queues fn, answered at now as rev. Called with m.mu held.
 func (s *Store) enqueue(m *memo, what what, now, rev int64, fn func(*wtx) error) {
+	s.enqueueCreate(m, what, now, rev, fn, nil)
+}
+
+// enqueueCreate is enqueue for a mutation that may be a file's create.
+func (s *Store) enqueueCreate(m *memo, what what, now, rev int64, fn func(*wtx) error, c *queuedCreate) {
 	m.seq++
 	m.gen++
 	if rev != 0 {
 		m.lastRev = rev // 0: a change of local state only stamps no rev
 	}
-	m.queue = append(m.queue, queued{fn: fn, now: now, rev: rev, seq: m.seq, what: what})
+	m.queue = append(m.queue, queued{fn: fn, now: now, rev: rev, seq: m.seq, what: what, create: c})
 	s.queuedN.Add(1)
 	metricBehindAnswered.Inc()
 	// Kept attributes and listings read before now are stale: their
@@ -838,7 +865,11 @@ func (s *Store) behindCreate(ctx context.Context, parent Ino, name string, nn ne
 	if made != nil {
 		made(n)
 	}
-	s.enqueue(m, what{verb: "create", name: name, dir: parent}, now, rev, s.createFn(parent, name, nn, nil, new(node), true))
+	var qc *queuedCreate
+	if nn.kind == KindFile {
+		qc = &queuedCreate{parent: parent, name: name, nn: nn}
+	}
+	s.enqueueCreate(m, what{verb: "create", name: name, dir: parent}, now, rev, s.createFn(parent, name, nn, nil, new(node), true), qc)
 	return a, true, nil
 }
 
@@ -976,11 +1007,19 @@ func (s *Store) behindSetAttr(ino Ino, sa SetAttr) (_ Attr, ok bool) {
 	return a, true
 }
 
-// behindCommit answers the commit of a file's new content (manifest man,
-// mtime) when the memo knows its node, and queues fn, the
-// commit's mutation; ok is false when it cannot. It returns the rev the
-// commit stamps.
-func (s *Store) behindCommit(ino Ino, man chunkstore.Manifest, mtime int64, fn func(*wtx) error) (rev int64, ok bool) {
+// behindCommit answers the commit of a file's new content c when the memo
+// knows its node, and queues fn, the commit's mutation; ok is false when
+// it cannot. It returns the rev the commit stamps.
+//
+// When the last mutation queued is the file's create, the commit folds
+// into it instead: one mutation inserts the file's row with its content,
+// where the two would insert the row, then update it. Nothing else can
+// have touched the node in between (any other writer runs the queue
+// first), and the row, the change row and the counters end as the two
+// would leave them: the create's rev is stamped on nothing, as the
+// commit's would have overwritten it on both. A failure loses both, a
+// suffix of what was answered as ever.
+func (s *Store) behindCommit(ino Ino, c content, fn func(*wtx) error) (rev int64, ok bool) {
 	m, a := s.memoOf(ino)
 	if m == nil {
 		return 0, false
@@ -991,11 +1030,41 @@ func (s *Store) behindCommit(ino Ino, man chunkstore.Manifest, mtime int64, fn f
 	}
 	now := time.Now().UnixNano()
 	rev = m.lastRev + 1
-	a.Size, a.Mtime, a.Ctime, a.Rev = man.Size(), time.Unix(0, mtime), time.Unix(0, now), rev
+	a.Size, a.Mtime, a.Ctime, a.Rev = c.man.Size(), time.Unix(0, c.mtime), time.Unix(0, now), rev
 	m.setAttr(a)
-	m.setMan(ino, chunkstore.AppendManifest(nil, man))
+	m.setMan(ino, chunkstore.AppendManifest(nil, c.man))
+	if k := len(m.queue) - 1; k >= 0 && m.queue[k].create != nil && m.queue[k].create.nn.ino == ino {
+		q := &m.queue[k]
+		q.fn, q.rev, q.what.verb = s.foldedCreateFn(q.create, c, rev, now), rev, "write"
+		q.create = nil // one fold: a second commit queues as ever
+		m.seq++
+		m.gen++
+		m.lastRev = rev
+		metricBehindAnswered.Inc()
+		metricBehindFolded.Inc()
+		return rev, true
+	}
 	s.enqueue(m, what{verb: "commit", ino: ino}, now, rev, fn)
 	return rev, true
+}
+
+// foldedCreateFn is the mutation of a file's create (qc) with its first
+// commit (c, answered at now as rev) folded in: the create's rev, then
+// the commit's, stamped, and the row inserted with the content, the
+// commit's times and rev; the parent's times are the create's (the
+// queued mutation runs at the create's time).
+func (s *Store) foldedCreateFn(qc *queuedCreate, c content, rev, now int64) func(*wtx) error {
+	nn := qc.nn
+	nn.manifest, nn.mtime, nn.ctime = c.man, c.mtime, now
+	create := s.createFn(qc.parent, qc.name, nn, nil, new(node), true)
+	return func(t *wtx) error {
+		for t.stamp() < rev {
+			t.nextMutation()
+		}
+		t.hold(c.stage)
+		t.own = c.own
+		return create(t)
+	}
 }
 
 // touchParent sets a directory's times as a change of its entries does.

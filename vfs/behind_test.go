@@ -193,8 +193,8 @@ func TestBehindLinksWhileTheWriterIsHeld(t *testing.T) {
 	s := openBehind(t)
 	d := committedDir(t, s)
 	var answered Attr
-	// Queued: the create, the commit, the link, the unlink.
-	answerWhileHeld(t, s, 4, func() error {
+	// Queued: the create with its commit folded in, the link, the unlink.
+	answerWhileHeld(t, s, 3, func() error {
 		tmp, h, err := s.CreateOpen(ctx, d.Ino, "tmp_obj", NewAttr{Mode: 0o444})
 		if err != nil {
 			return fmt.Errorf("create: %w", err)
@@ -586,10 +586,12 @@ func TestBehindStopsBelowTheFreeSpaceFloor(t *testing.T) {
 	}
 }
 
-// The commit of a file queued right after its create reads neither the
-// file's row nor its names when the queue runs them: the create, queued
-// too, keeps them for it (kept.go), as a create and commit that run at
-// once do (TestMountMutationStatements).
+// The commit of a file queued right after the file's last mutation reads
+// neither the file's row nor its names when the queue runs them: that
+// mutation, queued too, keeps them for it (kept.go), as a create and
+// commit that run at once do (TestMountMutationStatements). Here the
+// first commit folds into the create (TestBehindFoldsACommitIntoItsCreate)
+// and the second follows it.
 func TestBehindQueuedCommitReadsNoRow(t *testing.T) {
 	s := openBehind(t)
 	d := committedDir(t, s)
@@ -600,9 +602,15 @@ func TestBehindQueuedCommitReadsNoRow(t *testing.T) {
 			s.wmu.Unlock()
 			t.Fatal(err)
 		}
-		if _, err := h.WriteAt(ctx, []byte("content"), 0); err != nil {
-			s.wmu.Unlock()
-			t.Fatal(err)
+		for _, b := range []string{"first", "content"} {
+			if _, err := h.WriteAt(ctx, []byte(b), 0); err != nil {
+				s.wmu.Unlock()
+				t.Fatal(err)
+			}
+			if err := h.Flush(ctx); err != nil {
+				s.wmu.Unlock()
+				t.Fatal(err)
+			}
 		}
 		if err := h.Release(ctx); err != nil {
 			s.wmu.Unlock()
@@ -611,7 +619,7 @@ func TestBehindQueuedCommitReadsNoRow(t *testing.T) {
 	}
 	if n := s.queuedN.Load(); n != 6 {
 		s.wmu.Unlock()
-		t.Fatalf("%d mutations queued, want 6 (3 creates, 3 commits)", n)
+		t.Fatalf("%d mutations queued, want 6 (3 creates with their first commits, 3 second commits)", n)
 	}
 	got := countStatementsOn(t, nil, func() {
 		s.wmu.Unlock()
@@ -631,6 +639,139 @@ func TestBehindQueuedCommitReadsNoRow(t *testing.T) {
 		if got := string(readFile(t, s, fmt.Sprint("d/f", i))); got != "content" {
 			t.Errorf("d/f%d holds %q", i, got)
 		}
+	}
+}
+
+// A file's first commit, answered while the file's create is the last
+// mutation queued, folds into it: one row inserted with the content. The
+// rows, the change rows and the parent's times end as the memo answered
+// them, which is what the create and the commit would leave; a commit
+// with another mutation queued after the create queues as ever.
+func TestBehindFoldsACommitIntoItsCreate(t *testing.T) {
+	s := openBehind(t)
+	d := committedDir(t, s)
+	write := func(h *Handle, b string) error {
+		if _, err := h.WriteAt(ctx, []byte(b), 0); err != nil {
+			return err
+		}
+		return h.Release(ctx)
+	}
+	answered := map[string]Attr{}
+	// Queued: f1 with its content; f2's create, f3's create, f2's commit,
+	// f3's commit (neither create was the last queued at its commit).
+	answerWhileHeld(t, s, 5, func() error {
+		f1, h1, err := s.CreateOpen(ctx, d.Ino, "f1", NewAttr{Mode: 0o600, Uid: 5, Gid: 6})
+		if err != nil {
+			return err
+		}
+		if err := write(h1, "one"); err != nil {
+			return err
+		}
+		if a, err := s.GetAttr(ctx, f1.Ino); err != nil || a.Rev != f1.Rev+1 || a.Size != 3 {
+			return fmt.Errorf("f1 created as rev %d, then %+v, %v", f1.Rev, a, err)
+		}
+		_, h2, err := s.CreateOpen(ctx, d.Ino, "f2", NewAttr{Mode: 0o644})
+		if err != nil {
+			return err
+		}
+		_, h3, err := s.CreateOpen(ctx, d.Ino, "f3", NewAttr{Mode: 0o644})
+		if err != nil {
+			return err
+		}
+		if err := write(h2, "two!"); err != nil {
+			return err
+		}
+		if err := write(h3, "three"); err != nil {
+			return err
+		}
+		for _, name := range []string{"f1", "f2", "f3"} {
+			a, err := s.Lookup(ctx, d.Ino, name)
+			if err != nil {
+				return err
+			}
+			answered[name] = a
+		}
+		a, err := s.GetAttr(ctx, d.Ino)
+		answered["."] = a
+		return err
+	})
+	for name, a := range answered {
+		n, err := s.viewNode(ctx, a.Ino)
+		must(t, err)
+		if row := n.attr(); row != a {
+			t.Errorf("%s: answered %+v, the row holds %+v", name, a, row)
+		}
+		if name == "." {
+			continue
+		}
+		var rev int64
+		must(t, s.rq.QueryRowContext(ctx, `SELECT rev FROM changes WHERE path = ?`, "d/"+name).Scan(&rev))
+		if rev != a.Rev {
+			t.Errorf("%s: change row at rev %d, the node at %d", name, rev, a.Rev)
+		}
+	}
+	for name, want := range map[string]string{"f1": "one", "f2": "two!", "f3": "three"} {
+		if b := string(readFile(t, s, "d/"+name)); b != want {
+			t.Errorf("%s holds %q, want %q", name, b, want)
+		}
+	}
+	if cur := s.CurrentRev(); cur != answered["f3"].Rev {
+		t.Errorf("the store is at rev %d, the last mutation answered %d", cur, answered["f3"].Rev)
+	}
+	var bytes int64
+	must(t, s.rq.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'usage_bytes'`).Scan(&bytes))
+	if u := s.Usage(); u.Bytes != 12 || bytes != 12 {
+		t.Errorf("usage %+v, %d bytes persisted, want 12", u, bytes)
+	}
+}
+
+// A folded create and commit that fails loses both, and what was answered
+// after them, as a failed queued mutation does: the store holds a prefix.
+func TestBehindFoldedFailureLosesBoth(t *testing.T) {
+	s := openBehind(t)
+	behindFailHook = nil
+	d := committedDir(t, s)
+	s.wmu.Lock()
+	behindRunHook = func(what string) error {
+		if strings.Contains(what, `"f1"`) {
+			return errors.New("the disk filled")
+		}
+		return nil
+	}
+	t.Cleanup(func() { behindRunHook = nil })
+	for i := range 3 {
+		_, h, err := s.CreateOpen(ctx, d.Ino, fmt.Sprint("f", i), NewAttr{Mode: 0o644})
+		if err == nil {
+			_, err = h.WriteAt(ctx, []byte("data"), 0)
+		}
+		if err == nil {
+			err = h.Release(ctx)
+		}
+		if err != nil {
+			s.wmu.Unlock()
+			t.Fatal(err)
+		}
+	}
+	if n := s.queuedN.Load(); n != 3 {
+		s.wmu.Unlock()
+		t.Fatalf("%d mutations queued, want 3 folded", n)
+	}
+	s.wmu.Unlock()
+	err := s.Sync(ctx)
+	if err == nil || !strings.Contains(err.Error(), "with its first content") || !strings.Contains(err.Error(), "1 mutations answered after it") {
+		t.Fatalf("Sync after a lost folded mutation: %v", err)
+	}
+	for i := range 3 {
+		_, err := s.Stat(ctx, fmt.Sprint("d/f", i))
+		if i == 0 && err != nil || i > 0 && !errors.Is(err, ErrNotExist) {
+			t.Errorf("d/f%d: %v", i, err)
+		}
+	}
+	if b := string(readFile(t, s, "d/f0")); b != "data" {
+		t.Errorf("d/f0 holds %q", b)
+	}
+	if u := s.Usage(); u.Bytes != 4 {
+		t.Errorf("usage %+v after the loss, want f0's 4 bytes", u)
 	}
 }
 

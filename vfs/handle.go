@@ -1046,7 +1046,7 @@ func (f *openFile) commit(ctx context.Context) error {
 	}
 	// Answered from memory when the memo knows the node (behind.go): the
 	// chunks are staged, the row is written when the queue runs it.
-	rev, queued := f.s.behindCommit(f.ino, m, mtime, commitFn(new(int64)))
+	rev, queued := f.s.behindCommit(f.ino, content{man: m, mtime: mtime, stage: stage, own: own}, commitFn(new(int64)))
 	if !queued {
 		if err := f.s.mutate(ctx, commitFn(&rev)); err != nil {
 			return fmt.Errorf("flush inode %d: %w", f.ino, err)

@@ -126,6 +126,13 @@ var metricBehindAnswered = metrics.Add(prometheus.NewCounter(prometheus.CounterO
 	Help: "Mount mutations answered from the write-behind's memo and run afterwards.",
 }))
 
+// metricBehindFolded counts file commits folded into the file's queued
+// create (behind.go).
+var metricBehindFolded = metrics.Add(prometheus.NewCounter(prometheus.CounterOpts{
+	Name: "wsync_vfs_behind_folded_total",
+	Help: "Mount file commits folded into the file's create, still queued, so that the two write one row.",
+}))
+
 // metricBehindFull counts the times a mutation found the write-behind's
 // queue full and ran it on the request's path.
 var metricBehindFull = metrics.Add(prometheus.NewCounter(prometheus.CounterOpts{

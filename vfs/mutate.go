@@ -117,6 +117,7 @@ type newNode struct {
 	kind     Kind
 	attr     NewAttr
 	mtime    int64 // 0: now
+	ctime    int64 // 0: now (a file's content folded into its create: the commit's time)
 	manifest chunkstore.Manifest
 	target   string
 	rdev     uint32 // device nodes
@@ -188,9 +189,12 @@ func (t *wtx) newRow(nn newNode) node {
 // file), without its inode number.
 func rowOf(nn newNode, now, rev int64) node {
 	n := node{kind: nn.kind, mode: nn.attr.Mode & 0o7777, uid: nn.attr.Uid, gid: nn.attr.Gid, nlink: 1,
-		size: nn.manifest.Size(), mtime: nn.mtime, ctime: now, atime: now, rdev: nn.rdev, rev: rev}
+		size: nn.manifest.Size(), mtime: nn.mtime, ctime: nn.ctime, atime: now, rdev: nn.rdev, rev: rev}
 	if n.mtime == 0 {
 		n.mtime = now
+	}
+	if n.ctime == 0 {
+		n.ctime = now
 	}
 	switch nn.kind {
 	case KindSymlink:
