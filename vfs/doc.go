@@ -168,7 +168,9 @@
 // The inode numbers and revs answered are exact (no other writer runs
 // while mutations are queued), every other read and write of the store
 // runs the queue first (lookups, stats, opens of small files and listings
-// of directories the memo holds whole answer from it), and a queued mutation that
+// of directories the memo holds whole answer from it), a file's first
+// commit folds into its create while that is the last mutation queued (one
+// row inserted with the content), and a queued mutation that
 // fails loses itself and those after it, as a lost group does. behind.go.
 //
 // # A group's bookkeeping
