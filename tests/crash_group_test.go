@@ -41,6 +41,10 @@ func TestCrashDuringGroupCommit(t *testing.T) {
 		// write-behind (vfs/behind.go): the same prefix must survive.
 		{"vfs.behind.run", 9},
 		{"vfs.behind.run", 400},
+		// Halfway through writing the rows of queued creates (node rows
+		// written, names not: vfs/pending.go).
+		{"vfs.pending.flush", 2},
+		{"vfs.pending.flush", 30},
 	} {
 		t.Run(fmt.Sprintf("%s:%d", sc.point, sc.hit), func(t *testing.T) {
 			dir := t.TempDir()

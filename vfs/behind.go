@@ -82,6 +82,8 @@ type queued struct {
 	// create is a file's create, which the file's first commit may fold
 	// into while it is the last mutation queued (behindCommit).
 	create *queuedCreate
+	// bulk: a create, whose rows wait in the group (pending.go).
+	bulk bool
 }
 
 // queuedCreate is what a queued create of a file makes.
@@ -559,17 +561,18 @@ func (s *Store) forgetLocked(m *memo) {
 
 // enqueue queues fn, answered at now as rev. Called with m.mu held.
 func (s *Store) enqueue(m *memo, what what, now, rev int64, fn func(*wtx) error) {
-	s.enqueueCreate(m, what, now, rev, fn, nil)
+	s.enqueueQueued(m, queued{fn: fn, now: now, rev: rev, what: what})
 }
 
-// enqueueCreate is enqueue for a mutation that may be a file's create.
-func (s *Store) enqueueCreate(m *memo, what what, now, rev int64, fn func(*wtx) error, c *queuedCreate) {
+// enqueueQueued queues q. Called with m.mu held.
+func (s *Store) enqueueQueued(m *memo, q queued) {
 	m.seq++
 	m.gen++
-	if rev != 0 {
-		m.lastRev = rev // 0: a change of local state only stamps no rev
+	if q.rev != 0 {
+		m.lastRev = q.rev // 0: a change of local state only stamps no rev
 	}
-	m.queue = append(m.queue, queued{fn: fn, now: now, rev: rev, seq: m.seq, what: what, create: c})
+	q.seq = m.seq
+	m.queue = append(m.queue, q)
 	s.queuedN.Add(1)
 	metricBehindAnswered.Inc()
 	// Kept attributes and listings read before now are stale: their
@@ -869,7 +872,8 @@ func (s *Store) behindCreate(ctx context.Context, parent Ino, name string, nn ne
 	if nn.kind == KindFile {
 		qc = &queuedCreate{parent: parent, name: name, nn: nn}
 	}
-	s.enqueueCreate(m, what{verb: "create", name: name, dir: parent}, now, rev, s.createFn(parent, name, nn, nil, new(node), true), qc)
+	s.enqueueQueued(m, queued{fn: s.createFn(parent, name, nn, nil, new(node), true), now: now, rev: rev,
+		what: what{verb: "create", name: name, dir: parent}, create: qc, bulk: true})
 	return a, true, nil
 }
 

@@ -109,6 +109,7 @@ func (s *Store) mutateLocked(ctx context.Context, fn func(*wtx) error, q *queued
 			return nil, err
 		}
 		t.tx.detached = true
+		t.tx.pending = new(pendingRows)
 		g = &group{t: t}
 		g.timer = time.AfterFunc(win, func() { s.expire(g) })
 		s.grp = g
@@ -122,13 +123,23 @@ func (s *Store) mutateLocked(ctx context.Context, fn func(*wtx) error, q *queued
 			s.writes.Add(1)
 		}
 	}()
-	if _, err := gt.tx.ExecContext(ctx, `SAVEPOINT mutation`); err != nil {
-		return nil, s.abortGroup(fmt.Errorf("savepoint: %w", err))
+	// A queued create keeps its rows in the group instead of writing
+	// them (pending.go): it runs no statement, so it needs no savepoint.
+	pend := gt.tx.pending
+	kept := q != nil && q.bulk
+	if !kept {
+		if _, err := gt.tx.ExecContext(ctx, `SAVEPOINT mutation`); err != nil {
+			return nil, s.abortGroup(fmt.Errorf("savepoint: %w", err))
+		}
 	}
 	t := &wtx{ctx: ctx, s: s, sqltx: gt.sqltx, tx: gt.tx, last: gt.last, now: time.Now().UnixNano(), grp: gt,
 		touched: make(map[string]int64), before: before}
+	var mark pendingMark
 	if q != nil {
 		t.now = q.now
+	}
+	if kept {
+		t.pend, mark = pend, pend.mark()
 	}
 	err := t.run(fn)
 	if err == nil && q != nil && t.cur != q.rev {
@@ -136,10 +147,27 @@ func (s *Store) mutateLocked(ctx context.Context, fn func(*wtx) error, q *queued
 	}
 	if err == nil {
 		// Directory times change with the mutation, not at the group's
-		// commit: a stat of the parent must see them now.
-		err = t.touchDirs()
+		// commit: a stat of the parent must see them now (a kept
+		// create's are written with its rows, before any read).
+		if kept {
+			for d := range t.dirty {
+				pend.touchDir(d, t.now)
+			}
+		} else {
+			err = t.touchDirs()
+		}
+	}
+	if err == nil && pend.err != nil {
+		// Rows of earlier creates failed to write during this mutation.
+		return t, s.abortGroup(pend.err)
 	}
 	if err != nil {
+		if kept {
+			if !pend.dropSince(mark) {
+				return t, errors.Join(err, s.abortGroup(fmt.Errorf("%s failed after the rows of queued creates were written", q.what)))
+			}
+			return t, err
+		}
 		if _, rerr := gt.tx.ExecContext(ctx, `ROLLBACK TO mutation`); rerr != nil {
 			return t, errors.Join(err, s.abortGroup(fmt.Errorf("rollback to savepoint: %w", rerr)))
 		}
@@ -148,8 +176,10 @@ func (s *Store) mutateLocked(ctx context.Context, fn func(*wtx) error, q *queued
 		}
 		return t, err
 	}
-	if _, err := gt.tx.ExecContext(ctx, `RELEASE mutation`); err != nil {
-		return t, s.abortGroup(fmt.Errorf("release savepoint: %w", err))
+	if !kept {
+		if _, err := gt.tx.ExecContext(ctx, `RELEASE mutation`); err != nil {
+			return t, s.abortGroup(fmt.Errorf("release savepoint: %w", err))
+		}
 	}
 	gt.merge(t)
 	s.addLive(t.use, t.own)

@@ -135,7 +135,11 @@ func (t *wtx) insertNode(parent Ino, path, name string, nn newNode) (node, error
 	if n.kind == KindSymlink {
 		target = n.target
 	}
-	if nn.ino != 0 {
+	switch {
+	case t.pend != nil && nn.ino != 0:
+		n.ino = nn.ino
+		t.pend.addNode(n)
+	case nn.ino != 0:
 		_, err := t.exec(`INSERT INTO nodes(ino, kind, mode, uid, gid, nlink, size, mtime, ctime, atime, manifest, target, rdev, rev)
 		VALUES(?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			nn.ino, n.kind, n.mode, n.uid, n.gid, n.size, n.mtime, n.ctime, n.atime, n.manifest, target, n.rdev, n.rev)
@@ -143,7 +147,7 @@ func (t *wtx) insertNode(parent Ino, path, name string, nn newNode) (node, error
 			return node{}, fmt.Errorf("insert node %d: %w", nn.ino, err)
 		}
 		n.ino = nn.ino
-	} else {
+	default:
 		res, err := t.exec(`INSERT INTO nodes(kind, mode, uid, gid, nlink, size, mtime, ctime, atime, manifest, target, rdev, rev)
 		VALUES(?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?)`,
 			n.kind, n.mode, n.uid, n.gid, n.size, n.mtime, n.ctime, n.atime, n.manifest, target, n.rdev, n.rev)
@@ -226,7 +230,9 @@ type nameChange struct {
 
 // addDirent adds a name and updates the parent's times (local only).
 func (t *wtx) addDirent(parent Ino, name string, child Ino) error {
-	if _, err := t.exec(`INSERT INTO dirents(parent, name, child) VALUES(?, ?, ?)`, parent, name, child); err != nil {
+	if t.pend != nil {
+		t.pend.addName(parent, name, child)
+	} else if _, err := t.exec(`INSERT INTO dirents(parent, name, child) VALUES(?, ?, ?)`, parent, name, child); err != nil {
 		return fmt.Errorf("add entry %q: %w", name, err)
 	}
 	t.noteName(parent, name, true)

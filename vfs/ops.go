@@ -258,8 +258,16 @@ func (s *Store) createFn(parent Ino, name string, nn newNode, made func(node), n
 		}
 		a := n.attr()
 		t.keepNode(n.ino, &a)
-		if n.kind == KindFile {
+		switch n.kind {
+		case KindFile:
 			t.keepRow(n.ino, n.manifest, []string{path})
+		case KindDir:
+			// A create below it needs its path: no query (which would
+			// also write the rows of queued creates first).
+			if t.dirAdds == nil {
+				t.dirAdds = make(map[Ino]string)
+			}
+			t.dirAdds[n.ino] = path
 		}
 		if made != nil {
 			made(*n)

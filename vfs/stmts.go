@@ -151,6 +151,21 @@ type txQuerier struct {
 	// detached: statements ignore their context's cancellation (a
 	// group's transaction, which an interrupt would roll back whole).
 	detached bool
+	// pending, on a group's transaction, are rows of queued creates,
+	// written before any other statement runs (pending.go).
+	pending  *pendingRows
+	flushing bool
+}
+
+// flushPending writes the pending rows before a statement; a failure is
+// kept in them (the group cannot commit) and returned.
+func (t *txQuerier) flushPending(ctx context.Context) error {
+	if t.pending == nil || t.flushing {
+		return nil
+	}
+	t.flushing = true
+	defer func() { t.flushing = false }()
+	return t.pending.flush(ctx, t)
 }
 
 func (t *txQuerier) ctx(ctx context.Context) context.Context {
@@ -205,6 +220,9 @@ func (t *txQuerier) done(ctx context.Context) {
 
 func (t *txQuerier) ExecContext(ctx context.Context, q string, args ...any) (sql.Result, error) {
 	ctx = t.ctx(ctx)
+	if err := t.flushPending(ctx); err != nil {
+		return nil, err
+	}
 	st, err := t.stmt(ctx, q)
 	if err != nil {
 		return nil, err
@@ -214,6 +232,9 @@ func (t *txQuerier) ExecContext(ctx context.Context, q string, args ...any) (sql
 
 func (t *txQuerier) QueryContext(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
 	ctx = t.ctx(ctx)
+	if err := t.flushPending(ctx); err != nil {
+		return nil, err
+	}
 	st, err := t.stmt(ctx, q)
 	if err != nil {
 		return nil, err
@@ -223,6 +244,9 @@ func (t *txQuerier) QueryContext(ctx context.Context, q string, args ...any) (*s
 
 func (t *txQuerier) QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row {
 	ctx = t.ctx(ctx)
+	// A failed write of pending rows stays in them: the group does not
+	// commit, whatever this read returns.
+	t.flushPending(ctx)
 	st, err := t.stmt(ctx, q)
 	if err != nil {
 		return t.tx.QueryRowContext(ctx, q, args...)

@@ -443,6 +443,9 @@ type wtx struct {
 	drops   []chunkstore.Ref // and to release
 	dirAdds map[Ino]string   // directory paths learnt, cached at commit
 	forgot  bool             // the cache of directory paths was dropped
+	// pend, for a queued create, are the group's rows it adds its own to
+	// instead of writing them (pending.go).
+	pend *pendingRows
 	// grp is the group's transaction when this is one of its mutations:
 	// the directory paths the group's earlier mutations learnt are good
 	// for this one too (unless it drops them, forgot).
@@ -564,6 +567,10 @@ func (s *Store) begin(ctx context.Context) (*wtx, error) {
 }
 
 func (t *wtx) commit() error {
+	if err := t.tx.flushPending(t.ctx); err != nil {
+		t.rollback()
+		return fmt.Errorf("commit: %w", err)
+	}
 	if err := t.settleTrash(); err != nil {
 		t.rollback()
 		return fmt.Errorf("commit: %w", err)
