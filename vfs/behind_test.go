@@ -1093,3 +1093,54 @@ func TestBehindPendingRowsFailLoseTheGroup(t *testing.T) {
 		t.Errorf("a create after the loss: %v", err)
 	}
 }
+
+// A queued commit that did not fold into its create (another create was
+// queued between them) finds the file's row waiting in the group and
+// changes it in place: no savepoint, no UPDATE, the row as answered.
+func TestBehindQueuedCommitChangesAWaitingRow(t *testing.T) {
+	s := openBehind(t)
+	d := committedDir(t, s)
+	s.wmu.Lock()
+	var f Attr
+	err := func() error {
+		_, h, err := s.CreateOpen(ctx, d.Ino, "f", NewAttr{Mode: 0o644})
+		if err != nil {
+			return err
+		}
+		if _, err := s.Create(ctx, d.Ino, "g", NewAttr{Mode: 0o644}); err != nil {
+			return err
+		}
+		if _, err := h.WriteAt(ctx, []byte("after g"), 0); err != nil {
+			return err
+		}
+		if err := h.Release(ctx); err != nil {
+			return err
+		}
+		f, err = s.Lookup(ctx, d.Ino, "f")
+		return err
+	}()
+	if err == nil && s.queuedN.Load() != 3 {
+		err = fmt.Errorf("%d mutations queued, want 3 (two creates, a commit)", s.queuedN.Load())
+	}
+	if err != nil {
+		s.wmu.Unlock()
+		t.Fatal(err)
+	}
+	got := countStatementsOn(t, nil, func() {
+		s.wmu.Unlock()
+		must(t, s.Sync(ctx))
+	})
+	for _, q := range got {
+		if strings.HasPrefix(q, "SAVEPOINT") || strings.HasPrefix(q, "UPDATE nodes SET manifest") {
+			t.Errorf("the commit of a waiting row ran %s", q)
+		}
+	}
+	n, err := s.viewNode(ctx, f.Ino)
+	must(t, err)
+	if row := n.attr(); row != f || f.Size != 7 {
+		t.Errorf("answered %+v, the row holds %+v", f, row)
+	}
+	if b := string(readFile(t, s, "d/f")); b != "after g" {
+		t.Errorf("d/f holds %q", b)
+	}
+}

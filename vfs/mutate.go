@@ -452,9 +452,10 @@ func (t *wtx) setContent(n *node, m chunkstore.Manifest, mtime int64, paths []st
 	t.dropRefs(old)
 	t.useFile(n.size, m.Size())
 	n.manifest, n.size, n.mtime, n.ctime, n.rev = chunkstore.AppendManifest(nil, m), m.Size(), mtime, t.now, t.stamp()
-	_, err = t.exec(`UPDATE nodes SET manifest = ?, size = ?, mtime = ?, ctime = ?, rev = ? WHERE ino = ?`,
-		n.manifest, n.size, n.mtime, n.ctime, n.rev, n.ino)
-	if err != nil {
+	if r := t.pendingRow(n.ino); r != nil {
+		r.manifest, r.size, r.mtime, r.ctime, r.rev = n.manifest, n.size, n.mtime, n.ctime, n.rev
+	} else if _, err = t.exec(`UPDATE nodes SET manifest = ?, size = ?, mtime = ?, ctime = ?, rev = ? WHERE ino = ?`,
+		n.manifest, n.size, n.mtime, n.ctime, n.rev, n.ino); err != nil {
 		return nil, err
 	}
 	for _, p := range paths {
@@ -463,6 +464,15 @@ func (t *wtx) setContent(n *node, m chunkstore.Manifest, mtime int64, paths []st
 		}
 	}
 	return paths, nil
+}
+
+// pendingRow is the row of node ino waiting in the group for a queued
+// mutation that keeps rows (pending.go), or nil.
+func (t *wtx) pendingRow(ino Ino) *node {
+	if t.pend == nil {
+		return nil
+	}
+	return t.pend.row(ino)
 }
 
 // parentDir resolves a directory inode for a mutation inside it.

@@ -21,6 +21,10 @@ import (
 // row as if each create had written its own, and a run of creates (a
 // build, a checkout, an untar) costs a few statements, not five each.
 //
+// A file's commit queued while the file's row waits there (its create
+// ran, but its commit did not fold into it: behindCommit) changes the
+// kept row in place, as its UPDATE would have.
+//
 // Such a create needs no savepoint: nothing it does reaches SQLite. If
 // it fails (errBehind, or a test's injected failure), the rows it kept
 // are dropped, which is all it did, and it is lost with the mutations
@@ -30,6 +34,7 @@ import (
 // fsync), a prefix of the answered mutations surviving.
 type pendingRows struct {
 	nodes []node
+	at    map[Ino]int // index in nodes
 	names []pendingName
 	dirs  map[Ino]int64
 	// flushes counts the writes of the rows (pendingMark).
@@ -57,12 +62,29 @@ func (p *pendingRows) dropSince(m pendingMark) bool {
 	if p.flushes != m.flushes {
 		return false
 	}
+	for _, n := range p.nodes[m.nodes:] {
+		delete(p.at, n.ino)
+	}
 	p.nodes, p.names = p.nodes[:m.nodes], p.names[:m.names]
 	return true
 }
 
 // addNode keeps a new node's row.
-func (p *pendingRows) addNode(n node) { p.nodes = append(p.nodes, n) }
+func (p *pendingRows) addNode(n node) {
+	if p.at == nil {
+		p.at = make(map[Ino]int)
+	}
+	p.at[n.ino] = len(p.nodes)
+	p.nodes = append(p.nodes, n)
+}
+
+// row returns the kept row of node ino, to change in place, or nil.
+func (p *pendingRows) row(ino Ino) *node {
+	if i, ok := p.at[ino]; ok {
+		return &p.nodes[i]
+	}
+	return nil
+}
 
 // addName keeps a new name.
 func (p *pendingRows) addName(parent Ino, name string, child Ino) {
@@ -94,6 +116,7 @@ func (p *pendingRows) flush(ctx context.Context, q *txQuerier) error {
 		return p.err
 	}
 	p.nodes, p.names = p.nodes[:0], p.names[:0]
+	clear(p.at)
 	clear(p.dirs)
 	return nil
 }
