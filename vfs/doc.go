@@ -170,7 +170,9 @@
 // runs the queue first (lookups, stats, opens of small files and listings
 // of directories the memo holds whole answer from it), a file's first
 // commit folds into its create while that is the last mutation queued (one
-// row inserted with the content), and a queued mutation that
+// row inserted with the content), a queued create's rows wait in the group
+// and go in multi-row statements before any other statement of its
+// transaction (pending.go), and a queued mutation that
 // fails loses itself and those after it, as a lost group does. behind.go.
 //
 // # A group's bookkeeping
