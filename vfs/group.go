@@ -124,10 +124,10 @@ func (s *Store) mutateLocked(ctx context.Context, fn func(*wtx) error, q *queued
 		}
 	}()
 	// A queued create keeps its rows in the group instead of writing
-	// them, and a queued commit of a file whose row waits there changes
-	// it in place (pending.go): they need no savepoint.
+	// them, and a queued commit or SetAttr of a node whose row waits
+	// there changes it in place (pending.go): they need no savepoint.
 	pend := gt.tx.pending
-	kept := q != nil && (q.bulk || q.what.verb == "commit" && pend.row(q.what.ino) != nil)
+	kept := q != nil && (q.bulk || (q.what.verb == "commit" || q.what.verb == "setattr") && pend.row(q.what.ino) != nil)
 	if !kept {
 		if _, err := gt.tx.ExecContext(ctx, `SAVEPOINT mutation`); err != nil {
 			return nil, s.abortGroup(fmt.Errorf("savepoint: %w", err))

@@ -673,16 +673,34 @@ func setAttrFn(ino Ino, sa SetAttr, a *Attr) func(*wtx) error {
 		if synced {
 			a.Rev = t.stamp() // in the row's update, not one more (touchNode's)
 		}
-		if _, err := t.exec(`UPDATE nodes SET mode = ?, uid = ?, gid = ?, mtime = ?, atime = ?, ctime = ?, rev = ? WHERE ino = ?`,
+		if r := t.pendingRow(ino); r != nil {
+			// Its create's row waits in the group (pending.go): changed
+			// in place, as the update would.
+			r.mode, r.uid, r.gid, r.mtime, r.atime, r.ctime, r.rev = a.Mode, a.Uid, a.Gid, a.Mtime.UnixNano(), a.Atime.UnixNano(), t.now, a.Rev
+		} else if _, err := t.exec(`UPDATE nodes SET mode = ?, uid = ?, gid = ?, mtime = ?, atime = ?, ctime = ?, rev = ? WHERE ino = ?`,
 			a.Mode, a.Uid, a.Gid, a.Mtime.UnixNano(), a.Atime.UnixNano(), t.now, a.Rev, ino); err != nil {
 			return err
 		}
+		// The rest of a kept row (a file's chunk list, its paths) stays
+		// true: declared again, and the paths need no query.
+		n, paths, rowKept := t.keptNode(ino)
 		kept := *a
 		t.keepNode(ino, &kept)
-		if synced {
-			return t.touchNames(ino)
+		if rowKept {
+			t.keepRow(ino, n.manifest, paths)
 		}
-		return nil
+		switch {
+		case !synced:
+			return nil
+		case rowKept:
+			for _, p := range paths {
+				if err := t.touch(p); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		return t.touchNames(ino)
 	}
 }
 
