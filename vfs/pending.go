@@ -22,8 +22,9 @@ import (
 // build, a checkout, an untar) costs a few statements, not five each.
 //
 // A file's commit queued while the file's row waits there (its create
-// ran, but its commit did not fold into it: behindCommit) changes the
-// kept row in place, as its UPDATE would have.
+// ran, but its commit did not fold into it: behindCommit), and a SetAttr
+// queued while a node's row waits there (tar's times and mode), change
+// the kept row in place, as their UPDATEs would have.
 //
 // Such a create needs no savepoint: nothing it does reaches SQLite. If
 // it fails (errBehind, or a test's injected failure), the rows it kept
