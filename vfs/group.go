@@ -127,8 +127,8 @@ func (s *Store) mutateLocked(ctx context.Context, fn func(*wtx) error, q *queued
 	// them, and a queued commit or SetAttr of a node whose row waits
 	// there changes it in place (pending.go): they need no savepoint.
 	pend := gt.tx.pending
-	kept := q != nil && (q.bulk || (q.what.verb == "commit" || q.what.verb == "setattr") && pend.row(q.what.ino) != nil)
-	if !kept {
+	onPending := q != nil && (q.bulk || (q.what.verb == "commit" || q.what.verb == "setattr") && pend.row(q.what.ino) != nil)
+	if !onPending {
 		if _, err := gt.tx.ExecContext(ctx, `SAVEPOINT mutation`); err != nil {
 			return nil, s.abortGroup(fmt.Errorf("savepoint: %w", err))
 		}
@@ -139,7 +139,7 @@ func (s *Store) mutateLocked(ctx context.Context, fn func(*wtx) error, q *queued
 	if q != nil {
 		t.now = q.now
 	}
-	if kept {
+	if onPending {
 		t.pend, mark = pend, pend.mark()
 	}
 	err := t.run(fn)
@@ -148,9 +148,9 @@ func (s *Store) mutateLocked(ctx context.Context, fn func(*wtx) error, q *queued
 	}
 	if err == nil {
 		// Directory times change with the mutation, not at the group's
-		// commit: a stat of the parent must see them now (a kept
+		// commit: a stat of the parent must see them now (a queued
 		// create's are written with its rows, before any read).
-		if kept {
+		if onPending {
 			for d := range t.dirty {
 				pend.touchDir(d, t.now)
 			}
@@ -163,7 +163,7 @@ func (s *Store) mutateLocked(ctx context.Context, fn func(*wtx) error, q *queued
 		return t, s.abortGroup(pend.err)
 	}
 	if err != nil {
-		if kept {
+		if onPending {
 			if !pend.dropSince(mark) {
 				return t, errors.Join(err, s.abortGroup(fmt.Errorf("%s failed after the rows of queued creates were written", q.what)))
 			}
@@ -177,7 +177,7 @@ func (s *Store) mutateLocked(ctx context.Context, fn func(*wtx) error, q *queued
 		}
 		return t, err
 	}
-	if !kept {
+	if !onPending {
 		if _, err := gt.tx.ExecContext(ctx, `RELEASE mutation`); err != nil {
 			return t, s.abortGroup(fmt.Errorf("release savepoint: %w", err))
 		}

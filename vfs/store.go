@@ -443,8 +443,9 @@ type wtx struct {
 	drops   []chunkstore.Ref // and to release
 	dirAdds map[Ino]string   // directory paths learnt, cached at commit
 	forgot  bool             // the cache of directory paths was dropped
-	// pend, for a queued create, are the group's rows it adds its own to
-	// instead of writing them (pending.go).
+	// pend, for a queued create, commit or SetAttr that works on the
+	// group's waiting rows (pending.go), are those rows: a create adds its
+	// own instead of writing them, the others change theirs in place.
 	pend *pendingRows
 	// grp is the group's transaction when this is one of its mutations:
 	// the directory paths the group's earlier mutations learnt are good
