@@ -93,6 +93,42 @@ func answerWhileHeld(t *testing.T, s *Store, queued int64, fn func() error) {
 	}
 }
 
+// queueHeld takes the writer and runs fn, so that every mutation fn makes
+// is answered from memory and waits in the queue; it fails the test, the
+// writer freed, unless fn succeeds with want mutations queued. The caller
+// frees the writer (s.wmu.Unlock), inside what it measures of the run.
+func queueHeld(t *testing.T, s *Store, want int64, fn func() error) {
+	t.Helper()
+	s.wmu.Lock()
+	err := fn()
+	if n := s.queuedN.Load(); err == nil && n != want {
+		err = fmt.Errorf("%d mutations queued, want %d", n, want)
+	}
+	if err != nil {
+		s.wmu.Unlock()
+		t.Fatal(err)
+	}
+}
+
+// syncCounted frees the writer queueHeld took and returns the statements
+// the Sync that runs the queue (and the queue's goroutine) ran.
+func syncCounted(t *testing.T, s *Store) []string {
+	t.Helper()
+	return countStatementsOn(t, nil, func() {
+		s.wmu.Unlock()
+		must(t, s.Sync(ctx))
+	})
+}
+
+// writeAndRelease writes b at the start of h's file and releases h (its
+// commit).
+func writeAndRelease(h *Handle, b string) error {
+	if _, err := h.WriteAt(ctx, []byte(b), 0); err != nil {
+		return err
+	}
+	return h.Release(ctx)
+}
+
 // While another writer holds the store (a long commit, an apply), a
 // create, mkdir, unlink and rmdir in a directory the memo knows, and the
 // lookups and stats of what they made, are answered without it; the rows
@@ -382,7 +418,6 @@ func TestBehindFailureLosesASuffix(t *testing.T) {
 	behindFailHook = nil
 	d := committedDir(t, s)
 	// Hold the writer so the mutations queue, then fail the fourth.
-	s.wmu.Lock()
 	var mu sync.Mutex
 	ran := 0
 	behindRunHook = func(what string) error {
@@ -395,16 +430,14 @@ func TestBehindFailureLosesASuffix(t *testing.T) {
 		return nil
 	}
 	t.Cleanup(func() { behindRunHook = nil })
-	for i := range 8 {
-		if _, err := s.Create(ctx, d.Ino, fmt.Sprint("f", i), NewAttr{Mode: 0o644}); err != nil {
-			s.wmu.Unlock()
-			t.Fatal(err)
+	queueHeld(t, s, 8, func() error {
+		for i := range 8 {
+			if _, err := s.Create(ctx, d.Ino, fmt.Sprint("f", i), NewAttr{Mode: 0o644}); err != nil {
+				return err
+			}
 		}
-	}
-	if n := s.queuedN.Load(); n != 8 {
-		s.wmu.Unlock()
-		t.Fatalf("%d mutations queued, want 8", n)
-	}
+		return nil
+	})
 	s.wmu.Unlock()
 	err := s.Sync(ctx)
 	if err == nil || !strings.Contains(err.Error(), "the disk filled") || !strings.Contains(err.Error(), "4 mutations answered after it") {
@@ -595,36 +628,26 @@ func TestBehindStopsBelowTheFreeSpaceFloor(t *testing.T) {
 func TestBehindQueuedCommitReadsNoRow(t *testing.T) {
 	s := openBehind(t)
 	d := committedDir(t, s)
-	s.wmu.Lock()
-	for i := range 3 {
-		_, h, err := s.CreateOpen(ctx, d.Ino, fmt.Sprint("f", i), NewAttr{Mode: 0o644})
-		if err != nil {
-			s.wmu.Unlock()
-			t.Fatal(err)
-		}
-		for _, b := range []string{"first", "content"} {
-			if _, err := h.WriteAt(ctx, []byte(b), 0); err != nil {
-				s.wmu.Unlock()
-				t.Fatal(err)
+	// Queued: 3 creates with their first commits, 3 second commits.
+	queueHeld(t, s, 6, func() error {
+		for i := range 3 {
+			_, h, err := s.CreateOpen(ctx, d.Ino, fmt.Sprint("f", i), NewAttr{Mode: 0o644})
+			if err != nil {
+				return err
+			}
+			if _, err := h.WriteAt(ctx, []byte("first"), 0); err != nil {
+				return err
 			}
 			if err := h.Flush(ctx); err != nil {
-				s.wmu.Unlock()
-				t.Fatal(err)
+				return err
+			}
+			if err := writeAndRelease(h, "content"); err != nil {
+				return err
 			}
 		}
-		if err := h.Release(ctx); err != nil {
-			s.wmu.Unlock()
-			t.Fatal(err)
-		}
-	}
-	if n := s.queuedN.Load(); n != 6 {
-		s.wmu.Unlock()
-		t.Fatalf("%d mutations queued, want 6 (3 creates with their first commits, 3 second commits)", n)
-	}
-	got := countStatementsOn(t, nil, func() {
-		s.wmu.Unlock()
-		must(t, s.Sync(ctx))
+		return nil
 	})
+	got := syncCounted(t, s)
 	for _, q := range got {
 		if strings.HasPrefix(q, "SELECT n.ino, n.kind") && strings.Contains(q, "FROM nodes n WHERE n.ino = ?") ||
 			q == "SELECT parent, name FROM dirents WHERE child = ?" {
@@ -650,12 +673,6 @@ func TestBehindQueuedCommitReadsNoRow(t *testing.T) {
 func TestBehindFoldsACommitIntoItsCreate(t *testing.T) {
 	s := openBehind(t)
 	d := committedDir(t, s)
-	write := func(h *Handle, b string) error {
-		if _, err := h.WriteAt(ctx, []byte(b), 0); err != nil {
-			return err
-		}
-		return h.Release(ctx)
-	}
 	answered := map[string]Attr{}
 	// Queued: f1 with its content; f2's create, f3's create, f2's commit,
 	// f3's commit (neither create was the last queued at its commit).
@@ -664,7 +681,7 @@ func TestBehindFoldsACommitIntoItsCreate(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if err := write(h1, "one"); err != nil {
+		if err := writeAndRelease(h1, "one"); err != nil {
 			return err
 		}
 		if a, err := s.GetAttr(ctx, f1.Ino); err != nil || a.Rev != f1.Rev+1 || a.Size != 3 {
@@ -678,10 +695,10 @@ func TestBehindFoldsACommitIntoItsCreate(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if err := write(h2, "two!"); err != nil {
+		if err := writeAndRelease(h2, "two!"); err != nil {
 			return err
 		}
-		if err := write(h3, "three"); err != nil {
+		if err := writeAndRelease(h3, "three"); err != nil {
 			return err
 		}
 		for _, name := range []string{"f1", "f2", "f3"} {
@@ -731,7 +748,6 @@ func TestBehindFoldedFailureLosesBoth(t *testing.T) {
 	s := openBehind(t)
 	behindFailHook = nil
 	d := committedDir(t, s)
-	s.wmu.Lock()
 	behindRunHook = func(what string) error {
 		if strings.Contains(what, `"f1"`) {
 			return errors.New("the disk filled")
@@ -739,23 +755,19 @@ func TestBehindFoldedFailureLosesBoth(t *testing.T) {
 		return nil
 	}
 	t.Cleanup(func() { behindRunHook = nil })
-	for i := range 3 {
-		_, h, err := s.CreateOpen(ctx, d.Ino, fmt.Sprint("f", i), NewAttr{Mode: 0o644})
-		if err == nil {
-			_, err = h.WriteAt(ctx, []byte("data"), 0)
+	// Queued: three creates, each with its content folded in.
+	queueHeld(t, s, 3, func() error {
+		for i := range 3 {
+			_, h, err := s.CreateOpen(ctx, d.Ino, fmt.Sprint("f", i), NewAttr{Mode: 0o644})
+			if err != nil {
+				return err
+			}
+			if err := writeAndRelease(h, "data"); err != nil {
+				return err
+			}
 		}
-		if err == nil {
-			err = h.Release(ctx)
-		}
-		if err != nil {
-			s.wmu.Unlock()
-			t.Fatal(err)
-		}
-	}
-	if n := s.queuedN.Load(); n != 3 {
-		s.wmu.Unlock()
-		t.Fatalf("%d mutations queued, want 3 folded", n)
-	}
+		return nil
+	})
 	s.wmu.Unlock()
 	err := s.Sync(ctx)
 	if err == nil || !strings.Contains(err.Error(), "with its first content") || !strings.Contains(err.Error(), "1 mutations answered after it") {
@@ -917,8 +929,8 @@ func TestBehindCreatesWriteTheirRowsInBulk(t *testing.T) {
 	s := openBehind(t)
 	d := committedDir(t, s)
 	answered := map[string]Attr{}
-	s.wmu.Lock()
-	err := func() error {
+	// Queued: a mkdir, 10 creates with their content, 10 empty creates.
+	queueHeld(t, s, 21, func() error {
 		sub, err := s.Mkdir(ctx, d.Ino, "sub", NewAttr{Mode: 0o750})
 		if err != nil {
 			return err
@@ -929,10 +941,7 @@ func TestBehindCreatesWriteTheirRowsInBulk(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			if _, err := h.WriteAt(ctx, []byte(fmt.Sprint("content ", i)), 0); err != nil {
-				return err
-			}
-			if err := h.Release(ctx); err != nil {
+			if err := writeAndRelease(h, fmt.Sprint("content ", i)); err != nil {
 				return err
 			}
 			if _, err := s.Create(ctx, d.Ino, fmt.Sprint("e", i), NewAttr{Mode: 0o600}); err != nil {
@@ -940,9 +949,9 @@ func TestBehindCreatesWriteTheirRowsInBulk(t *testing.T) {
 			}
 		}
 		for _, dir := range []Attr{d, sub} {
-			page, _, err := s.memoPageOrNil(dir.Ino)
-			if err != nil {
-				return err
+			page, ok := s.memoPage(dir.Ino, "", 1000)
+			if !ok {
+				return fmt.Errorf("the memo does not list directory %d whole", dir.Ino)
 			}
 			for _, e := range page {
 				answered[e.Name] = e.Attr
@@ -954,19 +963,8 @@ func TestBehindCreatesWriteTheirRowsInBulk(t *testing.T) {
 			}
 		}
 		return nil
-	}()
-	if err != nil {
-		s.wmu.Unlock()
-		t.Fatal(err)
-	}
-	if n := s.queuedN.Load(); n != 21 {
-		s.wmu.Unlock()
-		t.Fatalf("%d mutations queued, want 21 (a mkdir, 10 creates with their content, 10 empty creates)", n)
-	}
-	got := countStatementsOn(t, nil, func() {
-		s.wmu.Unlock()
-		must(t, s.Sync(ctx))
 	})
+	got := syncCounted(t, s)
 	nodes := 0
 	for _, q := range got {
 		switch {
@@ -996,15 +994,6 @@ func TestBehindCreatesWriteTheirRowsInBulk(t *testing.T) {
 			t.Errorf("d/sub/f%d holds %q", i, b)
 		}
 	}
-}
-
-// memoPageOrNil lists a directory the memo holds whole.
-func (s *Store) memoPageOrNil(dir Ino) ([]DirEntryAttr, bool, error) {
-	page, ok := s.memoPage(dir, "", 1000)
-	if !ok {
-		return nil, false, fmt.Errorf("the memo does not list directory %d whole", dir)
-	}
-	return page, true, nil
 }
 
 // Rows of queued creates waiting in the group are written before any other
@@ -1100,9 +1089,9 @@ func TestBehindPendingRowsFailLoseTheGroup(t *testing.T) {
 func TestBehindQueuedCommitChangesAWaitingRow(t *testing.T) {
 	s := openBehind(t)
 	d := committedDir(t, s)
-	s.wmu.Lock()
 	var f Attr
-	err := func() error {
+	// Queued: two creates, then f's commit.
+	queueHeld(t, s, 3, func() error {
 		_, h, err := s.CreateOpen(ctx, d.Ino, "f", NewAttr{Mode: 0o644})
 		if err != nil {
 			return err
@@ -1110,26 +1099,13 @@ func TestBehindQueuedCommitChangesAWaitingRow(t *testing.T) {
 		if _, err := s.Create(ctx, d.Ino, "g", NewAttr{Mode: 0o644}); err != nil {
 			return err
 		}
-		if _, err := h.WriteAt(ctx, []byte("after g"), 0); err != nil {
-			return err
-		}
-		if err := h.Release(ctx); err != nil {
+		if err := writeAndRelease(h, "after g"); err != nil {
 			return err
 		}
 		f, err = s.Lookup(ctx, d.Ino, "f")
 		return err
-	}()
-	if err == nil && s.queuedN.Load() != 3 {
-		err = fmt.Errorf("%d mutations queued, want 3 (two creates, a commit)", s.queuedN.Load())
-	}
-	if err != nil {
-		s.wmu.Unlock()
-		t.Fatal(err)
-	}
-	got := countStatementsOn(t, nil, func() {
-		s.wmu.Unlock()
-		must(t, s.Sync(ctx))
 	})
+	got := syncCounted(t, s)
 	for _, q := range got {
 		if strings.HasPrefix(q, "SAVEPOINT") || strings.HasPrefix(q, "UPDATE nodes SET manifest") {
 			t.Errorf("the commit of a waiting row ran %s", q)
@@ -1156,16 +1132,13 @@ func TestBehindSetAttrChangesAWaitingRow(t *testing.T) {
 	mtime := time.Unix(1_600_000_000, 123)
 	mode, uid := uint32(0o755), uint32(4242)
 	answered := map[string]Attr{}
-	s.wmu.Lock()
-	err := func() error {
+	// Queued: f with its content, its two SetAttrs; g, its SetAttr.
+	queueHeld(t, s, 5, func() error {
 		f, h, err := s.CreateOpen(ctx, d.Ino, "f", NewAttr{Mode: 0o600})
 		if err != nil {
 			return err
 		}
-		if _, err := h.WriteAt(ctx, []byte("extracted"), 0); err != nil {
-			return err
-		}
-		if err := h.Release(ctx); err != nil {
+		if err := writeAndRelease(h, "extracted"); err != nil {
 			return err
 		}
 		if _, err := s.SetAttr(ctx, f.Ino, SetAttr{Mtime: &mtime, Atime: &mtime}); err != nil {
@@ -1180,18 +1153,8 @@ func TestBehindSetAttrChangesAWaitingRow(t *testing.T) {
 		}
 		answered["g"], err = s.SetAttr(ctx, g.Ino, SetAttr{Uid: &uid})
 		return err
-	}()
-	if err == nil && s.queuedN.Load() != 5 {
-		err = fmt.Errorf("%d mutations queued, want 5", s.queuedN.Load())
-	}
-	if err != nil {
-		s.wmu.Unlock()
-		t.Fatal(err)
-	}
-	got := countStatementsOn(t, nil, func() {
-		s.wmu.Unlock()
-		must(t, s.Sync(ctx))
 	})
+	got := syncCounted(t, s)
 	for _, q := range got {
 		if strings.HasPrefix(q, "SAVEPOINT") || strings.HasPrefix(q, "UPDATE nodes SET mode") || strings.HasPrefix(q, "SELECT parent, name FROM dirents") {
 			t.Errorf("a SetAttr of a waiting row ran %s", q)
