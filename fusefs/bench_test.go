@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
 
@@ -73,27 +72,16 @@ func runTargets(b *testing.B, setup, fn func(b *testing.B, dir string)) {
 				if setup != nil {
 					setup(b, dir)
 				}
-				c0 := processCPU(b)
+				c0 := testutil.ProcessCPU(b)
 				b.StartTimer()
 				fn(b, dir)
 				b.StopTimer()
-				cpu += processCPU(b) - c0
+				cpu += testutil.ProcessCPU(b) - c0
 				b.StartTimer()
 			}
 			b.ReportMetric(float64(cpu.Microseconds())/1000/float64(b.N), "cpu-ms/op")
 		})
 	}
-}
-
-// processCPU is the CPU time this process used so far, user and system:
-// the workload's system calls and both daemons (they run in this process),
-// a figure that holds still on a loaded machine where wall time does not.
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func create1000(b *testing.B, dir string) {

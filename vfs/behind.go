@@ -77,7 +77,6 @@ type queued struct {
 	fn   func(*wtx) error
 	now  int64
 	rev  int64
-	seq  uint64
 	what what
 	// create is a file's create, which the file's first commit may fold
 	// into while it is the last mutation queued (behindCommit).
@@ -566,15 +565,9 @@ func (s *Store) enqueue(m *memo, what what, now, rev int64, fn func(*wtx) error)
 
 // enqueueQueued queues q. Called with m.mu held.
 func (s *Store) enqueueQueued(m *memo, q queued) {
-	m.seq++
-	m.gen++
-	if q.rev != 0 {
-		m.lastRev = q.rev // 0: a change of local state only stamps no rev
-	}
-	q.seq = m.seq
+	m.answered(q.rev)
 	m.queue = append(m.queue, q)
 	s.queuedN.Add(1)
-	metricBehindAnswered.Inc()
 	// Kept attributes and listings read before now are stale: their
 	// readers (keptAttr, AttrAsOf) see the queue is not empty.
 	s.wakeBehind()
@@ -669,6 +662,17 @@ func (s *Store) learnName(ctx context.Context, dir Ino, name string) error {
 		m.setName(dir, name, 0)
 	}
 	return nil
+}
+
+// answered counts a mutation answered from the memo as rev (0: a change
+// of local state only, which stamps no rev). Called with m.mu held.
+func (m *memo) answered(rev int64) {
+	m.seq++
+	m.gen++
+	if rev != 0 {
+		m.lastRev = rev
+	}
+	metricBehindAnswered.Inc()
 }
 
 // snap returns the memo's generation, for learning what is read next.
@@ -1041,10 +1045,7 @@ func (s *Store) behindCommit(ino Ino, c content, fn func(*wtx) error) (rev int64
 		q := &m.queue[k]
 		q.fn, q.rev, q.what.verb = s.foldedCreateFn(q.create, c, rev, now), rev, "write"
 		q.create = nil // one fold: a second commit queues as ever
-		m.seq++
-		m.gen++
-		m.lastRev = rev
-		metricBehindAnswered.Inc()
+		m.answered(rev)
 		metricBehindFolded.Inc()
 		return rev, true
 	}

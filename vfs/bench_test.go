@@ -54,7 +54,7 @@ func BenchmarkCreateSmallFile(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.ResetTimer()
-			c0 := processCPU(b)
+			c0 := testutil.ProcessCPU(b)
 			for i := range b.N {
 				_, h, err := s.CreateOpen(ctx, d.Ino, fmt.Sprint("f", i), NewAttr{Mode: 0o644})
 				if err != nil {
@@ -68,18 +68,9 @@ func BenchmarkCreateSmallFile(b *testing.B) {
 			if err := s.Sync(ctx); err != nil {
 				b.Fatal(err)
 			}
-			b.ReportMetric(float64((processCPU(b)-c0).Nanoseconds())/1e3/float64(b.N), "cpu-us/file")
+			b.ReportMetric(float64((testutil.ProcessCPU(b)-c0).Nanoseconds())/1e3/float64(b.N), "cpu-us/file")
 		})
 	}
-}
-
-// processCPU is the CPU time (user and system) of the process.
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkUnlinkSmallFile unlinks small files as the mount's UNLINK does,

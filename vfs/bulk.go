@@ -70,6 +70,15 @@ func nodesInsert(k int) string {
 		rowsOf("(?,?,?,?,?,?,?,?,?,?,?,?,?,?)", k)
 }
 
+// appendNodeRow appends the parameters of n's row in nodesInsert's order.
+func appendNodeRow(args []any, n *node) []any {
+	var target any
+	if n.kind == KindSymlink {
+		target = n.target
+	}
+	return append(args, n.ino, n.kind, n.mode, n.uid, n.gid, n.nlink, n.size, n.mtime, n.ctime, n.atime, n.manifest, target, n.rdev, n.rev)
+}
+
 func direntsInsert(k int) string {
 	return `INSERT INTO dirents(parent, name, child) VALUES ` + rowsOf("(?,?,?)", k)
 }
@@ -199,12 +208,7 @@ func (b *bulkRows) flush() error {
 		start += k
 		args := make([]any, 0, 14*k)
 		for i := range nodes {
-			n := &nodes[i]
-			var target any
-			if n.kind == KindSymlink {
-				target = n.target
-			}
-			args = append(args, n.ino, n.kind, n.mode, n.uid, n.gid, n.nlink, n.size, n.mtime, n.ctime, n.atime, n.manifest, target, n.rdev, n.rev)
+			args = appendNodeRow(args, &nodes[i])
 		}
 		if _, err := t.exec(nodesInsert(k), args...); err != nil {
 			return fmt.Errorf("insert %d nodes: %w", k, err)

@@ -16,8 +16,8 @@ import (
 // (pendingRows) with the inode number it was answered with, its parent's
 // new times too, and multi-row INSERTs write them (bulk.go's, 256 rows a
 // statement) before any other statement of the group's transaction runs
-// (txQuerier.before: a mutation's savepoint, a read of a mount request, a
-// query of a later mutation, the group's commit). So the SQL sees every
+// (txQuerier.flushPending: a mutation's savepoint, a read of a mount
+// request, a query of a later mutation, the group's commit). So the SQL sees every
 // row as if each create had written its own, and a run of creates (a
 // build, a checkout, an untar) costs a few statements, not five each.
 //
@@ -128,12 +128,7 @@ func (p *pendingRows) write(ctx context.Context, q *txQuerier) error {
 		k := stmtRows(len(p.nodes) - start)
 		args = args[:0]
 		for i := range p.nodes[start : start+k] {
-			n := &p.nodes[start+i]
-			var target any
-			if n.kind == KindSymlink {
-				target = n.target
-			}
-			args = append(args, n.ino, n.kind, n.mode, n.uid, n.gid, n.nlink, n.size, n.mtime, n.ctime, n.atime, n.manifest, target, n.rdev, n.rev)
+			args = appendNodeRow(args, &p.nodes[start+i])
 		}
 		if _, err := q.ExecContext(ctx, nodesInsert(k), args...); err != nil {
 			return fmt.Errorf("insert %d nodes: %w", k, err)
