@@ -30,7 +30,7 @@ func TestCrashDuringBulkInstall(t *testing.T) {
 			side := apiSide{t: t, c: c}
 			// Enough records for several install transactions (256, 512,
 			// ...): the workload's tree plus 1,500 small files.
-			genPhase(rng, m, side, 1)
+			genPhase(rng, m, side, 1, 0)
 			side.mkdir("/bulk")
 			m["/bulk"] = "dir"
 			for i := range 1500 {

@@ -39,19 +39,22 @@ type crashScenario struct {
 	daemon string // computerd or server: the one killed
 	point  string // the crash point's name
 	maxHit int    // the seed picks the hit in 1..maxHit
+	// perBatch: the point is hit once per 256-entry batch, so the second
+	// phase must carry at least hit batches for the kill to happen.
+	perBatch bool
 }
 
 var crashScenarios = []crashScenario{
-	{"push", "computerd", "syncwire.push.applied", 3},     // the batch committed, its reply not sent
-	{"push", "server", "syncwire.push.acked", 3},          // the reply received, the push cursor not saved
-	{"push", "server", "syncwire.entries.sent", 3},        // the batch's chunks sent, its entries not
-	{"pull", "server", "syncwire.pull.applied", 2},        // a pulled batch committed with its cursor
-	{"pull", "computerd", "syncwire.entries.sent", 1},     // the feed read, nothing sent
-	{"pull", "computerd", "syncwire.objects.sent", 4},     // a pulled batch's chunks in flight
-	{"install", "computerd", "converge.install.batch", 2}, // part of a snapshot installed
-	{"install", "server", "converge.snapshot.paged", 1},   // the snapshot staged, not committed
-	{"gc", "computerd", "vfs.gc.committed", 1},            // GC's rows gone, its files not yet
-	{"gc", "server", "vfs.gc.committed", 1},
+	{"push", "computerd", "syncwire.push.applied", 3, true},      // the batch committed, its reply not sent
+	{"push", "server", "syncwire.push.acked", 3, true},           // the reply received, the push cursor not saved
+	{"push", "server", "syncwire.entries.sent", 3, true},         // the batch's chunks sent, its entries not
+	{"pull", "server", "syncwire.pull.applied", 2, true},         // a pulled batch committed with its cursor
+	{"pull", "computerd", "syncwire.entries.sent", 1, false},     // the feed read, nothing sent
+	{"pull", "computerd", "syncwire.objects.sent", 4, false},     // a pulled batch's chunks in flight
+	{"install", "computerd", "converge.install.batch", 2, false}, // part of a snapshot installed
+	{"install", "server", "converge.snapshot.paged", 1, false},   // the snapshot staged, not committed
+	{"gc", "computerd", "vfs.gc.committed", 1, false},            // GC's rows gone, its files not yet
+	{"gc", "server", "vfs.gc.committed", 1, false},
 }
 
 // crashFigure is what one seed measured, for docs/PERFORMANCE.md.
@@ -139,11 +142,18 @@ func runCrashSeed(t *testing.T, seed uint64) (crashFigure, *pair) {
 		sender, verb, back = mountSide{t: t, root: p.mount}, "pull", "push"
 	}
 	tStart := time.Now()
-	genPhase(rng, m, sender, 1)
+	genPhase(rng, m, sender, 1, 0)
 	p.sync(verb)
 	tBase := time.Now()
 	base := maps.Clone(m)
-	entries, seen := genPhase(rng, m, sender, 2)
+	// A batch point's hit needs that many batches: new files enough for
+	// hit-1 full batches and half of one more, whatever the phase's
+	// overwrites, renames and deletes coalesce away.
+	minNew := 0
+	if sc.perBatch {
+		minNew = 256*(hit-1) + 128
+	}
+	entries, seen := genPhase(rng, m, sender, 2, minNew)
 	// Paths that lived only between the two syncs reach the receiver as
 	// tombstones of paths it never had, skipped by a sync with or without
 	// a crash (unless the crashed sync already carried them).
@@ -323,9 +333,9 @@ func sum(b []byte) string { h := sha256.Sum256(b); return hex.EncodeToString(h[:
 
 // genPhase writes one phase of a seed's workload on side s and records it
 // in m, returning how many operations it made. Phase 1 builds a tree;
-// phase 2 adds to it, overwrites, renames (files and a directory) and
-// deletes (files and a directory).
-func genPhase(rng *rand.Rand, m treeModel, s fsSide, phase int) (ops int, seen map[string]bool) {
+// phase 2 adds to it (at least minNew new files), overwrites, renames
+// (files and a directory) and deletes (files and a directory).
+func genPhase(rng *rand.Rand, m treeModel, s fsSide, phase, minNew int) (ops int, seen map[string]bool) {
 	seen = map[string]bool{}
 	put := func(p, v string) { m[p] = v; seen[p] = true }
 	var dirs []string
@@ -398,7 +408,7 @@ func genPhase(rng *rand.Rand, m treeModel, s fsSide, phase int) (ops int, seen m
 	for range 3 + rng.IntN(4) {
 		newDir()
 	}
-	for range 250 + rng.IntN(150) {
+	for range max(250+rng.IntN(150), minNew) {
 		writeNew()
 	}
 	files := m.paths("file:")

@@ -146,7 +146,7 @@ func fullDiskSync(t *testing.T, verb string, l fullLoad) {
 		sender, receiver, full = mountSide{t: t, root: p.mount}, "server", p.data
 	}
 	m := treeModel{}
-	genPhase(rng, m, sender, 1)
+	genPhase(rng, m, sender, 1, 0)
 	p.sync(verb)
 	base := maps.Clone(m)
 	before := p.remoteStatus()
