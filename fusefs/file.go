@@ -117,7 +117,11 @@ func (f *fileHandle) Read(ctx context.Context, dest []byte, off int64) (_ fuse.R
 		return nil, toErrno(err)
 	}
 	f.srv.metrics.read(n)
-	return fuse.ReadResultData(dest[:n]), 0
+	// A vector goes to the kernel in the reply's one writev. go-fuse
+	// tries to splice any other result first: for bytes in memory that
+	// is the header written into a pipe and drained again, two system
+	// calls a READ for nothing.
+	return fuse.ReadResultVector([][]byte{dest[:n]}), 0
 }
 
 func (f *fileHandle) Write(ctx context.Context, data []byte, off int64) (_ uint32, errno syscall.Errno) {
