@@ -117,6 +117,8 @@ type Store struct {
 	// deleted pack (records are never rewritten and pack ids never reused),
 	// which a read notices; GC drops the entries of rows it deletes.
 	locs map[Hash]packLoc
+	// ahead keeps inline chunks Prefetch read for reads to come (ahead.go).
+	ahead aheadCache
 
 	syncMu sync.Mutex // serialises syncDirs
 

@@ -261,6 +261,11 @@ func (n *Node) open(ctx context.Context, flags uint32) (*fileHandle, vfs.Attr, s
 	if err != nil {
 		return nil, vfs.Attr{}, toErrno(errors.Join(err, h.Release(ctx)))
 	}
+	if _, p := n.Parent(); p != nil {
+		// Files of one directory read one after another: the store reads
+		// the directory's other small files ahead.
+		h.SetDir(vfs.Ino(p.StableAttr().Ino))
+	}
 	return n.handle(h, a, flags), a, 0
 }
 

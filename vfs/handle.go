@@ -148,6 +148,11 @@ func (f *openFile) setBase(m chunkstore.Manifest, size int64) {
 type Handle struct {
 	f      *openFile
 	closed atomic.Bool
+	// dir is the directory the file was opened through (SetDir), 0 when
+	// unknown; read marks the handle's first read, counted for the
+	// directory's read-ahead (ahead.go).
+	dir  Ino
+	read atomic.Bool
 }
 
 // OpenHandle opens a file for reading and writing through buffered state.
@@ -766,6 +771,9 @@ func (f *openFile) store(ctx context.Context, i int64, fl *flight) {
 func (h *Handle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, ErrInvalid
+	}
+	if h.dir != 0 && off == 0 && !h.read.Load() && h.read.CompareAndSwap(false, true) && h.Size() <= chunkstore.ChunkSize {
+		h.f.s.noteFirstRead(ctx, h.dir)
 	}
 	var n int
 	err := h.withFile(ctx, func(f *openFile) (err error) {

@@ -120,6 +120,8 @@ type Store struct {
 
 	ckpt *checkpointer // nil for an in-memory store
 
+	ahead readAhead // which directory's small files are being read (ahead.go)
+
 	// Write-behind of mount mutations (behind.go): mem is nil when off;
 	// queuedN counts the mutations answered and not yet run; inoHigh is
 	// the largest inode number handed out.

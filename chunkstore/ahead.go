@@ -1,0 +1,136 @@
+package chunkstore
+
+import (
+	"context"
+	"slices"
+)
+
+// Read-ahead of small chunks.
+//
+// A cold read of many small files (cat, grep -r, a compiler or a node
+// process reading a package) costs one row lookup per file, about half of
+// what the mount spends on such a file beyond the loopback's work. A
+// reader that expects to read a set of chunks soon (vfs: the other small
+// files of a directory whose files are being read one after another)
+// hands them to Prefetch, which reads their rows in one query per
+// getBatch (GetEach's batchRows): an inline chunk's bytes are kept in a small cache, a pack
+// record's location joins the known locations (Store.locs). A read then
+// finds them without SQL.
+//
+// The cache is content-addressed, so what it holds is never stale: a
+// hash's bytes are the same whatever happened to its row since. It holds
+// at most aheadMax bytes, the oldest going first, and a read that reaches
+// a kept chunk's end takes it out (the kernel's page cache keeps the file
+// from then on).
+
+// aheadMax bounds the bytes of inline chunks kept for reads to come.
+const aheadMax = 4 << 20
+
+// aheadCache is the read-ahead's inline chunks, oldest first.
+type aheadCache struct {
+	data  map[Hash][]byte
+	order []Hash // insertion order; entries taken out since are skipped
+	bytes int
+}
+
+// Prefetch reads the rows of the chunks refs name that no read could find
+// without SQL, keeping what lets a read skip its row lookup. It returns
+// how many rows it read. A chunk not in the store is skipped: its read
+// reports it.
+func (s *Store) Prefetch(ctx context.Context, q Querier, refs []Ref) (int, error) {
+	hs := make([]Hash, 0, len(refs))
+	seen := make(map[Hash]struct{}, len(refs))
+	s.mu.Lock()
+	for _, r := range refs {
+		if r.IsHole() || int64(r.Size) > batchInlineMax && !s.packed(int(r.Size)) {
+			continue // a file chunk: its read needs no row
+		}
+		if _, ok := s.ahead.data[r.Hash]; ok {
+			continue
+		}
+		if _, ok := seen[r.Hash]; !ok {
+			seen[r.Hash] = struct{}{}
+			hs = append(hs, r.Hash)
+		}
+	}
+	s.mu.Unlock()
+	read := 0
+	for part := range slices.Chunk(hs, getBatch) {
+		rows, err := s.batchRows(ctx, q, part)
+		if err != nil {
+			return read, err
+		}
+		read += len(rows)
+		s.mu.Lock()
+		for h, r := range rows {
+			switch {
+			case r.loc.valid():
+				if s.dir != "" {
+					s.rememberLocLocked(h, r.loc)
+				}
+			case r.inline != nil && int64(len(r.inline)) == r.size:
+				s.ahead.put(h, r.inline)
+			}
+		}
+		s.mu.Unlock()
+	}
+	return read, nil
+}
+
+// put keeps an inline chunk's bytes, dropping the oldest beyond aheadMax.
+// Called with Store.mu held.
+func (c *aheadCache) put(h Hash, b []byte) {
+	if len(b) > aheadMax {
+		return
+	}
+	if c.data == nil {
+		c.data = make(map[Hash][]byte)
+	}
+	if _, ok := c.data[h]; ok {
+		return
+	}
+	for c.bytes+len(b) > aheadMax && len(c.order) > 0 {
+		old := c.order[0]
+		c.order = c.order[1:]
+		if d, ok := c.data[old]; ok {
+			c.bytes -= len(d)
+			delete(c.data, old)
+		}
+	}
+	if len(c.order) > 2*len(c.data)+64 {
+		// Mostly hashes reads took out: keep the order of the rest only,
+		// so it stays within twice the chunks kept.
+		c.order = slices.DeleteFunc(c.order, func(h Hash) bool {
+			_, ok := c.data[h]
+			return !ok
+		})
+	}
+	c.data[h] = b
+	c.order = append(c.order, h)
+	c.bytes += len(b)
+}
+
+// take returns a kept chunk's bytes; done says the read reaches its end,
+// which takes it out. Called with Store.mu held.
+func (c *aheadCache) take(h Hash, done func(n int) bool) []byte {
+	b, ok := c.data[h]
+	if !ok {
+		return nil
+	}
+	if done(len(b)) {
+		delete(c.data, h)
+		c.bytes -= len(b)
+		if len(c.data) == 0 {
+			c.order, c.bytes = nil, 0
+		}
+	}
+	return b
+}
+
+// aheadData returns the bytes the read-ahead kept of h, if any, taking
+// them out when a read of p at off reaches their end.
+func (s *Store) aheadData(h Hash, p []byte, off int64) []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ahead.take(h, func(n int) bool { return off+int64(len(p)) >= int64(n) })
+}
