@@ -34,6 +34,14 @@
 // Migrations, which the caller runs as steps of its own schema versions
 // (Schema runs them on a database that holds only the chunk table).
 //
+// # Read-ahead
+//
+// Prefetch reads the rows of chunks a reader expects to read soon, one
+// query per 256: pack locations join the locations reads remember, inline
+// bytes wait in a small content-addressed cache (4 MiB, oldest out first)
+// that a read reaching a chunk's end empties. What it keeps is never
+// stale: a hash's bytes do not change. ahead.go.
+//
 // # Durability ordering
 //
 // Bytes are durable before any transaction names them. Stage.Put appends a

@@ -175,6 +175,14 @@
 // transaction (pending.go), and a queued mutation that
 // fails loses itself and those after it, as a lost group does. behind.go.
 //
+// # Read-ahead
+//
+// A handle names the directory its file was opened through (SetDir).
+// When a second file of one directory is read right after the first, the
+// store hands the chunks of the directory's other one-chunk files, as the
+// memo lists them, to chunkstore's Prefetch: the reads that follow find
+// them without a row lookup. ahead.go.
+//
 // # A group's bookkeeping
 //
 // A mutation of a group writes its change rows at the group's commit
