@@ -19,9 +19,9 @@ import (
 //
 // The cache is content-addressed, so what it holds is never stale: a
 // hash's bytes are the same whatever happened to its row since. It holds
-// at most aheadMax bytes, the oldest going first, and a read that reaches
-// a kept chunk's end takes it out (the kernel's page cache keeps the file
-// from then on).
+// at most aheadMax bytes, the oldest going first. A read leaves what it
+// found there: files of the same bytes (licences, stubs, a package's
+// copies) read it again, and a chunk already kept is not read ahead twice.
 
 // aheadMax bounds the bytes of inline chunks kept for reads to come.
 const aheadMax = 4 << 20
@@ -29,7 +29,7 @@ const aheadMax = 4 << 20
 // aheadCache is the read-ahead's inline chunks, oldest first.
 type aheadCache struct {
 	data  map[Hash][]byte
-	order []Hash // insertion order; entries taken out since are skipped
+	order []Hash // the keys of data, oldest first
 	bytes int
 }
 
@@ -92,45 +92,17 @@ func (c *aheadCache) put(h Hash, b []byte) {
 	for c.bytes+len(b) > aheadMax && len(c.order) > 0 {
 		old := c.order[0]
 		c.order = c.order[1:]
-		if d, ok := c.data[old]; ok {
-			c.bytes -= len(d)
-			delete(c.data, old)
-		}
-	}
-	if len(c.order) > 2*len(c.data)+64 {
-		// Mostly hashes reads took out: keep the order of the rest only,
-		// so it stays within twice the chunks kept.
-		c.order = slices.DeleteFunc(c.order, func(h Hash) bool {
-			_, ok := c.data[h]
-			return !ok
-		})
+		c.bytes -= len(c.data[old])
+		delete(c.data, old)
 	}
 	c.data[h] = b
 	c.order = append(c.order, h)
 	c.bytes += len(b)
 }
 
-// take returns a kept chunk's bytes; done says the read reaches its end,
-// which takes it out. Called with Store.mu held.
-func (c *aheadCache) take(h Hash, done func(n int) bool) []byte {
-	b, ok := c.data[h]
-	if !ok {
-		return nil
-	}
-	if done(len(b)) {
-		delete(c.data, h)
-		c.bytes -= len(b)
-		if len(c.data) == 0 {
-			c.order, c.bytes = nil, 0
-		}
-	}
-	return b
-}
-
-// aheadData returns the bytes the read-ahead kept of h, if any, taking
-// them out when a read of p at off reaches their end.
-func (s *Store) aheadData(h Hash, p []byte, off int64) []byte {
+// aheadData returns the bytes the read-ahead kept of h, if any.
+func (s *Store) aheadData(h Hash) []byte {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.ahead.take(h, func(n int) bool { return off+int64(len(p)) >= int64(n) })
+	return s.ahead.data[h]
 }

@@ -48,20 +48,24 @@ func TestPrefetchSparesTheReadsTheirRows(t *testing.T) {
 	if q.queries != 0 || q.rows != 0 {
 		t.Errorf("reads after the prefetch ran %d queries and %d row queries, want none", q.queries, q.rows)
 	}
-	// A read that reached an inline chunk's end took it out: the next
-	// read of it looks its row up again, and finds the same bytes.
+	// A read leaves the chunk kept: a second read of it (another file of
+	// the same bytes) runs no query either, and a read-ahead of it again
+	// reads no row.
 	p := make([]byte, 100)
 	if _, err := s.ReadAt(ctx, q, refs[1], p, 0); err != nil || !bytes.Equal(p, want[refs[1].Hash]) {
 		t.Fatalf("read again: %v", err)
 	}
-	if q.rows != 1 {
-		t.Errorf("a second read of a chunk taken out ran %d row queries, want 1", q.rows)
+	if n, err := s.Prefetch(ctx, q, refs[:4]); err != nil || n != 0 {
+		t.Errorf("a read-ahead of kept chunks read %d rows (%v), want none", n, err)
+	}
+	if q.queries != 0 || q.rows != 0 {
+		t.Errorf("a second read and read-ahead of kept chunks ran %d queries and %d row queries, want none", q.queries, q.rows)
 	}
 }
 
-// TestPrefetchPartialReadKeepsTheChunk: a read that stops short of a
-// kept chunk's end leaves it for the rest of the file's reads.
-func TestPrefetchPartialReadKeepsTheChunk(t *testing.T) {
+// TestPrefetchServesReadsInParts: a kept chunk read in parts, at any
+// offset, runs no query.
+func TestPrefetchServesReadsInParts(t *testing.T) {
 	ctx := context.Background()
 	s, db := splitStore(t, 4<<10, true)
 	m := commitFile(t, s, db, 7, 4000)
@@ -80,11 +84,6 @@ func TestPrefetchPartialReadKeepsTheChunk(t *testing.T) {
 	}
 	if !bytes.Equal(got, want) || q.rows != 0 {
 		t.Errorf("four partial reads: equal %v, %d row queries (want none)", bytes.Equal(got, want), q.rows)
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.ahead.data) != 0 || s.ahead.bytes != 0 {
-		t.Errorf("the read that reached the end left %d chunks, %d bytes kept", len(s.ahead.data), s.ahead.bytes)
 	}
 }
 
@@ -111,29 +110,14 @@ func TestPrefetchHoldsAtMostAheadMax(t *testing.T) {
 	if total != s.ahead.bytes || total > aheadMax || total < aheadMax-(4<<10) {
 		t.Errorf("kept %d bytes (counted %d), want at most %d and nearly that", total, s.ahead.bytes, aheadMax)
 	}
-}
-
-// TestPrefetchOrderStaysBounded: chunks read (taken out) while one is
-// never read leave the cache's order within twice what it keeps.
-func TestPrefetchOrderStaysBounded(t *testing.T) {
-	ctx := context.Background()
-	s, db := splitStore(t, 4<<10, true)
-	kept := commitFile(t, s, db, 1, 100)
-	if _, err := s.Prefetch(ctx, db, kept); err != nil {
-		t.Fatal(err)
+	if len(s.ahead.order) != len(s.ahead.data) {
+		t.Errorf("order of %d for %d chunks kept", len(s.ahead.order), len(s.ahead.data))
 	}
-	for i := range 500 {
-		m := commitFile(t, s, db, uint64(1000+i), 50)
-		if _, err := s.Prefetch(ctx, db, m); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := s.ReadAt(ctx, db, m[0], make([]byte, 50), 0); err != nil {
-			t.Fatal(err)
-		}
+	// The newest are kept: the last chunk's, not the first's.
+	if _, ok := s.ahead.data[m[len(m)-1].Hash]; !ok {
+		t.Errorf("the newest chunk was dropped")
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if len(s.ahead.data) != 1 || len(s.ahead.order) > 2*len(s.ahead.data)+65 {
-		t.Errorf("after 500 chunks read: %d kept, order of %d", len(s.ahead.data), len(s.ahead.order))
+	if _, ok := s.ahead.data[m[0].Hash]; ok {
+		t.Errorf("the oldest chunk is still kept")
 	}
 }

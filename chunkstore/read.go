@@ -54,7 +54,7 @@ func (s *Store) readLocal(ctx context.Context, q Querier, r Ref, p []byte, off i
 		}
 		return readSlice(d, p, off)
 	}
-	if d := s.aheadData(r.Hash, p, off); d != nil && int64(len(d)) == size {
+	if d := s.aheadData(r.Hash); d != nil && int64(len(d)) == size {
 		return readSlice(d, p, off)
 	}
 	// Pack chunks seen before and large chunks in files are read without

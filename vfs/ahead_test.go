@@ -133,3 +133,47 @@ func TestReadAheadNeedsTwoFilesInARow(t *testing.T) {
 		t.Errorf("%v read-aheads after two files of b in a row, want 1", got)
 	}
 }
+
+// TestReadAheadOfFilesOfTheSameBytes: a directory of files with the same
+// bytes (stubs, licences) reads the one chunk's row ahead once, and every
+// file after that reads with no chunk query.
+func TestReadAheadOfFilesOfTheSameBytes(t *testing.T) {
+	s := newStore(t)
+	must(t, s.MkdirPath(ctx, "d", 0o755, false))
+	same := []byte("module.exports = 1\n")
+	for i := range 12 {
+		writeFile(t, s, fmt.Sprintf("d/f%02d.js", i), same)
+	}
+	d, err := s.Stat(ctx, "d")
+	must(t, err)
+	if _, _, err := s.ReadDirAttrs(ctx, d.Ino, "", 100); err != nil {
+		t.Fatal(err)
+	}
+	read := func(i int) {
+		t.Helper()
+		a, err := s.Lookup(ctx, d.Ino, fmt.Sprintf("f%02d.js", i))
+		must(t, err)
+		h, err := s.OpenHandle(ctx, a.Ino)
+		must(t, err)
+		defer h.Release(ctx)
+		h.SetDir(d.Ino)
+		p := make([]byte, a.Size)
+		_, err = h.ReadAt(ctx, p, 0)
+		must(t, err)
+		if !bytes.Equal(p, same) {
+			t.Fatalf("f%02d read %q", i, p)
+		}
+	}
+	read(0)
+	read(1)
+	stmts := countStatementsOn(t, s.rc, func() {
+		for i := 2; i < 12; i++ {
+			read(i)
+		}
+	})
+	for _, q := range stmts {
+		if strings.Contains(q, "FROM chunks") {
+			t.Errorf("a read after the read-ahead ran %q", q)
+		}
+	}
+}
