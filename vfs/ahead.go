@@ -20,8 +20,8 @@ import (
 // directory starts to be read right after the first, the store hands the
 // chunks of the directory's other small files, as the memo knows them
 // (its listing and small chunk lists), to chunkstore.Prefetch, which
-// reads their rows in a query per 256: the reads that follow find them
-// without SQL. A reader of one file per directory (package.json after
+// reads their rows in one query: the reads that follow find them without
+// SQL. A reader of one file per directory (package.json after
 // package.json) never triggers it, and one that goes on past aheadFiles
 // files of a directory triggers it again.
 //
@@ -29,8 +29,11 @@ import (
 // (never stale), a directory the memo does not list reads nothing ahead,
 // and a failed read-ahead costs only the lookups it would have saved.
 
-// aheadFiles is the most small files one read-ahead covers.
-const aheadFiles = 1024
+// aheadFiles is the most small files one read-ahead covers: one query. It
+// bounds what a reader makes the store read beyond what it reads itself
+// (two files read, up to aheadFiles rows read ahead; chunks already kept
+// are not read again).
+const aheadFiles = 256
 
 // readAhead follows which directory's files are being read.
 type readAhead struct {

@@ -2,6 +2,7 @@ package vfs
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -175,5 +176,46 @@ func TestReadAheadOfFilesOfTheSameBytes(t *testing.T) {
 		if strings.Contains(q, "FROM chunks") {
 			t.Errorf("a read after the read-ahead ran %q", q)
 		}
+	}
+}
+
+// TestReadAheadIsBounded: two files read in a directory of 600 small ones
+// make the store read at most aheadFiles rows ahead, in one query.
+func TestReadAheadIsBounded(t *testing.T) {
+	s := newStore(t)
+	must(t, s.MkdirPath(ctx, "d", 0o755, false))
+	for i := range 600 {
+		writeFile(t, s, fmt.Sprintf("d/f%03d", i), pattern(50+i, byte(i)))
+	}
+	d, err := s.Stat(ctx, "d")
+	must(t, err)
+	if _, _, err := s.ReadDirAttrs(ctx, d.Ino, "", 1000); err != nil {
+		t.Fatal(err)
+	}
+	rows := func() float64 {
+		var m dto.Metric
+		must(t, metricAheadRows.Write(&m))
+		return m.GetCounter().GetValue()
+	}
+	before := rows()
+	stmts := countStatementsOn(t, s.rc, func() {
+		for i := range 2 {
+			a, err := s.Lookup(ctx, d.Ino, fmt.Sprintf("f%03d", i))
+			must(t, err)
+			h, err := s.OpenHandle(ctx, a.Ino)
+			must(t, err)
+			h.SetDir(d.Ino)
+			_, err = h.ReadAt(ctx, make([]byte, a.Size), 0)
+			must(t, errors.Join(err, h.Release(ctx)))
+		}
+	})
+	batches := 0
+	for _, q := range stmts {
+		if strings.Contains(q, "FROM chunks WHERE hash IN") {
+			batches++
+		}
+	}
+	if got := rows() - before; got > aheadFiles || got < aheadFiles/2 || batches != 1 {
+		t.Errorf("two reads read %v rows ahead in %d queries, want at most %d in one", got, batches, aheadFiles)
 	}
 }
