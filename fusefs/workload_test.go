@@ -2,10 +2,12 @@ package fusefs_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"runtime"
@@ -15,9 +17,12 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/wsync/wsync/chunkstore"
 	"github.com/wsync/wsync/fusefs"
 	"github.com/wsync/wsync/internal/fusetest"
+	"github.com/wsync/wsync/internal/metrics"
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/watermark"
 )
@@ -407,4 +412,87 @@ func TestAppliesWhileBusy(t *testing.T) {
 	if got := readFile(t, m.Path("dir/a0")); got != "final" {
 		t.Errorf("dir/a0 = %q after the last apply", got)
 	}
+}
+
+// TestReadsAfterReadAheadSeeEveryWrite: files of several directories
+// (distinct bytes, and every fifth the same bytes) read back cold through
+// the mount, so the store reads each directory's small files ahead, then
+// a third of them rewritten (new bytes, the same bytes as another file,
+// shorter, longer) and read back cold again: every read returns what was
+// last written.
+func TestReadsAfterReadAheadSeeEveryWrite(t *testing.T) {
+	m := fusetest.NewMount(t, fusetest.Options{})
+	want := map[string][]byte{}
+	content := func(d, i, gen int) []byte {
+		if i%5 == 0 {
+			return []byte("module.exports = 1\n")
+		}
+		return []byte(strings.Repeat(fmt.Sprintf("d%d f%d gen%d;", d, i, gen), 1+(i*37+gen)%200))
+	}
+	var names []string
+	for d := range 4 {
+		dir := m.Path(fmt.Sprintf("d%d", d))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for i := range 60 {
+			p := fmt.Sprintf("%s/f%02d", dir, i)
+			want[p] = content(d, i, 0)
+			names = append(names, p)
+			if err := os.WriteFile(p, want[p], 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	coldRead := func(round string) {
+		t.Helper()
+		for _, p := range names {
+			f, err := os.Open(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Drop the file's pages so the read reaches the daemon.
+			if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+				f.Close()
+				t.Fatal(err)
+			}
+			got, err := io.ReadAll(f)
+			f.Close()
+			if err != nil || !bytes.Equal(got, want[p]) {
+				t.Fatalf("%s: %s read %d bytes (%v), want %d", round, p, len(got), err, len(want[p]))
+			}
+		}
+	}
+	aheadRows := func() float64 {
+		t.Helper()
+		mfs, err := metrics.Gatherer().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == "wsync_vfs_read_ahead_rows_total" {
+				return mf.GetMetric()[0].GetCounter().GetValue()
+			}
+		}
+		return 0
+	}
+	before := aheadRows()
+	coldRead("first read")
+	if got := aheadRows() - before; got < 100 {
+		t.Errorf("the first read read %v rows ahead, want most of the 240 files'", got)
+	}
+	for k, p := range names {
+		if k%3 != 0 {
+			continue
+		}
+		var d, i int
+		if _, err := fmt.Sscanf(p[len(m.Dir):], "/d%d/f%d", &d, &i); err != nil {
+			t.Fatal(err)
+		}
+		want[p] = content(d, i+1, 1)
+		if err := os.WriteFile(p, want[p], 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	coldRead("after rewrites")
 }
