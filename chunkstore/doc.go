@@ -38,9 +38,9 @@
 //
 // Prefetch reads the rows of chunks a reader expects to read soon, one
 // query per 256: pack locations join the locations reads remember, inline
-// bytes wait in a small content-addressed cache (4 MiB, oldest out first)
-// that a read reaching a chunk's end empties. What it keeps is never
-// stale: a hash's bytes do not change. ahead.go.
+// bytes wait in a small content-addressed cache (4 MiB, oldest out first),
+// where every read of them finds them. What it keeps is never stale: a
+// hash's bytes do not change. ahead.go.
 //
 // # Durability ordering
 //
