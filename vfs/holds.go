@@ -50,30 +50,14 @@ func (s *Store) HoldChunks(ctx context.Context, st *chunkstore.Stage, refs []chu
 			t.hold(st)
 		}
 		for part := range slices.Chunk(refs, holdBatch) {
-			held, err := heldAmong(ctx, t.tx, refHashes(part))
+			fresh, err := t.addHolds(part)
 			if err != nil {
 				return err
-			}
-			fresh := make([]chunkstore.Ref, 0, len(part))
-			for i, r := range part {
-				if !held[i] {
-					fresh = append(fresh, r)
-				}
 			}
 			if len(fresh) == 0 {
 				continue
 			}
 			if err := s.chunks.AddRefs(ctx, t.tx, fresh); err != nil {
-				return err
-			}
-			args := make([]any, len(fresh))
-			for i, r := range fresh {
-				args[i] = r.Hash[:]
-			}
-			// None is held (heldAmong): OR FAIL spares SQLite the
-			// statement journal an aborting multi-row insert keeps (see
-			// chunkstore's AddRefs); a failure rolls the whole hold back.
-			if _, err := t.exec(`INSERT OR FAIL INTO chunk_holds(hash) VALUES `+rowsOf("(?)", len(fresh)), args...); err != nil {
 				return err
 			}
 		}
@@ -88,6 +72,40 @@ func (s *Store) HoldChunks(ctx context.Context, st *chunkstore.Stage, refs []chu
 	// Held, the caller not yet answered.
 	crashpoint.Hit("vfs.holds.committed")
 	return nil
+}
+
+// addHolds inserts the holds of refs (distinct, at most holdBatch) not
+// held yet and returns those refs: one statement, which skips a hash held
+// already. (OR IGNORE aborts nothing, so SQLite keeps no statement journal
+// for it; see chunkstore's AddRefs.)
+func (t *wtx) addHolds(refs []chunkstore.Ref) ([]chunkstore.Ref, error) {
+	args := make([]any, len(refs))
+	byHash := make(map[chunkstore.Hash]chunkstore.Ref, len(refs))
+	for i, r := range refs {
+		args[i] = r.Hash[:]
+		byHash[r.Hash] = r
+	}
+	rows, err := t.tx.QueryContext(t.ctx, `INSERT OR IGNORE INTO chunk_holds(hash) VALUES `+rowsOf("(?)", len(refs))+` RETURNING hash`, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	fresh := make([]chunkstore.Ref, 0, len(refs))
+	for rows.Next() {
+		var hb []byte
+		if err := rows.Scan(&hb); err != nil {
+			return nil, err
+		}
+		if len(hb) != len(chunkstore.Hash{}) {
+			return nil, fmt.Errorf("hold chunks: a hold of %d bytes", len(hb))
+		}
+		r, ok := byHash[chunkstore.Hash(hb)]
+		if !ok {
+			return nil, fmt.Errorf("hold chunks: a hold of %x not asked for", hb)
+		}
+		fresh = append(fresh, r)
+	}
+	return fresh, rows.Err()
 }
 
 // HeldChunks reports, in input order, which of hs the store holds.

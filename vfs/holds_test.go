@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/wsync/wsync/chunkstore"
@@ -147,4 +148,34 @@ func TestApplyTakesTheHolds(t *testing.T) {
 		t.Errorf("released chunk no file names: %d refs, want 0", n)
 	}
 	checkRefs(t, s)
+}
+
+// TestHoldChunksOneStatementABatch: holding chunks writes each batch's
+// holds in one statement that skips those held already (no query of the
+// holds first), and counts a reference only for the new ones.
+func TestHoldChunksOneStatementABatch(t *testing.T) {
+	s := newStore(t)
+	st := s.Chunks().NewStage()
+	var refs []chunkstore.Ref
+	for i := range 300 {
+		r, err := st.PutHashed(ctx, pattern(100+i, byte(i)))
+		must(t, err)
+		refs = append(refs, r)
+	}
+	must(t, s.HoldChunks(ctx, nil, refs[:10])) // held already: skipped below
+	stmts := countStatementsOn(t, nil, func() { must(t, s.HoldChunks(ctx, st, refs)) })
+	var holds []string
+	for _, q := range stmts {
+		if strings.Contains(q, "chunk_holds") {
+			holds = append(holds, q)
+		}
+	}
+	if len(holds) != 2 {
+		t.Errorf("holding 300 chunks ran %d statements on the holds, want 2 (one a batch):\n%s", len(holds), strings.Join(holds, "\n"))
+	}
+	for _, r := range refs {
+		if n := refsOf(t, s, r.Hash); n != 1 {
+			t.Fatalf("chunk held: %d refs, want 1", n)
+		}
+	}
 }
