@@ -13,9 +13,9 @@ import (
 // reader that expects to read a set of chunks soon (vfs: the other small
 // files of a directory whose files are being read one after another)
 // hands them to Prefetch, which reads their rows in one query per
-// getBatch (GetEach's batchRows): an inline chunk's bytes are kept in a small cache, a pack
-// record's location joins the known locations (Store.locs). A read then
-// finds them without SQL.
+// getBatch (GetEach's batchRows): an inline chunk's bytes are kept in a
+// small cache, a pack record's location joins the known locations
+// (Store.locs). A read then finds them without SQL.
 //
 // The cache is content-addressed, so what it holds is never stale: a
 // hash's bytes are the same whatever happened to its row since. It holds
