@@ -430,6 +430,8 @@ func (s *Session) Open(ctx context.Context, m Method, body []byte, stream bool) 
 		cancel: cancel,
 		replyc: make(chan struct{}),
 		resp:   newRecvQueue(s),
+
+		cancelled: make(chan struct{}),
 	}
 	if stream {
 		o.send = newSendCredit(int(s.peer.Window), &s.stats.blocked)
@@ -512,9 +514,11 @@ type Outgoing struct {
 	send *sendCredit // request stream credit; nil without a request stream
 	resp *recvQueue  // response stream
 
-	mu          sync.Mutex
-	state       callState
-	replyc      chan struct{} // closed when the call leaves callWaiting
+	mu     sync.Mutex
+	state  callState
+	replyc chan struct{} // closed when the call leaves callWaiting
+	// cancelled is closed once an abandon has written the CANCEL.
+	cancelled   chan struct{}
 	replyBody   []byte
 	replyStream bool
 	err         error // the call's final error
@@ -668,13 +672,25 @@ var errCallDone = errors.New("call already answered")
 // is freed only once the CANCEL is written: the callee frees its own when
 // it reads the CANCEL, so a CALL we open in the freed slot always reaches
 // the callee after the CANCEL that makes room for it.
+//
+// The context's watcher and the caller's own wait both abandon a call
+// whose context ends; the one that loses returns only once the other has
+// written the CANCEL, so whatever this side sends after the call returned
+// (the next CALL above all) follows the CANCEL on the wire.
 func (o *Outgoing) abandon(err error) {
 	o.mu.Lock()
 	if !o.endLocked(err, true) {
+		o.mu.Lock()
+		abandoned := o.state.abandoned()
+		o.mu.Unlock()
+		if abandoned {
+			<-o.cancelled
+		}
 		return
 	}
 	o.s.writeFrame(Frame{Type: FrameCancel, ID: o.id}, &o.bytesOut)
 	o.s.releaseSlot()
+	close(o.cancelled)
 }
 
 // Send sends one message on the request stream, waiting for credit.
