@@ -133,6 +133,10 @@ type runtimeState struct {
 	lastPush   *SyncRecord
 	lastPull   *SyncRecord
 	lastVerify *VerifyReport
+
+	// detached is closed when Detach has taken the runtime out of the
+	// workspace: a follower waiting to retry wakes and finds it gone.
+	detached chan struct{}
 }
 
 // close closes the runtime's remote, if it is an io.Closer.
@@ -310,6 +314,7 @@ func (w *Workspace) Detach(ctx context.Context, name string) error {
 		if owed {
 			metricPending.Dec()
 		}
+		close(rs.detached)
 		errs := []error{rs.close()}
 		if err := os.Remove(runtimeTokenPath(w.m.opts.DataDir, w.cfg.Name, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, fmt.Errorf("detach runtime %q: token: %w", name, err))

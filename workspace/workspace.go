@@ -108,7 +108,7 @@ func (w *Workspace) newRuntime(rt Runtime, pending *PendingPull) *runtimeState {
 	if pending != nil {
 		metricPending.Inc()
 	}
-	return &runtimeState{rt: rt, log: w.log.With("runtime", rt.Name), pending: pending}
+	return &runtimeState{rt: rt, log: w.log.With("runtime", rt.Name), pending: pending, detached: make(chan struct{})}
 }
 
 // defaultRuntime is the workspace's primary runtime, from its registration.
