@@ -2,7 +2,6 @@ package vfs
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -39,19 +38,7 @@ func TestReadAheadOfADirectorysSmallFiles(t *testing.T) {
 	if _, _, err := s.ReadDirAttrs(ctx, d.Ino, "", 1000); err != nil {
 		t.Fatal(err)
 	}
-	read := func(name string) []byte {
-		t.Helper()
-		a, err := s.Lookup(ctx, d.Ino, name)
-		must(t, err)
-		h, err := s.OpenHandle(ctx, a.Ino)
-		must(t, err)
-		defer h.Release(ctx)
-		h.SetDir(d.Ino)
-		p := make([]byte, a.Size)
-		_, err = h.ReadAt(ctx, p, 0)
-		must(t, err)
-		return p
-	}
+	read := func(name string) []byte { return readThrough(t, s, d.Ino, name, d.Ino) }
 	chunkQueries := func(stmts []string) (n int) {
 		for _, q := range stmts {
 			if strings.Contains(q, "FROM chunks") {
@@ -101,17 +88,11 @@ func TestReadAheadNeedsTwoFilesInARow(t *testing.T) {
 		}
 	}
 	read := func(dir Ino, name string, hint bool) {
-		t.Helper()
-		a, err := s.Lookup(ctx, dir, name)
-		must(t, err)
-		h, err := s.OpenHandle(ctx, a.Ino)
-		must(t, err)
-		defer h.Release(ctx)
 		if hint {
-			h.SetDir(dir)
+			readThrough(t, s, dir, name, dir)
+		} else {
+			readThrough(t, s, dir, name, 0)
 		}
-		_, err = h.ReadAt(ctx, make([]byte, a.Size), 0)
-		must(t, err)
 	}
 	runs := func() float64 {
 		var m dto.Metric
@@ -152,16 +133,7 @@ func TestReadAheadOfFilesOfTheSameBytes(t *testing.T) {
 	}
 	read := func(i int) {
 		t.Helper()
-		a, err := s.Lookup(ctx, d.Ino, fmt.Sprintf("f%02d.js", i))
-		must(t, err)
-		h, err := s.OpenHandle(ctx, a.Ino)
-		must(t, err)
-		defer h.Release(ctx)
-		h.SetDir(d.Ino)
-		p := make([]byte, a.Size)
-		_, err = h.ReadAt(ctx, p, 0)
-		must(t, err)
-		if !bytes.Equal(p, same) {
+		if p := readThrough(t, s, d.Ino, fmt.Sprintf("f%02d.js", i), d.Ino); !bytes.Equal(p, same) {
 			t.Fatalf("f%02d read %q", i, p)
 		}
 	}
@@ -200,13 +172,7 @@ func TestReadAheadIsBounded(t *testing.T) {
 	before := rows()
 	stmts := countStatementsOn(t, s.rc, func() {
 		for i := range 2 {
-			a, err := s.Lookup(ctx, d.Ino, fmt.Sprintf("f%03d", i))
-			must(t, err)
-			h, err := s.OpenHandle(ctx, a.Ino)
-			must(t, err)
-			h.SetDir(d.Ino)
-			_, err = h.ReadAt(ctx, make([]byte, a.Size), 0)
-			must(t, errors.Join(err, h.Release(ctx)))
+			readThrough(t, s, d.Ino, fmt.Sprintf("f%03d", i), d.Ino)
 		}
 	})
 	batches := 0
@@ -218,4 +184,22 @@ func TestReadAheadIsBounded(t *testing.T) {
 	if got := rows() - before; got > aheadFiles || got < aheadFiles/2 || batches != 1 {
 		t.Errorf("two reads read %v rows ahead in %d queries, want at most %d in one", got, batches, aheadFiles)
 	}
+}
+
+// readThrough reads file name of dir whole through a handle that names
+// hint as its directory (0: none), as the mount's open does.
+func readThrough(t *testing.T, s *Store, dir Ino, name string, hint Ino) []byte {
+	t.Helper()
+	a, err := s.Lookup(ctx, dir, name)
+	must(t, err)
+	h, err := s.OpenHandle(ctx, a.Ino)
+	must(t, err)
+	defer h.Release(ctx)
+	if hint != 0 {
+		h.SetDir(hint)
+	}
+	p := make([]byte, a.Size)
+	_, err = h.ReadAt(ctx, p, 0)
+	must(t, err)
+	return p
 }
