@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/workspace"
@@ -284,6 +285,32 @@ func TestParseSignal(t *testing.T) {
 
 // Detaching the runtime a detached command runs on stops its follower:
 // the exec is reported lost, and wait answers.
+// A follower whose attach failed waits to retry (an hour here); the
+// runtime's detach ends that wait and the exec is lost at once. The
+// detach comes while the follower is between tries, the order that raced
+// before (TestDetachedExecOfADetachedRuntimeIsLost hit it now and then).
+func TestDetachWakesAFollowerWaitingToRetry(t *testing.T) {
+	h, _ := pulledWith(t, func(*harness) {})
+	w := h.attach(t, "b")
+	ctx := context.Background()
+	if _, err := w.On("b").Pull(ctx); err != nil {
+		t.Fatal(err)
+	}
+	failed := h.remotes.FakeOf(workspace.DefaultName, "b").FailAttach(errors.New("injected: connection reset"))
+	rep, err := w.On("b").StartExec(ctx, workspace.ExecSpec{Shell: "sleep 30"})
+	must(t, err)
+	select {
+	case <-failed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the follower never attached")
+	}
+	must(t, w.Detach(ctx, "b"))
+	info := waitExec(t, w, rep.ExecID)
+	if info.State != workspace.ExecStateLost || !strings.Contains(info.Error, "detached") {
+		t.Fatalf("exec of the detached runtime: %+v, want lost", info)
+	}
+}
+
 func TestDetachedExecOfADetachedRuntimeIsLost(t *testing.T) {
 	h, _ := pulledWith(t, func(*harness) {})
 	w := h.attach(t, "b")

@@ -242,6 +242,9 @@ func (f *Fake) StartExec(ctx context.Context, spec workspace.ExecSpec) (string, 
 
 // AttachExec follows an exec of the fake's current runtime.
 func (f *Fake) AttachExec(ctx context.Context, id string, from int64, out func(workspace.ExecEvent)) (workspace.ExecResult, error) {
+	if err := f.injectedAttachFailure(); err != nil {
+		return workspace.ExecResult{}, err
+	}
 	runtime, err := f.current()
 	if err != nil {
 		return workspace.ExecResult{}, err
@@ -251,6 +254,21 @@ func (f *Fake) AttachExec(ctx context.Context, id string, from int64, out func(w
 		return workspace.ExecResult{}, err
 	}
 	return f.execs.attach(ctx, f.gone, e, from, out)
+}
+
+// injectedAttachFailure pops the next failure FailAttach queued, closing
+// its channel when it was the last.
+func (f *Fake) injectedAttachFailure() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.failAttach) == 0 {
+		return nil
+	}
+	err := pop(&f.failAttach)
+	if len(f.failAttach) == 0 {
+		close(f.attachFailed)
+	}
+	return err
 }
 
 // KillExec ends an exec of the fake's current runtime as if sig killed it.

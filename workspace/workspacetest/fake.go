@@ -60,6 +60,11 @@ type Fake struct {
 	calls     []string
 	verifyErr error
 	closed    bool
+
+	// failAttach: the next attaches' injected failures; attachFailed is
+	// closed as the last of them is handed out. Under mu.
+	failAttach   []error
+	attachFailed chan struct{}
 }
 
 var (
@@ -125,6 +130,18 @@ func (f *Fake) FailPull(errs ...error) {
 	f.mu.Lock()
 	f.failPull = append(f.failPull, errs...)
 	f.mu.Unlock()
+}
+
+// FailAttach makes the next AttachExec calls fail with errs, one per
+// call, in order (a nil entry lets its call through). The channel it
+// returns is closed as the last of them is handed out: a test waits on it
+// to act while the caller is between tries.
+func (f *Fake) FailAttach(errs ...error) <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.failAttach = append(f.failAttach, errs...)
+	f.attachFailed = make(chan struct{})
+	return f.attachFailed
 }
 
 // HoldPulls makes every pull from now on wait (before it starts) until the
