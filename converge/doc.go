@@ -108,9 +108,13 @@
 // records (a split file's parts must run in order, head first, to its
 // declared count, each ref valid where it stands; its content hash is
 // computed as they stream by) and compares it with the root the sender
-// declared at begin; a
+// declared at begin. The root is folded from each page's records as the
+// page stages (rootBuilder), so the commit only finishes the fold; a
+// commit whose pages were not all staged by this process (a restart
+// resumed the staging) reads the staged records back for it. A
 // mismatch discards the staging and leaves the live store untouched. Then
-// it installs: the records apply in batches as upstream, and then the
+// it installs: the records apply in batches as upstream (the next batch
+// read back and decoded while one applies), and then the
 // watermarks are set (the snapshot's rev as applied push and fetch
 // cursors). Apply is idempotent, so an install cut short runs again on the
 // next commit. The store was empty at the begin, but a process in the
@@ -181,8 +185,9 @@
 // call holds at most one decoded page beyond its body, or of an objects
 // stream a few batches of checked chunks (checkedBatch, syncwire.MaxHashes
 // chunks a call, none twice);
-// an install holds one batch of staged records plus the one file being
-// put back together (at most chunkstore.MaxManifestChunks refs). The
+// an install holds two batches of staged records (the one it applies and
+// the next, read ahead) plus the one file being put back together (at
+// most chunkstore.MaxManifestChunks refs). The
 // hostile-peer tests (hostile_test.go) send crafted messages over a real
 // session and check the heap against the bytes sent.
 //

@@ -138,12 +138,88 @@ func TestSnapshotResumesFromItsCursor(t *testing.T) {
 	// computerd restarts: a new responder finds the staging on disk.
 	r = newRig(t, server, cont)
 	sess = r.session(t)
+	reads := stagingReads.Load()
 	rep, err := Bootstrap(context.Background(), server, sess, BootstrapOptions{Peer: peerName, pageBytes: 16 << 10})
 	must(t, err)
 	if rep.ResumedAt == 0 || rep.ResumedAt+rep.Sent != rep.Total {
 		t.Fatalf("resumed at %d, sent %d of %d", rep.ResumedAt, rep.Sent, rep.Total)
 	}
+	// The new process saw only the last pages staged: the commit read the
+	// staging back for its root.
+	if got := stagingReads.Load() - reads; got != 1 {
+		t.Errorf("the commit read the staging back %d times, want 1", got)
+	}
 	assertSameRoot(t, server, cont, "roots after resumed bootstrap")
+}
+
+// TestCommitTakesTheRootBuiltAsPagesStaged: the receiver folds each
+// page's records into the root as it stages them (directories, files,
+// a symlink, an empty file, files split over several records, pages of a
+// few records), so the commit checks the root without reading the
+// staging back; a bootstrap cut short and resumed by the same process
+// keeps building it; and a wrong root is still refused.
+func TestCommitTakesTheRootBuiltAsPagesStaged(t *testing.T) {
+	ctx := context.Background()
+	server := newStore(t, "server")
+	applyAll(t, server, smallTree())
+	repeatedFile(t, server, "d000/big", 700)
+	repeatedFile(t, server, "z/y/x/later", 300)
+	opts := BootstrapOptions{Peer: peerName, pageBytes: 4 << 10, partRefs: 64}
+
+	t.Run("in one go", func(t *testing.T) {
+		cont := newStore(t, "container")
+		r := newRig(t, server, cont)
+		reads := stagingReads.Load()
+		rep, err := Bootstrap(ctx, server, r.session(t), opts)
+		must(t, err)
+		if rep.Pages < 10 {
+			t.Fatalf("%d pages, want many", rep.Pages)
+		}
+		if got := stagingReads.Load() - reads; got != 0 {
+			t.Errorf("the commit read the staging back %d times", got)
+		}
+		assertSameRoot(t, server, cont, "roots after bootstrap")
+	})
+	t.Run("cut short and resumed", func(t *testing.T) {
+		cont := newStore(t, "container")
+		r := newRig(t, server, cont)
+		cut, cancel := context.WithCancel(ctx)
+		o := opts
+		o.Progress = func(rep BootstrapReport) {
+			if rep.Pages == 5 {
+				cancel()
+			}
+		}
+		if _, err := Bootstrap(cut, server, r.session(t), o); !errors.Is(err, context.Canceled) {
+			t.Fatalf("interrupted bootstrap: err = %v", err)
+		}
+		assertEmpty(t, cont)
+		reads := stagingReads.Load()
+		rep, err := Bootstrap(ctx, server, r.session(t), opts)
+		must(t, err)
+		if rep.ResumedAt == 0 {
+			t.Fatal("the second bootstrap started over")
+		}
+		if got := stagingReads.Load() - reads; got != 0 {
+			t.Errorf("the commit read the staging back %d times", got)
+		}
+		assertSameRoot(t, server, cont, "roots after resumed bootstrap")
+	})
+	t.Run("wrong root", func(t *testing.T) {
+		cont := newStore(t, "container")
+		r := newRig(t, server, cont)
+		o := opts
+		o.claim = &Hash{0xba, 0xd}
+		reads := stagingReads.Load()
+		// The refusal crosses the wire as EHASH_MISMATCH.
+		if _, err := Bootstrap(ctx, server, r.session(t), o); !errors.Is(err, ErrRootMismatch) && !errors.Is(err, chunkstore.ErrHashMismatch) {
+			t.Fatalf("err = %v, want the root refused", err)
+		}
+		if got := stagingReads.Load() - reads; got != 0 {
+			t.Errorf("the commit read the staging back %d times", got)
+		}
+		assertEmpty(t, cont)
+	})
 }
 
 func TestSnapshotWrongRootRefused(t *testing.T) {

@@ -44,6 +44,13 @@ type snapReceiver struct {
 	// gen moves whenever a staging begins afresh or is removed: an objects
 	// call holds chunks only for the staging it began under. Guarded by mu.
 	gen uint64
+	// root is built from the records of the staging begun at rootGen as
+	// their pages are staged, rootNext the record it takes next: a commit
+	// of that staging with every record fed to it takes its root instead
+	// of reading the staging back (nil: none). Guarded by mu.
+	root     *rootBuilder
+	rootGen  uint64
+	rootNext int
 
 	// watching: a staging may be on disk; an Apply that is not the
 	// install's own (installing) then settles it (afterApply), in a
@@ -151,6 +158,7 @@ func (s *snapReceiver) close() error {
 // are no longer held.
 func (s *snapReceiver) discard() {
 	s.gen++
+	s.root = nil
 	s.watching.Store(false)
 	if s.db != nil {
 		s.db.Close()
@@ -340,6 +348,7 @@ func (s *snapReceiver) begin(ctx context.Context, c *rpc.Incoming) error {
 	if err := tx.Commit(); err != nil {
 		return err
 	}
+	s.root, s.rootGen, s.rootNext = newRootBuilder(), s.gen, 0
 	s.r.log.Info("snapshot staging", "root", root, "rev", rev, "records", total)
 	return c.Reply(uvarints(0))
 }
@@ -556,8 +565,28 @@ func (s *snapReceiver) page(ctx context.Context, c *rpc.Incoming) error {
 	if err := stageRecords(ctx, db, first, recs); err != nil {
 		return err
 	}
+	s.buildRoot(first, recs)
 	metricSnapshotRecords.WithLabelValues("staged").Add(float64(n))
 	return c.Reply(uvarints(uint64(first+n), uint64(m.total)))
+}
+
+// buildRoot feeds the records of a page just staged, from record first
+// on, to the staging's root builder, if it has one that took every record
+// before them. A record it refuses drops it: the commit then reads the
+// staging back and refuses the record there, as it would have anyway.
+// Called with s.mu held.
+func (s *snapReceiver) buildRoot(first int, recs []snapRecord) {
+	if s.root == nil || s.rootGen != s.gen || s.rootNext != first {
+		s.root = nil
+		return
+	}
+	for i, rec := range recs {
+		if err := s.root.add(first+i, rec); err != nil {
+			s.root = nil
+			return
+		}
+	}
+	s.rootNext = first + len(recs)
 }
 
 // stageRows is how many records one statement of a page stages.
@@ -687,8 +716,20 @@ func (s *snapReceiver) commit(ctx context.Context, c *rpc.Incoming) error {
 	}
 	t0 := time.Now()
 	resumed := m.verified // the install had begun: part of it may be in
+	b := s.root
+	if s.rootGen != s.gen || s.rootNext != m.total {
+		b = nil
+	}
+	s.root = nil
 	if !m.verified {
-		got, err := stagedRoot(ctx, db)
+		var got Hash
+		var err error
+		if b != nil {
+			got, err = b.sum()
+		} else {
+			stagingReads.Add(1)
+			got, err = stagedRoot(ctx, db)
+		}
 		if err != nil {
 			s.discard()
 			return fmt.Errorf("snapshot commit: %w", err)
@@ -973,82 +1014,118 @@ func (f *fileParts) add(refs chunkstore.Manifest) error {
 	return nil
 }
 
-// stagedRoot rebuilds the Merkle root of the staged records. Records come
-// parents first; a record whose parent is not a staged directory, a path
-// staged twice, or the parts of a split file out of their run, is
-// malformed. A split file's content hash is computed as its parts stream
-// by (sha256 of the manifest's encoding: count, then the refs), so the
-// check holds no manifest whole.
+// stagingReads counts the commits that read the staging back for its
+// root (tests).
+var stagingReads atomic.Int64
+
+// stagedRoot rebuilds the Merkle root of the staged records, read back
+// from the staging (a commit whose pages this process did not all see
+// staged: see rootBuilder).
 func stagedRoot(ctx context.Context, db *sql.DB) (Hash, error) {
-	type sdir struct {
-		kids []Child
-		subs map[string]*sdir
+	b := newRootBuilder()
+	if err := stagedRecords(ctx, db, b.add); err != nil {
+		return Hash{}, err
 	}
-	root := &sdir{subs: map[string]*sdir{}}
-	dirs := map[string]*sdir{"": root}
-	var split fileParts
-	var splitHash hash.Hash
-	var splitDir *sdir
-	var splitChild Child
-	var refBuf []byte
-	split.onRef = func(r chunkstore.Ref) {
-		refBuf = append(refBuf[:0], r.Hash[:]...)
-		refBuf = binary.AppendUvarint(refBuf, uint64(r.Size))
-		splitHash.Write(refBuf)
+	return b.sum()
+}
+
+// rootBuilder folds snapshot records, taken in staging order, into the
+// Merkle root of the tree they describe. Records come parents first; a
+// record whose parent is not a staged directory, a path staged twice, or
+// the parts of a split file out of their run, is malformed. A split
+// file's content hash is computed as its parts stream by (sha256 of the
+// manifest's encoding: count, then the refs), so the builder holds no
+// manifest whole: what it holds is each directory's children (name, kind,
+// mode, hash), the tree the root is folded from.
+//
+// The receiver feeds each page's records to one as the page is staged, so
+// a commit finds the root built (snapReceiver.root); a commit whose pages
+// were not all fed to it in this process reads the staging back instead
+// (stagedRoot).
+type rootBuilder struct {
+	top   *sdir
+	dirs  map[string]*sdir
+	split fileParts
+	// The split file being added: its content hash so far, its directory
+	// and its entry there.
+	splitHash  hash.Hash
+	splitDir   *sdir
+	splitChild Child
+	refBuf     []byte
+}
+
+// sdir is a staged directory: its children, and its subdirectories by
+// name.
+type sdir struct {
+	kids []Child
+	subs map[string]*sdir
+}
+
+func newRootBuilder() *rootBuilder {
+	top := &sdir{subs: map[string]*sdir{}}
+	b := &rootBuilder{top: top, dirs: map[string]*sdir{"": top}}
+	b.split.onRef = func(r chunkstore.Ref) {
+		b.refBuf = append(b.refBuf[:0], r.Hash[:]...)
+		b.refBuf = binary.AppendUvarint(b.refBuf, uint64(r.Size))
+		b.splitHash.Write(b.refBuf)
 	}
-	err := stagedRecords(ctx, db, func(seq int, rec snapRecord) error {
-		if rec.Tag == recRefs {
-			if err := split.add(rec.More); err != nil {
+	return b
+}
+
+// add takes record seq, the next in staging order.
+func (b *rootBuilder) add(seq int, rec snapRecord) error {
+	if rec.Tag == recRefs {
+		if err := b.split.add(rec.More); err != nil {
+			return fmt.Errorf("record %d: %w", seq, err)
+		}
+		if !b.split.open {
+			b.splitHash.Sum(b.splitChild.Hash[:0])
+			b.splitDir.kids = append(b.splitDir.kids, b.splitChild)
+		}
+		return nil
+	}
+	if b.split.open {
+		return malformed("record %d: %q ends before its %d refs", seq, b.split.path, b.split.want)
+	}
+	e := &rec.Entry
+	d := b.dirs[parentOf(e.Path)]
+	if d == nil {
+		return malformed("record %d: parent of %q is not a staged directory", seq, e.Path)
+	}
+	c := Child{Name: baseOf(e.Path), Mode: e.Mode}
+	switch e.Kind {
+	case vfs.EntryFile:
+		c.Kind = vfs.KindFile
+		if rec.Tag == recHead {
+			b.splitHash = sha256.New()
+			b.splitHash.Write(binary.AppendUvarint(nil, uint64(rec.Refs)))
+			b.splitDir, b.splitChild = d, c
+			if err := b.split.start(&rec); err != nil {
 				return fmt.Errorf("record %d: %w", seq, err)
-			}
-			if !split.open {
-				splitHash.Sum(splitChild.Hash[:0])
-				splitDir.kids = append(splitDir.kids, splitChild)
 			}
 			return nil
 		}
-		if split.open {
-			return malformed("record %d: %q ends before its %d refs", seq, split.path, split.want)
+		c.Hash = sha256Sum(chunkstore.AppendManifest(nil, e.Chunks))
+	case vfs.EntrySymlink:
+		c.Kind = vfs.KindSymlink
+		c.Hash = sha256Sum([]byte(e.Target))
+	case vfs.EntryDir:
+		c.Kind = vfs.KindDir
+		if b.dirs[e.Path] != nil {
+			return malformed("record %d: %q staged twice", seq, e.Path)
 		}
-		e := &rec.Entry
-		d := dirs[parentOf(e.Path)]
-		if d == nil {
-			return malformed("record %d: parent of %q is not a staged directory", seq, e.Path)
-		}
-		c := Child{Name: baseOf(e.Path), Mode: e.Mode}
-		switch e.Kind {
-		case vfs.EntryFile:
-			c.Kind = vfs.KindFile
-			if rec.Tag == recHead {
-				splitHash = sha256.New()
-				splitHash.Write(binary.AppendUvarint(nil, uint64(rec.Refs)))
-				splitDir, splitChild = d, c
-				if err := split.start(&rec); err != nil {
-					return fmt.Errorf("record %d: %w", seq, err)
-				}
-				return nil
-			}
-			c.Hash = sha256Sum(chunkstore.AppendManifest(nil, e.Chunks))
-		case vfs.EntrySymlink:
-			c.Kind = vfs.KindSymlink
-			c.Hash = sha256Sum([]byte(e.Target))
-		case vfs.EntryDir:
-			c.Kind = vfs.KindDir
-			if dirs[e.Path] != nil {
-				return malformed("record %d: %q staged twice", seq, e.Path)
-			}
-			sub := &sdir{subs: map[string]*sdir{}}
-			dirs[e.Path] = sub
-			d.subs[c.Name] = sub
-		}
-		d.kids = append(d.kids, c)
-		return nil
-	})
-	if err != nil {
-		return Hash{}, err
+		sub := &sdir{subs: map[string]*sdir{}}
+		b.dirs[e.Path] = sub
+		d.subs[c.Name] = sub
 	}
-	if split.open {
-		return Hash{}, malformed("%q ends before its %d refs", split.path, split.want)
+	d.kids = append(d.kids, c)
+	return nil
+}
+
+// sum folds what was added into the root. The builder is spent after it.
+func (b *rootBuilder) sum() (Hash, error) {
+	if b.split.open {
+		return Hash{}, malformed("%q ends before its %d refs", b.split.path, b.split.want)
 	}
 	var fold func(d *sdir) (Hash, error)
 	fold = func(d *sdir) (Hash, error) {
@@ -1067,7 +1144,7 @@ func stagedRoot(ctx context.Context, db *sql.DB) (Hash, error) {
 		}
 		return ChildrenHash(d.kids), nil
 	}
-	return fold(root)
+	return fold(b.top)
 }
 
 // install applies the staged records as upstream in batches, each with
@@ -1109,17 +1186,13 @@ func (s *snapReceiver) install(ctx context.Context, db *sql.DB, m stagedMeta, re
 	seen, known := m.since, !resumed
 	var held []string // held back by the fence (the first few)
 	heldN, between := 0, false
-	size := installBatch
-	for seq := 0; seq < m.total; {
-		batch, next, err := stagedBatch(ctx, db, seq, size)
-		if err != nil {
-			return 0, err
+	batches, stop := readStaged(ctx, db, m.total, empty)
+	defer stop()
+	for batch := range batches {
+		if batch.err != nil {
+			return 0, batch.err
 		}
-		if len(batch) == 0 {
-			return 0, malformed("staged records end at %d of %d", seq, m.total)
-		}
-		seq = next
-		res, err := s.applyStaged(ctx, batch, m, &ws, &fence)
+		res, err := s.applyStaged(ctx, batch.entries, m, &ws, &fence)
 		if err != nil {
 			return 0, err
 		}
@@ -1129,9 +1202,9 @@ func (s *snapReceiver) install(ctx context.Context, db *sql.DB, m stagedMeta, re
 			between = between || known && res.RevBefore != seen
 			seen, known = res.LastRev, true
 		}
-		if empty {
-			size = min(2*size, installBulkBatch)
-		}
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, err // the reader stopped early
 	}
 	cur := store.CurrentRev()
 	if known && cur != seen {
@@ -1146,6 +1219,51 @@ func (s *snapReceiver) install(ctx context.Context, db *sql.DB, m stagedMeta, re
 
 // errChanged is an install that met changes of the container's own.
 var errChanged = errors.New("the container changed its files during the snapshot")
+
+// stagedRead is one batch of staged records read for the install, or why
+// none could be.
+type stagedRead struct {
+	entries []vfs.ChangeEntry
+	err     error
+}
+
+// readStaged reads the staged records for the install, in batches of
+// installBatch records (doubling to installBulkBatch when grow), on a
+// goroutine of its own: the next batch is read and decoded while the
+// install applies this one. The channel ends after the last batch, after
+// a failed read (its error sent last), or when ctx ends. stop ends the
+// reader and returns once it is gone (nothing of db in use after it).
+func readStaged(ctx context.Context, db *sql.DB, total int, grow bool) (batches <-chan stagedRead, stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	out := make(chan stagedRead, 1)
+	go func() {
+		defer close(out)
+		size := installBatch
+		for seq := 0; seq < total; {
+			entries, next, err := stagedBatch(ctx, db, seq, size)
+			if err == nil && len(entries) == 0 {
+				err = malformed("staged records end at %d of %d", seq, total)
+			}
+			select {
+			case out <- stagedRead{entries, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+			seq = next
+			if grow {
+				size = min(2*size, installBulkBatch)
+			}
+		}
+	}()
+	return out, func() {
+		cancel()
+		for range out {
+		}
+	}
+}
 
 // stagedBatch reads the entries of up to n staged records from seq on,
 // putting a split file's parts back together (a batch then reads past n
@@ -1251,6 +1369,6 @@ const installBatch = syncwire.BatchEntries
 
 // installBulkBatch is where the transactions of an install into an empty
 // store stop growing (they double from installBatch): it bounds what one
-// holds in memory (the records, the inline chunks of its stage: 16 MiB at
-// most) and what a kill inside it takes back.
+// holds in memory (the records; the install holds two batches, the one it
+// applies and the one read ahead) and what a kill inside it takes back.
 const installBulkBatch = 4096
