@@ -49,6 +49,17 @@ bench_machine() {
 }
 
 # bench_hwm_kb PGID: the largest VmHWM (peak RSS, KiB) of the live processes in process group PGID.
+# bench_cpu_ms PGID: CPU time (user + system, ms) the processes of a process group have used so far (/proc,
+# 10 ms ticks).
+bench_cpu_ms() {
+	local pgid=$1 sum=0 pid t
+	for pid in $(pgrep -g "$pgid" 2>/dev/null); do
+		t=$(awk '{ print $14 + $15 }' "/proc/$pid/stat" 2>/dev/null || true)
+		[[ -z $t ]] || sum=$((sum + t))
+	done
+	echo $((sum * 1000 / $(getconf CLK_TCK)))
+}
+
 bench_hwm_kb() {
 	local pgid=$1 max=0 pid hwm
 	for pid in $(pgrep -g "$pgid" 2>/dev/null); do

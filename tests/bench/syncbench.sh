@@ -16,7 +16,8 @@
 #               mount must then hold the N files
 # Ratios: pull/rsync (bar 0.5) and bootstrap/rsync (bar 1.0); both should stay linear in N (us per file shown).
 # Timing: wall clock of the CLI process (it includes the client's start, ~10-30 ms); the server's own figure
-# (SyncReport.duration) is kept in the raw results as pull_srv / bootstrap_srv.
+# (SyncReport.duration) is kept in the raw results as pull_srv / bootstrap_srv, and both daemons' CPU time over the
+# call (/proc, 10 ms ticks) as pull_cpu / bootstrap_cpu, reported as cpu/f (us of CPU a file).
 #
 # Knobs: WSYNC_BENCH_QUICK=1 (1 repetition, sizes 10000 30000), WSYNC_SYNC_SIZES, WSYNC_SYNC_REPS (default
 # WSYNC_BENCH_REPS: the 100,000-file repetition takes about 10 minutes on 2 busy cores),
@@ -44,7 +45,7 @@ export WSYNC_BENCH_TMPFS_SIZE=${WSYNC_BENCH_TMPFS_SIZE:-8g}
 med() { awk -v n="$1" -v w="$2" '$1 == n && $3 == w { print $4 }' "$RESULTS" | bench_median; }
 per_file_us() { awk -v s="$1" -v n="$2" 'BEGIN { if (s == "-") print "-"; else printf "%.0f", s * 1e6 / n }'; }
 report() {
-	local n ri p b r1 p1 hs hc hb
+	local n ri p b r1 p1 hs hc hb pc bc
 	echo
 	if [[ -n ${REPORT_FROM:-} ]]; then
 		echo "syncbench report of $REPORT_FROM (raw results of an earlier run)"
@@ -52,18 +53,20 @@ report() {
 		echo "syncbench $(date -u +%Y-%m-%dT%H:%M:%SZ); $(bench_machine); $(rsync --version | head -n 1)"
 	fi
 	echo "trees of N files of ~10 KB (random bytes); CLI wall clock; ${WSYNC_BENCH_STAT:-median} of $REPS (seconds)"
-	printf '\n%7s %11s | %8s | %8s %6s %7s | %9s %6s %7s | %8s %8s | %7s %7s %8s\n' files bytes rsync pull pull/r us/file \
-		bootstrap boot/r us/file rsync_1 pull_1 srv_MiB cd_MiB boot_MiB
+	printf '\n%7s %11s | %8s | %8s %6s %7s %7s | %9s %6s %7s %7s | %8s %8s | %7s %7s %8s\n' files bytes rsync pull pull/r us/file \
+		cpu/f bootstrap boot/r us/file cpu/f rsync_1 pull_1 srv_MiB cd_MiB boot_MiB
 	for n in $(awk '{ if (!seen[$1]++) print $1 }' "$RESULTS"); do
 		ri=$(med "$n" rsync) p=$(med "$n" pull) b=$(med "$n" bootstrap) r1=$(med "$n" rsync_one) p1=$(med "$n" pull_one)
+		pc=$(med "$n" pull_cpu) bc=$(med "$n" bootstrap_cpu)
 		hs=$(awk -v n="$n" '$1 == n && $3 == "hwm_server" && $4 > m { m = $4 } END { printf "%d", m / 1024 }' "$RESULTS")
 		hc=$(awk -v n="$n" '$1 == n && $3 == "hwm_computerd" && $4 > m { m = $4 } END { printf "%d", m / 1024 }' "$RESULTS")
 		hb=$(awk -v n="$n" '$1 == n && $3 == "hwm_bootstrap" && $4 > m { m = $4 } END { if (m) printf "%d", m / 1024; else print "-" }' "$RESULTS")
-		printf '%7s %11s | %8s | %8s %6s %7s | %9s %6s %7s | %8s %8s | %7s %7s %8s\n' "$n" "$((n * 10000))" "$ri" \
-			"$p" "$(bench_ratio "$p" "$ri")" "$(per_file_us "$p" "$n")" "$b" "$(bench_ratio "$b" "$ri")" \
-			"$(per_file_us "$b" "$n")" "$r1" "$p1" "$hs" "$hc" "$hb"
+		printf '%7s %11s | %8s | %8s %6s %7s %7s | %9s %6s %7s %7s | %8s %8s | %7s %7s %8s\n' "$n" "$((n * 10000))" "$ri" \
+			"$p" "$(bench_ratio "$p" "$ri")" "$(per_file_us "$p" "$n")" "$(per_file_us "$pc" "$n")" "$b" \
+			"$(bench_ratio "$b" "$ri")" "$(per_file_us "$b" "$n")" "$(per_file_us "$bc" "$n")" "$r1" "$p1" "$hs" "$hc" "$hb"
 	done
 	echo "(pull/r, boot/r: ours/rsync; bars: pull/r <= 0.5, boot/r <= 1.0, both linear in N; pull_1 < 0.010 s."
+	echo " cpu/f: microseconds of CPU a file, both daemons together (/proc; steadier than wall time on a busy machine)."
 	echo " rsync_1/pull_1: one file changed, then the same rsync / pull again. srv_MiB, cd_MiB, boot_MiB: peak RSS of the"
 	echo " server, of the first computerd of a repetition (the tree written through its mount, then pulled) and of the"
 	echo " bootstrapped one, largest over the repetitions)"
@@ -199,9 +202,12 @@ timed_sync() {
 		PERF_PID=$!
 		sleep 0.2 # perf has opened its events
 	fi
+	local c0s c0c
+	c0s=$(bench_cpu_ms "$SRV_PID") c0c=$(bench_cpu_ms "$CD_PID")
 	bench_now t0
 	SYNC_JSON=$(ws "$1" --json) || { bench_log "workspace-server $1 failed; server log:"; tail -n 20 "$P/workspace-server.log" >&2; return 1; }
 	bench_now t1
+	SYNC_CPU_SRV=$(($(bench_cpu_ms "$SRV_PID") - c0s)) SYNC_CPU_CD=$(($(bench_cpu_ms "$CD_PID") - c0c))
 	if [[ -n ${PERF_PID:-} ]]; then
 		kill -INT "$PERF_PID" && wait "$PERF_PID" || true
 		PERF_PID=
@@ -210,6 +216,9 @@ timed_sync() {
 	SYNC_SRV=$(printf '%s' "$SYNC_JSON" | tr -d ' \n' | sed -n 's/.*"duration_ns":\([0-9]*\).*/\1/p' | awk '{ printf "%.6f", $1 / 1e9 }')
 	SYNC_N=$(printf '%s' "$SYNC_JSON" | tr -d ' \n' | sed -n 's/.*"entries":\([0-9]*\).*/\1/p')
 }
+
+# cpu_s: the last timed call's CPU time, both daemons together (seconds).
+cpu_s() { awk -v s="$SYNC_CPU_SRV" -v c="$SYNC_CPU_CD" 'BEGIN { printf "%.3f", (s + c) / 1000 }'; }
 
 RESULTS=$BASE/results.txt
 : >"$RESULTS"
@@ -231,6 +240,7 @@ for ((rep = 1; rep <= REPS; rep++)); do
 		timed_sync pull
 		record "$n" "$rep" pull "$SYNC_S"
 		record "$n" "$rep" pull_srv "$SYNC_SRV"
+		record "$n" "$rep" pull_cpu "$(cpu_s)"
 		# N files and the directories above them; fewer means a pull that left work out
 		[[ ${SYNC_N:-0} -ge $n ]] || { bench_log "pull applied ${SYNC_N:-?} entries, expected at least $n: $SYNC_JSON"; exit 1; }
 
@@ -251,6 +261,7 @@ for ((rep = 1; rep <= REPS; rep++)); do
 		timed_sync push
 		record "$n" "$rep" bootstrap "$SYNC_S"
 		record "$n" "$rep" bootstrap_srv "$SYNC_SRV"
+		record "$n" "$rep" bootstrap_cpu "$(cpu_s)"
 		[[ $SYNC_JSON == *'"rebaselined": true'* || $SYNC_JSON == *'"rebaselined":true'* ]] ||
 			{ bench_log "the push did not re-baseline the empty container: $SYNC_JSON"; exit 1; }
 		got=$(find "$P/mnt/tree" -type f | wc -l)
