@@ -20,6 +20,10 @@ const cs = chunkstore.ChunkSize
 // it the oldest is hashed and stored early.
 const maxDirtyChunks = 8
 
+// pooledImage is the smallest image taken from bufPool (a full chunk's
+// buffer): past it, an image is likely to grow to a chunk.
+const pooledImage = 64 << 10
+
 var bufPool = sync.Pool{New: func() any { b := make([]byte, cs); return &b }}
 
 func getBuf() *[]byte { return bufPool.Get().(*[]byte) }
@@ -32,15 +36,21 @@ func putBuf(b *[]byte) {
 	}
 }
 
-// newImage returns an image buffer of length l. Full chunks come from the
-// pool; a small file's chunk gets a buffer sized to its data (a power of
-// two from 512 bytes), so writing a 200-byte file clears neither half a
-// megabyte nor a page: at 4 KiB the images were a third of the bytes a
-// created file allocated (BenchmarkCreateSmallFile/group: 12.0 -> 8.4 KB
-// and 18.6-19.0 -> 16.2-17.1 us of CPU a file).
+// newImage returns an image buffer of length l (its bytes not cleared).
+// An image of pooledImage bytes or more is a full chunk's buffer from the
+// pool, which it then grows in place: a file written in pieces (git's
+// pack, a linker's output, 128 KiB writes) no longer doubled its image
+// through fresh, cleared buffers of 128, 256 and 512 KiB, each copied
+// into the next. A small file's chunk gets a buffer sized to its data (a
+// power of two from 512 bytes), so writing a 200-byte file clears neither
+// half a megabyte nor a page: at 4 KiB the images were a third of the
+// bytes a created file allocated (BenchmarkCreateSmallFile/group: 12.0 ->
+// 8.4 KB and 18.6-19.0 -> 16.2-17.1 us of CPU a file).
 func newImage(l int64) *[]byte {
-	if l >= cs {
-		return getBuf()
+	if l >= pooledImage {
+		b := getBuf()
+		*b = (*b)[:l]
+		return b
 	}
 	c := int64(512)
 	for c < l {
