@@ -1,9 +1,11 @@
 package chunkstore
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
@@ -310,4 +312,48 @@ func TestAddRefsSyncsTheDirectoriesOfNewChunkFiles(t *testing.T) {
 	if got := dirty(); got != 0 {
 		t.Fatalf("%d directories still unsynced after AddRefs named their files", got)
 	}
+}
+
+// Span gives the chunk file of a full chunk and nothing else (not a chunk
+// in a pack or a row, not a hole, not bytes past the chunk's end), and
+// the span reads the chunk's bytes for as long as it is held, even after
+// the chunk is collected and its file unlinked.
+func TestSpanOfAChunkFileOutlivesItsUnlink(t *testing.T) {
+	s, db := splitStore(t, 0, true)
+	m := commitFile(t, s, db, 11, ChunkSize, 100<<10, 100)
+	data := chunkBytes(11, ChunkSize)
+	sp, ok := s.Span(m[0], 4096, 128<<10)
+	if !ok {
+		t.Fatal("no span of a full chunk's file")
+	}
+	for _, c := range []struct {
+		what   string
+		r      Ref
+		off, n int
+	}{
+		{"a chunk in a pack", m[1], 0, 64 << 10},
+		{"a chunk in a row", m[2], 0, 100},
+		{"a hole", Ref{Hash: HoleHash, Size: ChunkSize}, 0, 64 << 10},
+		{"past the chunk's end", m[0], ChunkSize - 100, 200},
+		{"a negative offset", m[0], -1, 10},
+	} {
+		if other, ok := s.Span(c.r, int64(c.off), c.n); ok {
+			other.Release()
+			t.Errorf("a span of %s", c.what)
+		}
+	}
+	dropRefs(t, s, db, m)
+	collect(t, s, db)
+	if _, err := os.Stat(s.filePath(m[0].Hash)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the collected chunk's file: %v", err)
+	}
+	got := make([]byte, sp.N)
+	if _, err := sp.File.ReadAt(got, sp.Off); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, data[4096:4096+128<<10]) {
+		t.Fatal("the span reads other bytes")
+	}
+	sp.Release()
+	sp.Release() // twice: harmless
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 )
 
 // ReadAt reads bytes of one chunk at off, like io.ReaderAt: fewer than
@@ -406,4 +407,49 @@ func (s *Store) getBatched(ctx context.Context, q Querier, h Hash, rows map[Hash
 		}
 	}
 	return s.Get(ctx, q, h)
+}
+
+// FileSpan is where part of a chunk's bytes lie in a chunk file of the
+// store: n bytes of File from Off. It holds the file open until Release,
+// which its user calls once (a reader that copies the bytes itself, as a
+// FUSE reply spliced from the file does, after the reply is out).
+type FileSpan struct {
+	File *os.File
+	Off  int64
+	N    int
+	s    *Store
+	cf   *cachedFile
+}
+
+// Release lets the file go.
+func (sp *FileSpan) Release() {
+	if sp.cf != nil {
+		sp.s.fds.done(sp.cf)
+		sp.cf = nil
+	}
+}
+
+// Span returns where the n bytes of r from off lie, when r is a chunk in
+// a file of its own, whole on this disk (a large chunk, not staged in
+// memory, not a hole) and the n bytes are all in it. ok false says to read
+// them with ReadAt, which has every other place a chunk can be, and the
+// errors. A chunk file's bytes never change (its name is their hash), so
+// the span stays right for as long as it is held, even past an unlink.
+func (s *Store) Span(r Ref, off int64, n int) (sp FileSpan, ok bool) {
+	if s.dir == "" || r.IsHole() || s.inline(int(r.Size)) || s.packed(int(r.Size)) ||
+		off < 0 || n <= 0 || off+int64(n) > int64(r.Size) {
+		return FileSpan{}, false
+	}
+	if s.pinnedData(r.Hash) != nil {
+		return FileSpan{}, false
+	}
+	cf, err := s.fds.open(fdKey{hash: r.Hash}, s.filePath(r.Hash))
+	if err != nil {
+		return FileSpan{}, false
+	}
+	if cf.size != int64(r.Size) {
+		s.fds.done(cf)
+		return FileSpan{}, false
+	}
+	return FileSpan{File: cf.f, Off: off, N: n, s: s, cf: cf}, true
 }

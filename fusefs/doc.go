@@ -28,7 +28,11 @@
 // writable descriptor: a read-only open asks the kernel for no FLUSH,
 // FOPEN_NOFLUSH, since nothing is written through it), fsync and the last
 // release; truncation and fallocate commit at once.
-// copy_file_range(2) (cp) is done inside the daemon in one request. Because
+// copy_file_range(2) (cp) is done inside the daemon in one request. A
+// READ of at least 64 KiB of one full chunk's committed bytes is answered
+// from the chunk's file (vfs.Handle.ReadSpan): go-fuse splices the reply
+// from it, so the bytes do not pass through the daemon's memory; every
+// other READ replies with a vector of bytes the store read. Because
 // close commits, a file is in the change feed when its writer has closed it,
 // even though the kernel's RELEASE comes later. For files still open by
 // running processes, the flush rule applies: vfs.Store.FlushAll (or

@@ -79,6 +79,10 @@ var (
 		Name: "wsync_fuse_read_bytes_total",
 		Help: "Bytes read through the mount.",
 	}))
+	promSplicedBytes = procmetrics.Add(prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "wsync_fuse_read_spliced_bytes_total",
+		Help: "Bytes read through the mount whose replies the kernel spliced from chunk files (part of wsync_fuse_read_bytes_total).",
+	}))
 	promWrittenBytes = procmetrics.Add(prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "wsync_fuse_written_bytes_total",
 		Help: "Bytes written through the mount.",
@@ -145,6 +149,7 @@ type metrics struct {
 	errors       [numOps]atomic.Uint64
 	nanos        [numOps]atomic.Uint64
 	readBytes    atomic.Uint64
+	splicedBytes atomic.Uint64
 	writtenBytes atomic.Uint64
 	commits      atomic.Uint64
 	invalHeld    atomic.Uint64
@@ -168,6 +173,13 @@ func (m *metrics) track(o op, start time.Time, errno *syscall.Errno) {
 func (m *metrics) read(n int) {
 	m.readBytes.Add(uint64(n))
 	promReadBytes.Add(float64(n))
+}
+
+// spliced counts a read answered from a chunk file (read counts it too).
+func (m *metrics) spliced(n int) {
+	m.read(n)
+	m.splicedBytes.Add(uint64(n))
+	promSplicedBytes.Add(float64(n))
 }
 
 func (m *metrics) wrote(n int) {
@@ -212,6 +224,7 @@ type OpStats struct {
 type Stats struct {
 	Ops                  map[string]OpStats `json:"ops"`
 	ReadBytes            uint64             `json:"read_bytes"`
+	SplicedBytes         uint64             `json:"spliced_bytes"` // of ReadBytes, spliced from chunk files
 	WrittenBytes         uint64             `json:"written_bytes"`
 	Commits              uint64             `json:"commits"`
 	OpenHandles          int                `json:"open_handles"`
@@ -227,6 +240,7 @@ func (s *Server) Stats() Stats {
 	st := Stats{
 		Ops:                  make(map[string]OpStats, numOps),
 		ReadBytes:            m.readBytes.Load(),
+		SplicedBytes:         m.splicedBytes.Load(),
 		WrittenBytes:         m.writtenBytes.Load(),
 		Commits:              m.commits.Load(),
 		OpenHandles:          s.OpenHandles(),

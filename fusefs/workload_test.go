@@ -583,3 +583,70 @@ func TestReadsDuringRewritesEndOnTheLastWrite(t *testing.T) {
 		}
 	}
 }
+
+// Cold reads of a large file are answered from its chunk files (the
+// kernel splices the reply), and every one returns the file's last
+// bytes: after a rewrite of part of it through another descriptor, after
+// a truncate, and while a writer holds bytes it has not committed.
+func TestSplicedReadsSeeEveryWrite(t *testing.T) {
+	m := fusetest.NewMount(t, fusetest.Options{})
+	p := m.Path("big")
+	want := make([]byte, 6*chunkstore.ChunkSize+12345)
+	rng := rand.NewChaCha8([32]byte{1, 2})
+	rng.Read(want)
+	if err := os.WriteFile(p, want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	coldRead := func(round string) {
+		t.Helper()
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(f)
+		if err != nil {
+			t.Fatalf("%s: %v", round, err)
+		}
+		if !bytes.Equal(got, want) {
+			i := 0
+			for i < min(len(got), len(want)) && got[i] == want[i] {
+				i++
+			}
+			t.Fatalf("%s: %d bytes read, want %d; first difference at %d", round, len(got), len(want), i)
+		}
+	}
+	spliced := m.Server.Stats().SplicedBytes
+	coldRead("first read")
+	if got := m.Server.Stats().SplicedBytes - spliced; got < 4*chunkstore.ChunkSize {
+		t.Fatalf("%d bytes spliced of %d read", got, len(want))
+	}
+
+	// A rewrite of part of two chunks, committed at close.
+	w, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch := bytes.Repeat([]byte("rewritten "), 30000)
+	off := 2*chunkstore.ChunkSize - 1000
+	if _, err := w.WriteAt(patch, int64(off)); err != nil {
+		t.Fatal(err)
+	}
+	copy(want[off:], patch)
+	// Before the close: the writer's bytes are held, not committed; a
+	// reader through another descriptor sees them.
+	coldRead("with the rewrite held")
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	coldRead("after the rewrite")
+
+	if err := os.Truncate(p, 3*chunkstore.ChunkSize+7); err != nil {
+		t.Fatal(err)
+	}
+	want = want[:3*chunkstore.ChunkSize+7]
+	coldRead("after the truncate")
+}

@@ -785,15 +785,72 @@ func (h *Handle) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, ErrInvalid
 	}
-	if h.dir != 0 && off == 0 && !h.read.Load() && h.read.CompareAndSwap(false, true) && h.Size() <= chunkstore.ChunkSize {
-		h.f.s.noteFirstRead(ctx, h.dir)
-	}
+	h.noteRead(ctx, off)
 	var n int
 	err := h.withFile(ctx, func(f *openFile) (err error) {
 		n, err = f.readAt(ctx, p, off)
 		return err
 	})
 	return n, err
+}
+
+// noteRead counts a handle's first read toward the read-ahead of its
+// directory's small files.
+func (h *Handle) noteRead(ctx context.Context, off int64) {
+	if h.dir != 0 && off == 0 && !h.read.Load() && h.read.CompareAndSwap(false, true) && h.Size() <= chunkstore.ChunkSize {
+		h.f.s.noteFirstRead(ctx, h.dir)
+	}
+}
+
+// ReadSpan is ReadAt for a reader that copies the bytes itself (the
+// mount's READ reply, spliced from a file into the kernel): when the n
+// bytes at off (fewer at the end of the file) are committed bytes of one
+// chunk the store keeps in a file of its own (chunkstore.Store.Span), it
+// returns where they lie, held open until the caller releases the span.
+// ok false: read them with ReadAt, which has every other case (bytes
+// written and not committed, holes, small chunks, errors). The bytes are
+// the file's as of the call, as ReadAt's are: a chunk file never changes.
+func (h *Handle) ReadSpan(ctx context.Context, off int64, n int) (sp chunkstore.FileSpan, ok bool) {
+	if off < 0 || n <= 0 {
+		return sp, false
+	}
+	h.noteRead(ctx, off)
+	h.withFile(ctx, func(f *openFile) error {
+		sp, ok = f.span(off, n)
+		return nil
+	}) // an error (loading the file's manifest) comes again to ReadAt
+	return sp, ok
+}
+
+// span is ReadSpan's look-up. Called with f.mu held.
+func (f *openFile) span(off int64, n int) (chunkstore.FileSpan, bool) {
+	if off >= f.size {
+		return chunkstore.FileSpan{}, false
+	}
+	n = int(min(int64(n), f.size-off))
+	i := off / cs
+	within := off - i*cs
+	if within+int64(n) > cs {
+		return chunkstore.FileSpan{}, false // two chunks
+	}
+	if _, ok := f.bufs[i]; ok {
+		return chunkstore.FileSpan{}, false
+	}
+	if _, ok := f.flights[i]; ok {
+		return chunkstore.FileSpan{}, false
+	}
+	ref, ok := f.stored[i]
+	valid := int64(ref.Size)
+	if !ok {
+		if ref, ok = f.bidx.Chunk(i); !ok {
+			return chunkstore.FileSpan{}, false
+		}
+		valid = min(int64(ref.Size), f.cut-i*cs)
+	}
+	if within+int64(n) > valid {
+		return chunkstore.FileSpan{}, false
+	}
+	return f.s.chunks.Span(ref, within, n)
 }
 
 // readAt is called with f.mu held.
