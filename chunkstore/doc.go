@@ -42,6 +42,11 @@
 // where every read of them finds them. What it keeps is never stale: a
 // hash's bytes do not change. ahead.go.
 //
+// Span gives a reader that copies bytes itself (the mount's READ reply,
+// which the kernel splices from a file) where part of a full chunk lies
+// in its chunk file, held open until it releases the span: the file's
+// bytes are the chunk's for as long as it is open, past an unlink too.
+//
 // # Durability ordering
 //
 // Bytes are durable before any transaction names them. Stage.Put appends a

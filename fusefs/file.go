@@ -132,9 +132,10 @@ func (f *fileHandle) Read(ctx context.Context, dest []byte, off int64) (_ fuse.R
 
 // spliceMin is the smallest READ answered from a chunk file by splice:
 // the kernel moves the bytes from the file to the reply without the copy
-// through our memory a pread makes, for two more system calls than a
-// plain reply (the header into a pipe, the file into it, then the pipe
-// into /dev/fuse), which a small read does not earn back.
+// through our memory a pread makes, for four more system calls than a
+// plain reply's pread and writev (go-fuse writes the header into a pipe,
+// splices the file into it and the pipe into /dev/fuse, then drains and
+// checks the pipe), which a small read does not earn back.
 const spliceMin = 64 << 10
 
 // spanResult is a READ's reply from a chunk file (vfs.Handle.ReadSpan):

@@ -183,6 +183,11 @@
 // memo lists them, to chunkstore's Prefetch: the reads that follow find
 // them without a row lookup. ahead.go.
 //
+// Handle.ReadSpan is ReadAt for a reader that copies the bytes itself:
+// when the bytes asked for are committed bytes of one full chunk, it
+// gives where they lie in the chunk's file (chunkstore's Span), and the
+// mount's READ reply is spliced from there.
+//
 // # A group's bookkeeping
 //
 // A mutation of a group writes its change rows at the group's commit
