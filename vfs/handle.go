@@ -22,7 +22,7 @@ const maxDirtyChunks = 8
 
 // pooledImage is the smallest image taken from bufPool (a full chunk's
 // buffer): past it, an image is likely to grow to a chunk.
-const pooledImage = 64 << 10
+const pooledImage = 128 << 10
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, cs); return &b }}
 

@@ -67,7 +67,7 @@ func TestPooledImagesNeverShowOldBytes(t *testing.T) {
 		}
 		copy(want[off:], p)
 	}
-	write(bytes.Repeat([]byte{0x11}, 70<<10), 0)   // an image of 70 KiB: a pooled buffer
+	write(bytes.Repeat([]byte{0x11}, 130<<10), 0)  // an image of 130 KiB: a pooled buffer
 	write([]byte{0x22}, 200<<10)                   // grows it in place over a gap
 	must(t, h.Truncate(ctx, 300<<10))              // and again by a truncate
 	write(bytes.Repeat([]byte{0x33}, 100), cs+100) // a second chunk, its head a gap
