@@ -81,7 +81,7 @@ var (
 	}))
 	promSplicedBytes = procmetrics.Add(prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "wsync_fuse_read_spliced_bytes_total",
-		Help: "Bytes read through the mount whose replies the kernel spliced from chunk files (part of wsync_fuse_read_bytes_total).",
+		Help: "Bytes read through the mount answered from chunk files, which the kernel splices into the reply (part of wsync_fuse_read_bytes_total).",
 	}))
 	promWrittenBytes = procmetrics.Add(prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "wsync_fuse_written_bytes_total",
