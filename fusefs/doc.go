@@ -32,7 +32,10 @@
 // READ of at least 64 KiB of one full chunk's committed bytes is answered
 // from the chunk's file (vfs.Handle.ReadSpan): go-fuse splices the reply
 // from it, so the bytes do not pass through the daemon's memory; every
-// other READ replies with a vector of bytes the store read. Because
+// other READ replies with a vector of bytes the store read. The mount's
+// read-ahead (its bdi's read_ahead_kb) is set to Options.MaxReadAhead, so a
+// sequential read comes in READs of up to 1 MiB (best effort: sysfs may be
+// read-only). Because
 // close commits, a file is in the change feed when its writer has closed it,
 // even though the kernel's RELEASE comes later. For files still open by
 // running processes, the flush rule applies: vfs.Store.FlushAll (or

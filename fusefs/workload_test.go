@@ -650,3 +650,50 @@ func TestSplicedReadsSeeEveryWrite(t *testing.T) {
 	want = want[:3*chunkstore.ChunkSize+7]
 	coldRead("after the truncate")
 }
+
+// The mount's read-ahead is set to Options.MaxReadAhead (the kernel keeps
+// a FUSE mount's at 128 KiB otherwise, whatever the INIT reply asks): a
+// cold sequential read of a large file comes in READs of 1 MiB.
+func TestSequentialReadsComeInLargeREADs(t *testing.T) {
+	m := fusetest.NewMount(t, fusetest.Options{})
+	var st unix.Stat_t
+	if err := unix.Stat(m.Dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	ra := fmt.Sprintf("/sys/class/bdi/%d:%d/read_ahead_kb", unix.Major(st.Dev), unix.Minor(st.Dev))
+	b, err := os.ReadFile(ra)
+	if err != nil {
+		t.Skipf("no read-ahead setting for the mount (%v)", err)
+	}
+	if got := strings.TrimSpace(string(b)); got != "1024" {
+		if werr := os.WriteFile(ra, b, 0); werr != nil {
+			t.Skipf("sysfs cannot be written here (%v): the mount keeps the kernel's read-ahead", werr)
+		}
+		t.Fatalf("%s = %s, want 1024", ra, got)
+	}
+
+	const size = 16 << 20
+	data := make([]byte, size)
+	rand.NewChaCha8([32]byte{3}).Read(data)
+	p := m.Path("big")
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		t.Fatal(err)
+	}
+	before := m.Server.Stats().Ops["read"].Count
+	got, err := io.ReadAll(bufio.NewReaderSize(f, 1<<20))
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read %d bytes (%v), want the %d written", len(got), err, size)
+	}
+	// 16 READs of 1 MiB; the kernel's default would make 128 of 128 KiB.
+	if reads := m.Server.Stats().Ops["read"].Count - before; reads > 32 {
+		t.Errorf("%d READs for a sequential read of %d MiB", reads, size>>20)
+	}
+}
