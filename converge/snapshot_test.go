@@ -138,18 +138,29 @@ func TestSnapshotResumesFromItsCursor(t *testing.T) {
 	// computerd restarts: a new responder finds the staging on disk.
 	r = newRig(t, server, cont)
 	sess = r.session(t)
-	reads := stagingReads.Load()
-	rep, err := Bootstrap(context.Background(), server, sess, BootstrapOptions{Peer: peerName, pageBytes: 16 << 10})
+	var rep BootstrapReport
+	var err error
+	reads := stagingReadsIn(func() {
+		rep, err = Bootstrap(context.Background(), server, sess, BootstrapOptions{Peer: peerName, pageBytes: 16 << 10})
+	})
 	must(t, err)
 	if rep.ResumedAt == 0 || rep.ResumedAt+rep.Sent != rep.Total {
 		t.Fatalf("resumed at %d, sent %d of %d", rep.ResumedAt, rep.Sent, rep.Total)
 	}
 	// The new process saw only the last pages staged: the commit read the
 	// staging back for its root.
-	if got := stagingReads.Load() - reads; got != 1 {
-		t.Errorf("the commit read the staging back %d times, want 1", got)
+	if reads != 1 {
+		t.Errorf("the commit read the staging back %d times, want 1", reads)
 	}
 	assertSameRoot(t, server, cont, "roots after resumed bootstrap")
+}
+
+// stagingReadsIn is how often fn's commits read the staging back for the
+// root.
+func stagingReadsIn(fn func()) int64 {
+	before := stagingReads.Load()
+	fn()
+	return stagingReads.Load() - before
 }
 
 // TestCommitTakesTheRootBuiltAsPagesStaged: the receiver folds each
@@ -169,14 +180,14 @@ func TestCommitTakesTheRootBuiltAsPagesStaged(t *testing.T) {
 	t.Run("in one go", func(t *testing.T) {
 		cont := newStore(t, "container")
 		r := newRig(t, server, cont)
-		reads := stagingReads.Load()
-		rep, err := Bootstrap(ctx, server, r.session(t), opts)
+		var rep BootstrapReport
+		var err error
+		if got := stagingReadsIn(func() { rep, err = Bootstrap(ctx, server, r.session(t), opts) }); got != 0 {
+			t.Errorf("the commit read the staging back %d times", got)
+		}
 		must(t, err)
 		if rep.Pages < 10 {
 			t.Fatalf("%d pages, want many", rep.Pages)
-		}
-		if got := stagingReads.Load() - reads; got != 0 {
-			t.Errorf("the commit read the staging back %d times", got)
 		}
 		assertSameRoot(t, server, cont, "roots after bootstrap")
 	})
@@ -194,14 +205,14 @@ func TestCommitTakesTheRootBuiltAsPagesStaged(t *testing.T) {
 			t.Fatalf("interrupted bootstrap: err = %v", err)
 		}
 		assertEmpty(t, cont)
-		reads := stagingReads.Load()
-		rep, err := Bootstrap(ctx, server, r.session(t), opts)
+		var rep BootstrapReport
+		var err error
+		if got := stagingReadsIn(func() { rep, err = Bootstrap(ctx, server, r.session(t), opts) }); got != 0 {
+			t.Errorf("the commit read the staging back %d times", got)
+		}
 		must(t, err)
 		if rep.ResumedAt == 0 {
 			t.Fatal("the second bootstrap started over")
-		}
-		if got := stagingReads.Load() - reads; got != 0 {
-			t.Errorf("the commit read the staging back %d times", got)
 		}
 		assertSameRoot(t, server, cont, "roots after resumed bootstrap")
 	})
@@ -210,13 +221,13 @@ func TestCommitTakesTheRootBuiltAsPagesStaged(t *testing.T) {
 		r := newRig(t, server, cont)
 		o := opts
 		o.claim = &Hash{0xba, 0xd}
-		reads := stagingReads.Load()
-		// The refusal crosses the wire as EHASH_MISMATCH.
-		if _, err := Bootstrap(ctx, server, r.session(t), o); !errors.Is(err, ErrRootMismatch) && !errors.Is(err, chunkstore.ErrHashMismatch) {
-			t.Fatalf("err = %v, want the root refused", err)
-		}
-		if got := stagingReads.Load() - reads; got != 0 {
+		var err error
+		if got := stagingReadsIn(func() { _, err = Bootstrap(ctx, server, r.session(t), o) }); got != 0 {
 			t.Errorf("the commit read the staging back %d times", got)
+		}
+		// The refusal crosses the wire as EHASH_MISMATCH.
+		if !errors.Is(err, ErrRootMismatch) && !errors.Is(err, chunkstore.ErrHashMismatch) {
+			t.Fatalf("err = %v, want the root refused", err)
 		}
 		assertEmpty(t, cont)
 	})

@@ -1235,7 +1235,7 @@ type stagedRead struct {
 // reader and returns once it is gone (nothing of db in use after it).
 func readStaged(ctx context.Context, db *sql.DB, total int, grow bool) (batches <-chan stagedRead, stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
-	out := make(chan stagedRead, 1)
+	out := make(chan stagedRead) // the reader holds the one batch ahead
 	go func() {
 		defer close(out)
 		size := installBatch

@@ -112,7 +112,9 @@ var (
 func (f *fileHandle) Read(ctx context.Context, dest []byte, off int64) (_ fuse.ReadResult, errno syscall.Errno) {
 	defer f.srv.metrics.track(opRead, time.Now(), &errno)
 	ctx = context.WithoutCancel(ctx)
-	if len(dest) >= spliceMin {
+	// A READ longer than a chunk (the 1 MiB of a sequential read) never
+	// lies in one chunk file: it is not asked for.
+	if len(dest) >= spliceMin && len(dest) <= chunkstore.ChunkSize {
 		if sp, ok := f.h.ReadSpan(ctx, off, len(dest)); ok {
 			f.srv.metrics.spliced(sp.N)
 			return &spanResult{sp}, 0

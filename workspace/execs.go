@@ -519,14 +519,8 @@ func (w *Workspace) awaitExit(ctx context.Context, rs *runtimeState, id string) 
 		// A detach ends the wait: the runtime's session was closed under
 		// the attach above, and the check at the loop's top finds it gone
 		// (it raced that check before).
-		t := time.NewTimer(jitter(backoff))
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !w.sleep(ctx, jitter(backoff), rs.detached) {
 			return res, nil, ctx.Err()
-		case <-rs.detached:
-			t.Stop()
-		case <-t.C:
 		}
 		backoff = min(2*backoff, maxBackoffFactor*w.m.opts.RetryBackoff)
 	}

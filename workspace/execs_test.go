@@ -14,6 +14,7 @@ import (
 
 	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/workspace"
+	"github.com/wsync/wsync/workspace/workspacetest"
 )
 
 func waitExec(t *testing.T, w *workspace.Workspace, id string) workspace.ExecInfo {
@@ -283,26 +284,27 @@ func TestParseSignal(t *testing.T) {
 	}
 }
 
-// Detaching the runtime a detached command runs on stops its follower:
-// the exec is reported lost, and wait answers.
-// A follower whose attach failed waits to retry (an hour here); the
-// runtime's detach ends that wait and the exec is lost at once. The
-// detach comes while the follower is between tries, the order that raced
-// before (TestDetachedExecOfADetachedRuntimeIsLost hit it now and then).
-func TestDetachWakesAFollowerWaitingToRetry(t *testing.T) {
+// onRuntimeB is a workspace with a second runtime, b, attached and pulled
+// from, and b's fake.
+func onRuntimeB(t *testing.T) (*workspace.Workspace, *workspacetest.Fake) {
+	t.Helper()
 	h, _ := pulledWith(t, func(*harness) {})
 	w := h.attach(t, "b")
-	ctx := context.Background()
-	if _, err := w.On("b").Pull(ctx); err != nil {
+	if _, err := w.On("b").Pull(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	failed := h.remotes.FakeOf(workspace.DefaultName, "b").FailAttach(errors.New("injected: connection reset"))
+	return w, h.remotes.FakeOf(workspace.DefaultName, "b")
+}
+
+// Detaching the runtime a detached command runs on stops its follower:
+// the exec is reported lost, and wait answers.
+func TestDetachedExecOfADetachedRuntimeIsLost(t *testing.T) {
+	w, _ := onRuntimeB(t)
+	ctx := context.Background()
 	rep, err := w.On("b").StartExec(ctx, workspace.ExecSpec{Shell: "sleep 30"})
 	must(t, err)
-	select {
-	case <-failed:
-	case <-time.After(20 * time.Second):
-		t.Fatal("the follower never attached")
+	if rep.Runtime != "b" {
+		t.Fatalf("started on %q, want b", rep.Runtime)
 	}
 	must(t, w.Detach(ctx, "b"))
 	info := waitExec(t, w, rep.ExecID)
@@ -311,17 +313,20 @@ func TestDetachWakesAFollowerWaitingToRetry(t *testing.T) {
 	}
 }
 
-func TestDetachedExecOfADetachedRuntimeIsLost(t *testing.T) {
-	h, _ := pulledWith(t, func(*harness) {})
-	w := h.attach(t, "b")
+// A follower whose attach failed waits to retry (an hour here); the
+// runtime's detach ends that wait and the exec is lost at once. The
+// detach comes while the follower is between tries, the order that raced
+// before (TestDetachedExecOfADetachedRuntimeIsLost hit it now and then).
+func TestDetachWakesAFollowerWaitingToRetry(t *testing.T) {
+	w, fake := onRuntimeB(t)
 	ctx := context.Background()
-	if _, err := w.On("b").Pull(ctx); err != nil {
-		t.Fatal(err)
-	}
+	failed := fake.FailAttach(errors.New("injected: connection reset"))
 	rep, err := w.On("b").StartExec(ctx, workspace.ExecSpec{Shell: "sleep 30"})
 	must(t, err)
-	if rep.Runtime != "b" {
-		t.Fatalf("started on %q, want b", rep.Runtime)
+	select {
+	case <-failed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the follower never attached")
 	}
 	must(t, w.Detach(ctx, "b"))
 	info := waitExec(t, w, rep.ExecID)

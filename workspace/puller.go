@@ -159,7 +159,7 @@ func (w *Workspace) backgroundPull(ctx context.Context, rs *runtimeState) {
 			return
 		}
 		if owed.State == PendingFailed || owed.State == "" {
-			if !w.sleep(ctx, jitter(backoff)) {
+			if !w.sleep(ctx, jitter(backoff), nil) {
 				return
 			}
 			backoff = min(2*backoff, maxBackoffFactor*w.m.opts.RetryBackoff)
@@ -198,13 +198,16 @@ func failedAttempt(old *PendingPull, err error) *PendingPull {
 	return &p
 }
 
-// sleep waits d, or until ctx ends (false).
-func (w *Workspace) sleep(ctx context.Context, d time.Duration) bool {
+// sleep waits d, or until wake is closed (nil: never), or until ctx ends
+// (false).
+func (w *Workspace) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return false
+	case <-wake:
+		return true
 	case <-t.C:
 		return true
 	}
