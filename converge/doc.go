@@ -103,7 +103,10 @@
 // the store's chunks, hashed and written once, and are held there
 // (vfs.Store.HoldChunks: each held chunk counts one reference, so no
 // collection takes it, across a restart too) before the objects call
-// answers; MethodSnapHave answers from the holds. On
+// answers; MethodSnapHave and a page's check of its chunks answer from
+// the holds (from the set of holds the receiver took, when it began the
+// staging itself and it is at most maxKeptHolds chunks: no query; a
+// staging a restarted process resumed asks the store). On
 // MethodSnapCommit the receiver rebuilds the Merkle root from the staged
 // records (a split file's parts must run in order, head first, to its
 // declared count, each ref valid where it stands; its content hash is

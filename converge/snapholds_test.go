@@ -209,3 +209,49 @@ func TestSnapshotObjectsOverlapPagesAndFollowTheirStaging(t *testing.T) {
 	}
 	assertHeld(t, cont, []chunkstore.Hash{objs[0].Hash, objs[1].Hash}, false, "after the refused call")
 }
+
+// TestPagesCountOnlyThisStagingsHolds: the receiver checks a page's chunks
+// against the holds it took for the staging (no query), so it must not
+// count chunks held for a staging begun before, nor chunks the store has
+// without holding them (a file a process wrote in the mount).
+func TestPagesCountOnlyThisStagingsHolds(t *testing.T) {
+	ctx := testutil.Context(t, 30*time.Second)
+	b := beginSnapshot(t, ctx, -1)
+	cont, sess, st, raw, n := b.cont, b.sess, b.st, b.raw, len(b.recs)
+	// Another snapshot begins over the staging whose chunks were sent.
+	other := b.tree.Root
+	other[0] ^= 1
+	_, err := snapBegin(ctx, sess, st, other, b.tree.Rev, n)
+	must(t, err)
+	queries := countIn(&heldQueries, func() {
+		_, _, _, err = snapPage(ctx, sess, st, 0, n, raw)
+	})
+	if !errors.Is(err, chunkstore.ErrUnknownHash) {
+		t.Fatalf("page naming the chunks of the staging before: err = %v, want EUNKNOWN_HASH", err)
+	}
+	if queries != 0 {
+		t.Errorf("%d queries of the store's holds; the receiver began this staging and knows them", queries)
+	}
+	// The container writes one of the files itself: its chunk is in the
+	// store, unheld, and a page naming it is still refused.
+	var file snapRecord
+	for _, rec := range b.recs {
+		if rec.Entry.Kind == vfs.EntryFile && len(rec.Entry.Chunks) > 0 {
+			file = rec
+			break
+		}
+	}
+	if file.Entry.Path == "" {
+		t.Fatal("the tree has no file with bytes of their own")
+	}
+	data, err := b.server.ReadFile(ctx, file.Entry.Path)
+	must(t, err)
+	_, err = cont.WriteFile(ctx, "own", data, 0o644)
+	must(t, err)
+	assertReadable(t, cont, []chunkstore.Hash{file.Entry.Chunks[0].Hash}, "the container's own copy")
+	one, err := appendRecord(nil, file)
+	must(t, err)
+	if _, _, _, err := snapPage(ctx, sess, st, 0, 1, one); !errors.Is(err, chunkstore.ErrUnknownHash) {
+		t.Fatalf("page naming a chunk the store has but does not hold: err = %v, want EUNKNOWN_HASH", err)
+	}
+}

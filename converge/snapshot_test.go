@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/wsync/wsync/chunkstore"
@@ -140,8 +141,11 @@ func TestSnapshotResumesFromItsCursor(t *testing.T) {
 	sess = r.session(t)
 	var rep BootstrapReport
 	var err error
-	reads := stagingReadsIn(func() {
-		rep, err = Bootstrap(context.Background(), server, sess, BootstrapOptions{Peer: peerName, pageBytes: 16 << 10})
+	var reads int64
+	queries := countIn(&heldQueries, func() {
+		reads = countIn(&stagingReads, func() {
+			rep, err = Bootstrap(context.Background(), server, sess, BootstrapOptions{Peer: peerName, pageBytes: 16 << 10})
+		})
 	})
 	must(t, err)
 	if rep.ResumedAt == 0 || rep.ResumedAt+rep.Sent != rep.Total {
@@ -152,15 +156,21 @@ func TestSnapshotResumesFromItsCursor(t *testing.T) {
 	if reads != 1 {
 		t.Errorf("the commit read the staging back %d times, want 1", reads)
 	}
+	// Nor did it take the holds before it: it asked the store which
+	// chunks are held.
+	if queries == 0 {
+		t.Error("the resumed staging's pages were checked against holds the new process never saw")
+	}
 	assertSameRoot(t, server, cont, "roots after resumed bootstrap")
 }
 
-// stagingReadsIn is how often fn's commits read the staging back for the
-// root.
-func stagingReadsIn(fn func()) int64 {
-	before := stagingReads.Load()
+// countIn is how much fn adds to counter: stagingReads (the commits that
+// read the staging back for the root), heldQueries (the have and page
+// calls that asked the store which chunks are held).
+func countIn(counter *atomic.Int64, fn func()) int64 {
+	before := counter.Load()
 	fn()
-	return stagingReads.Load() - before
+	return counter.Load() - before
 }
 
 // TestCommitTakesTheRootBuiltAsPagesStaged: the receiver folds each
@@ -168,7 +178,9 @@ func stagingReadsIn(fn func()) int64 {
 // a symlink, an empty file, files split over several records, pages of a
 // few records), so the commit checks the root without reading the
 // staging back; a bootstrap cut short and resumed by the same process
-// keeps building it; and a wrong root is still refused.
+// keeps building it; and a wrong root is still refused. Likewise the
+// pages check their chunks against the holds the receiver took, without
+// asking the store.
 func TestCommitTakesTheRootBuiltAsPagesStaged(t *testing.T) {
 	ctx := context.Background()
 	server := newStore(t, "server")
@@ -182,8 +194,14 @@ func TestCommitTakesTheRootBuiltAsPagesStaged(t *testing.T) {
 		r := newRig(t, server, cont)
 		var rep BootstrapReport
 		var err error
-		if got := stagingReadsIn(func() { rep, err = Bootstrap(ctx, server, r.session(t), opts) }); got != 0 {
+		var queries int64
+		if got := countIn(&stagingReads, func() {
+			queries = countIn(&heldQueries, func() { rep, err = Bootstrap(ctx, server, r.session(t), opts) })
+		}); got != 0 {
 			t.Errorf("the commit read the staging back %d times", got)
+		}
+		if queries != 0 {
+			t.Errorf("the pages asked the store for holds %d times; the receiver took them all", queries)
 		}
 		must(t, err)
 		if rep.Pages < 10 {
@@ -207,8 +225,14 @@ func TestCommitTakesTheRootBuiltAsPagesStaged(t *testing.T) {
 		assertEmpty(t, cont)
 		var rep BootstrapReport
 		var err error
-		if got := stagingReadsIn(func() { rep, err = Bootstrap(ctx, server, r.session(t), opts) }); got != 0 {
+		var queries int64
+		if got := countIn(&stagingReads, func() {
+			queries = countIn(&heldQueries, func() { rep, err = Bootstrap(ctx, server, r.session(t), opts) })
+		}); got != 0 {
 			t.Errorf("the commit read the staging back %d times", got)
+		}
+		if queries != 0 {
+			t.Errorf("the pages asked the store for holds %d times; the receiver took them all", queries)
 		}
 		must(t, err)
 		if rep.ResumedAt == 0 {
@@ -222,7 +246,7 @@ func TestCommitTakesTheRootBuiltAsPagesStaged(t *testing.T) {
 		o := opts
 		o.claim = &Hash{0xba, 0xd}
 		var err error
-		if got := stagingReadsIn(func() { _, err = Bootstrap(ctx, server, r.session(t), o) }); got != 0 {
+		if got := countIn(&stagingReads, func() { _, err = Bootstrap(ctx, server, r.session(t), o) }); got != 0 {
 			t.Errorf("the commit read the staging back %d times", got)
 		}
 		// The refusal crosses the wire as EHASH_MISMATCH.

@@ -51,6 +51,14 @@ type snapReceiver struct {
 	root     *rootBuilder
 	rootGen  uint64
 	rootNext int
+	// holds is every chunk held for the staging begun at holdsGen, kept
+	// when this process began that staging (the begin released every
+	// hold before it, and only this receiver holds chunks): the have and
+	// page calls answer from it instead of querying the store. nil when
+	// unknown (a staging a restarted process resumed, or more than
+	// maxKeptHolds chunks): they query. Guarded by mu.
+	holds    map[chunkstore.Hash]struct{}
+	holdsGen uint64
 
 	// watching: a staging may be on disk; an Apply that is not the
 	// install's own (installing) then settles it (afterApply), in a
@@ -158,7 +166,7 @@ func (s *snapReceiver) close() error {
 // are no longer held.
 func (s *snapReceiver) discard() {
 	s.gen++
-	s.root = nil
+	s.root, s.holds = nil, nil
 	s.watching.Store(false)
 	if s.db != nil {
 		s.db.Close()
@@ -349,6 +357,7 @@ func (s *snapReceiver) begin(ctx context.Context, c *rpc.Incoming) error {
 		return err
 	}
 	s.root, s.rootGen, s.rootNext = newRootBuilder(), s.gen, 0
+	s.holds, s.holdsGen = make(map[chunkstore.Hash]struct{}), s.gen
 	s.r.log.Info("snapshot staging", "root", root, "rev", rev, "records", total)
 	return c.Reply(uvarints(0))
 }
@@ -363,7 +372,7 @@ func (s *snapReceiver) have(ctx context.Context, c *rpc.Incoming) error {
 	// The store's chunks count only when held: any other is unreferenced
 	// in a store that holds no tree yet, and may be collected before the
 	// install.
-	bits, err := s.r.store.HeldChunks(ctx, hs)
+	bits, err := s.held(ctx, hs)
 	if err != nil {
 		return err
 	}
@@ -435,6 +444,7 @@ func (s *snapReceiver) objects(ctx context.Context, c *rpc.Incoming) error {
 			if err := store.HoldChunks(gctx, stage, refs); err != nil {
 				return err // the deferred Release drops the stage's pins
 			}
+			s.keepHolds(refs)
 			// The hold's transaction released the stage once it committed.
 			stage, refs, pending = store.Chunks().NewStage(), refs[:0], 0
 			return nil
@@ -531,6 +541,41 @@ func (s *snapObjects) decode(p []byte, fn func([]chunkstore.Checked) error) erro
 // time: one write transaction (and one sync of the packs written) each.
 const holdEvery = 16 << 20
 
+// maxKeptHolds bounds the chunks the receiver keeps in its set of holds
+// (about 80 bytes each); a staging of more queries the store.
+const maxKeptHolds = 1 << 18
+
+// keepHolds adds the chunks of refs, just held for the current staging,
+// to the set of holds. Called with s.mu held.
+func (s *snapReceiver) keepHolds(refs []chunkstore.Ref) {
+	if s.holds == nil || s.holdsGen != s.gen {
+		return
+	}
+	for _, r := range refs {
+		if r.Hash != chunkstore.HoleHash {
+			s.holds[r.Hash] = struct{}{}
+		}
+	}
+	if len(s.holds) > maxKeptHolds {
+		s.holds = nil
+	}
+}
+
+// held reports, in input order, which of hs are held for the current
+// staging: from the set of holds when this process knows them all, else
+// from the store. Called with s.mu held.
+func (s *snapReceiver) held(ctx context.Context, hs []chunkstore.Hash) ([]bool, error) {
+	if s.holds == nil || s.holdsGen != s.gen {
+		heldQueries.Add(1)
+		return s.r.store.HeldChunks(ctx, hs)
+	}
+	bits := make([]bool, len(hs))
+	for i, h := range hs {
+		_, bits[i] = s.holds[h]
+	}
+	return bits, nil
+}
+
 // page stages one page of records: first, count, raw length, zstd bytes.
 func (s *snapReceiver) page(ctx context.Context, c *rpc.Incoming) error {
 	first, recs, err := DecodePage(c.Body)
@@ -555,7 +600,7 @@ func (s *snapReceiver) page(ctx context.Context, c *rpc.Incoming) error {
 	// Every chunk a record names must be here before the record is: the
 	// staged count then implies the bytes too. Holes name no chunk.
 	need := recordHashes(recs)
-	bits, err := s.r.store.HeldChunks(ctx, need)
+	bits, err := s.held(ctx, need)
 	if err != nil {
 		return err
 	}
@@ -720,7 +765,9 @@ func (s *snapReceiver) commit(ctx context.Context, c *rpc.Incoming) error {
 	if s.rootGen != s.gen || s.rootNext != m.total {
 		b = nil
 	}
-	s.root = nil
+	// The install takes the holds over: from here on only the store
+	// knows which are left.
+	s.root, s.holds = nil, nil
 	if !m.verified {
 		var got Hash
 		var err error
@@ -1017,6 +1064,10 @@ func (f *fileParts) add(refs chunkstore.Manifest) error {
 // stagingReads counts the commits that read the staging back for its
 // root (tests).
 var stagingReads atomic.Int64
+
+// heldQueries counts the have and page calls that asked the store which
+// chunks are held (tests).
+var heldQueries atomic.Int64
 
 // stagedRoot rebuilds the Merkle root of the staged records, read back
 // from the staging (a commit whose pages this process did not all see
