@@ -253,7 +253,7 @@ func (t *wtx) applyEntry(e *ChangeEntry) (bool, error) {
 			t.created++
 		}
 		n, err := t.insertNode(parent, e.Path, name, nn)
-		t.inval = append(t.inval, Invalidation{Ino: n.ino, Parent: parent, Name: name})
+		t.inval = append(t.inval, Invalidation{Ino: n.ino, Parent: parent, Name: name, New: true})
 		return true, err
 	}
 	switch e.Kind {
@@ -506,7 +506,7 @@ func (t *wtx) ensureDir(path string, lookupOnly bool) (Ino, error) {
 		if err != nil {
 			return 0, err
 		}
-		t.inval = append(t.inval, Invalidation{Ino: d.ino, Parent: dir, Name: name})
+		t.inval = append(t.inval, Invalidation{Ino: d.ino, Parent: dir, Name: name, New: true})
 		return d.ino, nil
 	}, remember)
 	if err != nil || ino == 0 {

@@ -263,11 +263,6 @@ func (s *Store) startBehind(ctx context.Context) error {
 	if s.memory || s.groupWindow() == 0 || s.opts.Trash != nil || s.opts.NoWriteBehind {
 		return nil
 	}
-	var seq int64
-	if err := s.w.QueryRowContext(ctx, `SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'nodes'), 0), (SELECT max(ino) FROM nodes))`).Scan(&seq); err != nil {
-		return fmt.Errorf("read the last inode number: %w", err)
-	}
-	s.sawIno(Ino(seq))
 	m := &memo{lastRev: s.rev.Load()}
 	m.reset()
 	// The goroutine sleeps in a read of an eventfd, not on a channel: a

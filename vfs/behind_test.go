@@ -462,6 +462,86 @@ func TestBehindFailureLosesASuffix(t *testing.T) {
 	}
 }
 
+// TestLostNumbersAreNotHandedOutAgain: the inode numbers of queued creates
+// that were answered and then lost (a disk that filled) stay used: the
+// kernel may hold those nodes, and a later node under the same number
+// would take their place in its caches (and escape an invalidation,
+// which skips nodes a commit made). No later node takes one: not an
+// apply's, in bulk or one entry at a time, nor a local mutation's that
+// runs at once.
+func TestLostNumbersAreNotHandedOutAgain(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		make func(t *testing.T, s *Store, d Attr) []Ino
+	}{
+		{"apply in bulk", func(t *testing.T, s *Store, d Attr) []Ino {
+			return applyAndStat(t, s, ChangeEntry{Kind: EntryDir, Path: "up", Mode: 0o755}, ChangeEntry{Kind: EntryFile, Path: "up/x", Mode: 0o644})
+		}},
+		{"apply over a path", func(t *testing.T, s *Store, d Attr) []Ino {
+			return applyAndStat(t, s, ChangeEntry{Kind: EntrySymlink, Path: "d/kept", Target: "elsewhere"})
+		}},
+		{"symlink", func(t *testing.T, s *Store, d Attr) []Ino {
+			a, err := s.Symlink(ctx, d.Ino, "link", "target", NewAttr{Mode: 0o777})
+			must(t, err)
+			return []Ino{a.Ino}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := openBehind(t)
+			behindFailHook = nil
+			d := committedDir(t, s)
+			_, err := s.Create(ctx, d.Ino, "kept", NewAttr{Mode: 0o644})
+			must(t, err)
+			must(t, s.Sync(ctx))
+			ran := 0
+			behindRunHook = func(string) error {
+				if ran++; ran == 2 {
+					return errors.New("the disk filled")
+				}
+				return nil
+			}
+			t.Cleanup(func() { behindRunHook = nil })
+			var answered Ino
+			queueHeld(t, s, 4, func() error {
+				for i := range 4 {
+					a, err := s.Create(ctx, d.Ino, fmt.Sprint("f", i), NewAttr{Mode: 0o644})
+					if err != nil {
+						return err
+					}
+					answered = max(answered, a.Ino)
+				}
+				return nil
+			})
+			s.wmu.Unlock()
+			if err := s.Sync(ctx); err == nil {
+				t.Fatal("Sync after a lost queued mutation reported nothing")
+			}
+			behindRunHook = nil
+			if got := tc.make(t, s, d); slices.Min(got) <= answered {
+				t.Errorf("nodes made after the loss got inodes %v; up to %d were answered", got, answered)
+			}
+		})
+	}
+}
+
+// applyAndStat applies es from upstream and returns the inode numbers
+// their paths then have.
+func applyAndStat(t *testing.T, s *Store, es ...ChangeEntry) []Ino {
+	t.Helper()
+	for i := range es {
+		es[i].Rev = 1
+	}
+	_, err := s.Apply(ctx, es, ApplyOptions{Source: Upstream})
+	must(t, err)
+	var inos []Ino
+	for _, e := range es {
+		st, err := s.Stat(ctx, e.Path)
+		must(t, err)
+		inos = append(inos, st.Ino)
+	}
+	return inos
+}
+
 // Concurrent creates and removals in shared and separate directories,
 // with renames and pulls between, end with the memo and the rows in
 // agreement and no queued mutation lost.

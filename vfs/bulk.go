@@ -175,7 +175,7 @@ func (b *bulkRows) create(e *ChangeEntry) (handled, changed bool, err error) {
 		}
 		t.dirs[e.Path] = n.ino
 	}
-	t.inval = append(t.inval, Invalidation{Ino: n.ino, Parent: parent, Name: name})
+	t.inval = append(t.inval, Invalidation{Ino: n.ino, Parent: parent, Name: name, New: true})
 	return true, true, nil
 }
 
@@ -191,7 +191,8 @@ func (b *bulkRows) nextIno() (Ino, error) {
 	if err != nil {
 		return 0, fmt.Errorf("next inode: %w", err)
 	}
-	return Ino(seq + 1), nil
+	// Past every number handed out, the lost ones too (insertNode).
+	return Ino(max(seq, b.t.s.inoHigh.Load()) + 1), nil
 }
 
 // flush writes the queued rows. The next queued node reads its inode

@@ -253,7 +253,7 @@ func (t *wtx) detect(e *ChangeEntry, parent Ino, name string, cur *node, exists 
 	if err != nil {
 		return true, false, err
 	}
-	t.inval = append(t.inval, Invalidation{Ino: n.ino, Parent: parent, Name: cname})
+	t.inval = append(t.inval, Invalidation{Ino: n.ino, Parent: parent, Name: cname, New: true})
 	c.writes[cp] = nil // the peer does not hold it yet
 	c.restamp = append(c.restamp, e.Path, cp)
 	return true, true, rec(cp, SideContainer)

@@ -7,7 +7,8 @@
 // A store is one SQLite database. Nodes (files, directories, symlinks, and
 // the local special files below) are rows keyed by inode number; directory entries (parent, name, child) name
 // them. The root is inode 1. A rename moves a directory entry; a hardlink is
-// a second entry for the same file node. Inode numbers are never reused.
+// a second entry for the same file node. Inode numbers are never reused,
+// not even those of creates answered from memory and then lost.
 // A file's content is a manifest: its 512 KiB chunks, by sha256, kept by
 // package chunkstore (small chunks as rows of the same database, full-size
 // chunks as files beside it).

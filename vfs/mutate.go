@@ -135,30 +135,24 @@ func (t *wtx) insertNode(parent Ino, path, name string, nn newNode) (node, error
 	if n.kind == KindSymlink {
 		target = n.target
 	}
-	switch {
-	case t.pend != nil && nn.ino != 0:
-		n.ino = nn.ino
+	// A number the memo handed out with the answer, or one past every
+	// number handed out (not SQLite's next: a queued create answered and
+	// then lost leaves its number unused in the rows, and the kernel may
+	// hold that node). Inserters hold the writer as busy writers, or are
+	// the queue running what the memo numbered: nobody else takes it.
+	n.ino = nn.ino
+	if n.ino == 0 {
+		n.ino = Ino(t.s.inoHigh.Load() + 1)
+	}
+	if t.pend != nil && nn.ino != 0 {
 		t.pend.addNode(n)
-	case nn.ino != 0:
+	} else {
 		_, err := t.exec(`INSERT INTO nodes(ino, kind, mode, uid, gid, nlink, size, mtime, ctime, atime, manifest, target, rdev, rev)
 		VALUES(?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			nn.ino, n.kind, n.mode, n.uid, n.gid, n.size, n.mtime, n.ctime, n.atime, n.manifest, target, n.rdev, n.rev)
+			n.ino, n.kind, n.mode, n.uid, n.gid, n.size, n.mtime, n.ctime, n.atime, n.manifest, target, n.rdev, n.rev)
 		if err != nil {
-			return node{}, fmt.Errorf("insert node %d: %w", nn.ino, err)
+			return node{}, fmt.Errorf("insert node %d: %w", n.ino, err)
 		}
-		n.ino = nn.ino
-	default:
-		res, err := t.exec(`INSERT INTO nodes(kind, mode, uid, gid, nlink, size, mtime, ctime, atime, manifest, target, rdev, rev)
-		VALUES(?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			n.kind, n.mode, n.uid, n.gid, n.size, n.mtime, n.ctime, n.atime, n.manifest, target, n.rdev, n.rev)
-		if err != nil {
-			return node{}, fmt.Errorf("insert node: %w", err)
-		}
-		id, err := res.LastInsertId()
-		if err != nil {
-			return node{}, err
-		}
-		n.ino = Ino(id)
 	}
 	t.s.sawIno(n.ino)
 	if nn.kind == KindDir {

@@ -123,8 +123,10 @@ type Store struct {
 	ahead readAhead // which directory's small files are being read (ahead.go)
 
 	// Write-behind of mount mutations (behind.go): mem is nil when off;
-	// queuedN counts the mutations answered and not yet run; inoHigh is
-	// the largest inode number handed out.
+	// queuedN counts the mutations answered and not yet run. inoHigh is
+	// the largest inode number handed out, committed or not (a queued
+	// create answered and then lost): every node gets one past it, so no
+	// number is handed out twice while the store is open.
 	mem        *memo
 	queuedN    atomic.Int64
 	inoHigh    atomic.Int64
@@ -160,6 +162,12 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		s.chunks.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
 	}
+	var seq int64
+	if err := s.w.QueryRowContext(ctx, `SELECT max(coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'nodes'), 0), (SELECT max(ino) FROM nodes))`).Scan(&seq); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("open store %s: read the last inode number: %w", path, err)
+	}
+	s.sawIno(Ino(seq))
 	if err := s.startBehind(ctx); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("open store %s: %w", path, err)
@@ -417,6 +425,11 @@ type Invalidation struct {
 	Ino    Ino
 	Parent Ino    // 0 when no entry changed
 	Name   string // the entry's name in Parent
+	// New: the commit made the node Ino. Inode numbers are never reused
+	// and a node is visible only once its commit is, so no kernel can
+	// hold it, nor an entry in it, from before the commit: what it
+	// learns of either it learnt since, and is current.
+	New bool
 }
 
 // wtx is one write transaction. A mutation inside it stamps one rev; Apply
