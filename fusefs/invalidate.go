@@ -32,7 +32,10 @@ type entryKey struct {
 // one goroutine owned by the Server delivers it.
 //
 // Pending work is coalesced: an entry or inode named twice before delivery
-// is invalidated once. The pending set is bounded; when it overflows it is
+// is invalidated once. A node the commit made is not invalidated, nor are
+// entries in it: the kernel cannot hold what did not exist before the
+// commit (only the new node's own entry in an older directory, which may
+// be a negative one, is). The pending set is bounded; when it overflows it is
 // replaced by one sweep of every entry and inode go-fuse knows the kernel
 // holds, which costs the kernel re-lookups but loses nothing.
 type invalidator struct {
@@ -78,11 +81,23 @@ func (v *invalidator) enqueue(invs []vfs.Invalidation) {
 	}
 	v.queued++
 	if !v.sweep {
+		// Nodes the commit made: the kernel holds neither them nor an
+		// entry in them (vfs.Invalidation.New), so a subtree that came
+		// whole costs the entry of its top and its parent's attributes.
+		var made map[vfs.Ino]struct{}
 		for _, in := range invs {
-			if in.Ino != 0 {
+			if in.New {
+				if made == nil {
+					made = make(map[vfs.Ino]struct{})
+				}
+				made[in.Ino] = struct{}{}
+			}
+		}
+		for _, in := range invs {
+			if _, ok := made[in.Ino]; in.Ino != 0 && !ok {
 				v.inodes[in.Ino] = struct{}{}
 			}
-			if in.Parent != 0 {
+			if _, ok := made[in.Parent]; in.Parent != 0 && !ok {
 				v.entries[entryKey{in.Parent, in.Name}] = struct{}{}
 				// The parent's size, mtime and nlink moved too.
 				v.inodes[in.Parent] = struct{}{}

@@ -1,10 +1,13 @@
 package fusefs
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -122,6 +125,13 @@ func (f *fakeNotifier) InodeNotify(node uint64, off, length int64) fuse.Status {
 	return fuse.ENOENT
 }
 
+// sent is a copy of the notifications so far.
+func (f *fakeNotifier) sent() ([]entryKey, []uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.entries), slices.Clone(f.inodes)
+}
+
 func (f *fakeNotifier) wait() {
 	if f.gate != nil {
 		<-f.gate
@@ -162,6 +172,53 @@ func TestInvalidatorCoalescesAndWaits(t *testing.T) {
 	}
 	if len(fn.entries) < 1 || len(fn.entries) > 2 || fn.entries[0] != (entryKey{1, "a"}) {
 		t.Errorf("entry notifications %v", fn.entries)
+	}
+}
+
+// TestInvalidatorSkipsWhatTheCommitMade: a node the commit made, and the
+// entries in a directory it made, cannot be in the kernel's caches; the
+// entry of the new subtree's top in an older directory (perhaps a
+// negative one) and that directory's attributes can, and so can a node
+// the commit only changed.
+func TestInvalidatorSkipsWhatTheCommitMade(t *testing.T) {
+	fn := &fakeNotifier{}
+	v := newInvalidator(fn, nil, 100, &metrics{}, slog.New(slog.DiscardHandler))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { v.run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	v.enqueue([]vfs.Invalidation{
+		{Ino: 10, Parent: 1, Name: "d", New: true},
+		{Ino: 11, Parent: 10, Name: "f", New: true},
+		{Ino: 12, Parent: 10, Name: "e", New: true},
+		{Ino: 13, Parent: 12, Name: "g", New: true},
+		{Ino: 12}, // its mode set later in the same commit
+		{Ino: 5, Parent: 3, Name: "changed"},
+		{Ino: 14, Parent: 3, Name: "added", New: true},
+	})
+	if err := v.wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	entries, inodes := fn.sent()
+	slices.Sort(inodes)
+	if want := []uint64{1, 3, 5}; !slices.Equal(inodes, want) {
+		t.Errorf("inode notifications %v, want %v", inodes, want)
+	}
+	slices.SortFunc(entries, func(a, b entryKey) int {
+		return cmp.Or(cmp.Compare(a.parent, b.parent), strings.Compare(a.name, b.name))
+	})
+	if want := []entryKey{{1, "d"}, {3, "added"}, {3, "changed"}}; !slices.Equal(entries, want) {
+		t.Errorf("entry notifications %v, want %v", entries, want)
+	}
+	// The next commit's entries in the directory the first one made are
+	// invalidated: the kernel may hold them (a negative entry) by now.
+	v.enqueue([]vfs.Invalidation{{Ino: 15, Parent: 10, Name: "later", New: true}})
+	if err := v.wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := fn.sent(); entries[len(entries)-1] != (entryKey{10, "later"}) {
+		t.Errorf("last entry notification %v, want {10 later}", entries[len(entries)-1])
 	}
 }
 

@@ -153,6 +153,46 @@ func TestUpstreamApplyIsVisibleAtOnce(t *testing.T) {
 	}
 }
 
+// TestNewSubtreeNeedsNoInvalidations: an apply that brings a whole subtree
+// invalidates the entry of its top (a negative one the kernel cached) and
+// the attributes of the directory holding it, and nothing inside: the
+// kernel cannot hold what the commit made. What it then shows is the new
+// tree, at once, with every cache held for an hour.
+func TestNewSubtreeNeedsNoInvalidations(t *testing.T) {
+	m := fusetest.NewMount(t, fusetest.Options{Options: fusefs.Options{
+		EntryTimeout:    time.Hour,
+		AttrTimeout:     time.Hour,
+		NegativeTimeout: time.Hour,
+	}})
+	ctx := context.Background()
+	applyFiles(t, m.Store, 1, map[string]string{"dir/old.txt": "old"})
+	if err := m.Server.WaitInvalidated(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Negative entries for the tops of both new subtrees.
+	sh(t, m.Dir, `ls dir >/dev/null; ! stat new 2>/dev/null; ! stat dir/sub 2>/dev/null`)
+	before := m.Server.Stats()
+
+	files := map[string]string{}
+	for i := range 200 {
+		files[fmt.Sprintf("new/d%d/f%d", i%10, i)] = fmt.Sprint("file ", i)
+		files[fmt.Sprintf("dir/sub/d%d/g%d", i%7, i)] = fmt.Sprint("other ", i)
+	}
+	applyFiles(t, m.Store, 2, files)
+	if err := m.Server.WaitInvalidated(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := sh(t, m.Dir, `find new dir/sub -type f | wc -l; cat new/d3/f13; echo; cat dir/sub/d6/g13`); got != "400\nfile 13\nother 13" {
+		t.Errorf("the new subtrees inside the mount: %q", got)
+	}
+	after := m.Server.Stats()
+	sent := after.Invalidations + after.InvalidationsUnknown - before.Invalidations - before.InvalidationsUnknown
+	// The entries new and dir/sub, and the attributes of / and dir.
+	if sent != 4 {
+		t.Errorf("%d notifications for two new subtrees of 400 files, want 4", sent)
+	}
+}
+
 // TestInvalidationOverflowSweeps applies more changes than the queue holds;
 // the sweep that replaces them must still make every change visible.
 func TestInvalidationOverflowSweeps(t *testing.T) {
