@@ -71,7 +71,9 @@
 // An upstream apply changes the store behind the kernel's back, so the
 // Server observes the store (vfs.Store.Observe) and invalidates what each
 // apply touched: the (parent, name) entries, the parents' attributes, and
-// the nodes' attributes and pages. The Observe callback runs right after the
+// the nodes' attributes and pages; not the nodes the apply's commit made,
+// nor the entries in directories it made (vfs.Invalidation.New: no kernel
+// can hold them). The Observe callback runs right after the
 // commit and only records the work in a coalescing queue; one goroutine the
 // Server owns sends the notifications, never under a store lock and never
 // from inside a FUSE request (a notification can wait on kernel locks that
