@@ -1,6 +1,7 @@
 package fusefs_test
 
 import (
+	"context"
 	"fmt"
 	iofs "io/fs"
 	"os"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/wsync/wsync/internal/fusetest"
 	"github.com/wsync/wsync/internal/testutil"
+	"github.com/wsync/wsync/vfs"
 )
 
 // The metadata benchmarks run one workload on our mount and, in the same
@@ -210,4 +212,30 @@ func BenchmarkMountUntar(b *testing.B) {
 			b.Fatalf("tar -x: %v: %s", err, out)
 		}
 	})
+}
+
+// BenchmarkApplyNewTree: an upstream apply of a new tree of 10,000 empty
+// files in 100 directories, then the wait for its invalidations that a
+// command's start makes (Server.WaitInvalidated): what a push of a new
+// subtree costs the container before its command runs.
+func BenchmarkApplyNewTree(b *testing.B) {
+	m := fusetest.NewMount(b, fusetest.Options{StoreDir: testutil.BenchDir(b, "fusefsbench")})
+	ctx := context.Background()
+	var wait time.Duration
+	for i := range b.N {
+		es := make([]vfs.ChangeEntry, 0, 10_000)
+		for k := range 10_000 {
+			es = append(es, vfs.ChangeEntry{Kind: vfs.EntryFile, Rev: int64(i + 1), Path: fmt.Sprintf("t%d/d%d/f%d", i, k%100, k), Mode: 0o644})
+		}
+		if _, err := m.Store.Apply(ctx, es, vfs.ApplyOptions{Source: vfs.Upstream}); err != nil {
+			b.Fatal(err)
+		}
+		t0 := time.Now()
+		if err := m.Server.WaitInvalidated(ctx); err != nil {
+			b.Fatal(err)
+		}
+		wait += time.Since(t0)
+	}
+	b.ReportMetric(float64(wait.Microseconds())/1000/float64(b.N), "wait-ms/op")
+	b.ReportMetric(float64(m.Server.Stats().Invalidations+m.Server.Stats().InvalidationsUnknown)/float64(b.N), "notifications/op")
 }
