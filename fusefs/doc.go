@@ -79,7 +79,9 @@
 // from inside a FUSE request (a notification can wait on kernel locks that
 // a request in flight holds). Past Options.InvalidationQueue pending items
 // the queue collapses into one sweep of every entry and node go-fuse knows
-// the kernel holds. Server.WaitInvalidated returns when everything observed
+// the kernel holds; so does a loss of mutations answered to the kernel (a
+// failed group on a full disk, vfs.Invalidation.All), whose entries the
+// store cannot name. Server.WaitInvalidated returns when everything observed
 // before it is delivered: a sync driver calls it between applying a push and
 // running a command, so the command sees the new bytes at once whatever the
 // timeouts.

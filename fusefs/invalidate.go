@@ -3,6 +3,7 @@ package fusefs
 import (
 	"context"
 	"log/slog"
+	"slices"
 	"sync"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -37,7 +38,8 @@ type entryKey struct {
 // commit (only the new node's own entry in an older directory, which may
 // be a negative one, is). The pending set is bounded; when it overflows it is
 // replaced by one sweep of every entry and inode go-fuse knows the kernel
-// holds, which costs the kernel re-lookups but loses nothing.
+// holds, which costs the kernel re-lookups but loses nothing. A loss of
+// mutations answered to the kernel (vfs.Invalidation.All) sweeps too.
 type invalidator struct {
 	n    notifier
 	root *fs.Inode
@@ -80,6 +82,13 @@ func (v *invalidator) enqueue(invs []vfs.Invalidation) {
 		return
 	}
 	v.queued++
+	if slices.ContainsFunc(invs, func(in vfs.Invalidation) bool { return in.All }) {
+		// Mutations answered to the kernel were lost: the store cannot
+		// name what they touched, so everything the kernel holds goes.
+		v.sweep = true
+		clear(v.entries)
+		clear(v.inodes)
+	}
 	if !v.sweep {
 		// Nodes the commit made: the kernel holds neither them nor an
 		// entry in them (vfs.Invalidation.New), so a subtree that came

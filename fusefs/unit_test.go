@@ -222,6 +222,21 @@ func TestInvalidatorSkipsWhatTheCommitMade(t *testing.T) {
 	}
 }
 
+// TestInvalidatorSweepsAfterALoss: when mutations answered to the kernel
+// were lost (vfs.Invalidation.All), what is pending gives way to one sweep
+// of everything the kernel may hold.
+func TestInvalidatorSweepsAfterALoss(t *testing.T) {
+	v := newInvalidator(&fakeNotifier{}, nil, 100, &metrics{}, slog.New(slog.DiscardHandler))
+	v.enqueue([]vfs.Invalidation{{Ino: 5, Parent: 1, Name: "a"}})
+	v.enqueue([]vfs.Invalidation{{All: true}})
+	v.enqueue([]vfs.Invalidation{{Ino: 6, Parent: 1, Name: "b"}})
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if !v.sweep || len(v.entries) != 0 || len(v.inodes) != 0 {
+		t.Errorf("after a loss: sweep %v, %d entries and %d inodes pending; want a sweep alone", v.sweep, len(v.entries), len(v.inodes))
+	}
+}
+
 func TestInvalidatorStopsAndDropsLateWork(t *testing.T) {
 	v := newInvalidator(&fakeNotifier{}, nil, 100, &metrics{}, slog.New(slog.DiscardHandler))
 	ctx, cancel := context.WithCancel(context.Background())

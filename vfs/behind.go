@@ -522,6 +522,7 @@ func (s *Store) queuedFailed(q *queued, err error, after int) {
 	if s.grpErr == nil {
 		s.grpErr = err
 	}
+	s.lostAnswered()
 	if behindFailHook != nil {
 		behindFailHook(err)
 	}

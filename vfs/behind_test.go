@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -409,6 +410,19 @@ func TestBehindMatchesTheRows(t *testing.T) {
 	t.Logf("%d mutations answered from memory, %d listed entries", queuedSoFar(s), pagesCompared)
 }
 
+// observeLoss reports whether s's observers have heard, since the call,
+// that mutations answered to the kernel were lost (Invalidation.All:
+// the mount then drops everything the kernel caches).
+func observeLoss(t *testing.T, s *Store) func() bool {
+	var heard atomic.Bool
+	t.Cleanup(s.Observe(func(inv []Invalidation) {
+		if len(inv) == 1 && inv[0].All {
+			heard.Store(true)
+		}
+	}))
+	return heard.Load
+}
+
 // A queued mutation that fails (a disk that filled) is lost with every
 // mutation answered after it, and nothing before it: the store holds a
 // prefix of the answered mutations, the next Sync reports the loss, and
@@ -417,6 +431,7 @@ func TestBehindFailureLosesASuffix(t *testing.T) {
 	s := openBehind(t)
 	behindFailHook = nil
 	d := committedDir(t, s)
+	lost := observeLoss(t, s)
 	// Hold the writer so the mutations queue, then fail the fourth.
 	var mu sync.Mutex
 	ran := 0
@@ -443,6 +458,7 @@ func TestBehindFailureLosesASuffix(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "the disk filled") || !strings.Contains(err.Error(), "4 mutations answered after it") {
 		t.Fatalf("Sync after a lost queued mutation: %v", err)
 	}
+	testutil.WaitFor(t, "the observers to hear of the loss", 10*time.Second, lost)
 	for i := range 8 {
 		_, err := s.Stat(ctx, fmt.Sprint("d/f", i))
 		if i < 3 && err != nil || i >= 3 && !errors.Is(err, ErrNotExist) {
@@ -1131,6 +1147,7 @@ func TestBehindPendingRowsFailLoseTheGroup(t *testing.T) {
 	s := openBehind(t)
 	behindFailHook = nil
 	d := committedDir(t, s)
+	lost := observeLoss(t, s)
 	a, err := s.Create(ctx, d.Ino, "a", NewAttr{Mode: 0o644})
 	must(t, err)
 	must(t, s.Sync(ctx))
@@ -1147,6 +1164,7 @@ func TestBehindPendingRowsFailLoseTheGroup(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "queued creates") {
 		t.Fatalf("Sync after the rows failed: %v", err)
 	}
+	testutil.WaitFor(t, "the observers to hear of the loss", 10*time.Second, lost)
 	must(t, s.Sync(ctx)) // reported once
 	if _, err := s.Stat(ctx, "d/b"); !errors.Is(err, ErrNotExist) {
 		t.Errorf("d/b, answered in the lost group: %v", err)

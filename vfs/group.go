@@ -305,6 +305,7 @@ func (s *Store) groupFailed(n int, err error) error {
 	if s.grpErr == nil {
 		s.grpErr = err
 	}
+	s.lostAnswered()
 	return err
 }
 

@@ -386,7 +386,8 @@ func (s *Store) Path() string { return s.path }
 
 // Observe registers fn, called after every commit that Apply made (not local
 // writes), outside every store lock, with the inodes and entries to
-// invalidate. fn must not call back into the store synchronously. The
+// invalidate; and with one Invalidation with All set when a failure lost
+// mutations answered to the kernel. fn must not call back into the store synchronously. The
 // returned cancel unregisters it.
 func (s *Store) Observe(fn func([]Invalidation)) (cancel func()) {
 	o := &observer{fn: fn}
@@ -406,6 +407,13 @@ func (s *Store) Observe(fn func([]Invalidation)) (cancel func()) {
 }
 
 type observer struct{ fn func([]Invalidation) }
+
+// lostAnswered tells the observers that mutations answered to the kernel
+// were lost (Invalidation.All). From a goroutine of its own: observers run
+// outside store locks, and the caller holds the writer.
+func (s *Store) lostAnswered() {
+	go s.notify([]Invalidation{{All: true}})
+}
 
 func (s *Store) notify(inv []Invalidation) {
 	if len(inv) == 0 {
@@ -430,6 +438,11 @@ type Invalidation struct {
 	// hold it, nor an entry in it, from before the commit: what it
 	// learns of either it learnt since, and is current.
 	New bool
+	// All, alone in its list: mutations answered to the kernel were lost
+	// (a failed group or queued mutation, a full disk). What the kernel
+	// was told of them no longer holds, and the store cannot name every
+	// entry they touched: everything cached of the store goes.
+	All bool
 }
 
 // wtx is one write transaction. A mutation inside it stamps one rev; Apply
