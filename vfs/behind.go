@@ -353,6 +353,14 @@ func (s *Store) stopBehind() {
 	unix.Close(s.bhFd)
 }
 
+// nextIno is the inode number the next node takes: one past every number
+// handed out, committed or not (not SQLite's next: a create answered from
+// memory and then lost leaves its number unused in the rows, and the
+// kernel may hold that node). Its callers hold the writer as busy writers
+// (an apply, a mutation that runs at once), or the memo while no such
+// writer works (a mutation answered from memory): one at a time.
+func (s *Store) nextIno() Ino { return Ino(s.inoHigh.Load() + 1) }
+
 // sawIno notes an inode number handed out.
 func (s *Store) sawIno(ino Ino) {
 	for {
@@ -851,7 +859,7 @@ func (s *Store) behindCreate(ctx context.Context, parent Ino, name string, nn ne
 	rev := m.lastRev + 1
 	// Every other inserter holds the writer as a busy writer, or is the
 	// queue inserting numbers handed out here: inoHigh stands.
-	nn.ino = Ino(s.inoHigh.Load() + 1)
+	nn.ino = s.nextIno()
 	s.sawIno(nn.ino)
 	n := rowOf(nn, now, rev)
 	n.ino = nn.ino

@@ -1,7 +1,6 @@
 package vfs
 
 import (
-	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -35,7 +34,6 @@ var bulkApply = true
 // Apply.
 type bulkRows struct {
 	t       *wtx
-	next    Ino // the next inode number; 0: read it before queueing
 	nodes   []node
 	names   []bulkName
 	written int // rows written so far
@@ -153,15 +151,9 @@ func (b *bulkRows) create(e *ChangeEntry) (handled, changed bool, err error) {
 	case KindSymlink:
 		nn.target = e.Target
 	}
-	if b.next == 0 {
-		if b.next, err = b.nextIno(); err != nil {
-			return true, false, err
-		}
-	}
 	n := t.newRow(nn)
-	n.ino = b.next
-	b.next++
-	b.t.s.sawIno(n.ino)
+	n.ino = t.s.nextIno()
+	t.s.sawIno(n.ino)
 	b.nodes = append(b.nodes, n)
 	b.names = append(b.names, bulkName{parent: parent, name: name, path: e.Path})
 	t.noteName(parent, name, true)
@@ -179,26 +171,8 @@ func (b *bulkRows) create(e *ChangeEntry) (handled, changed bool, err error) {
 	return true, true, nil
 }
 
-// nextIno is the inode number the next inserted node gets: AUTOINCREMENT
-// gives the largest ever handed out plus one (the root has ino 1, so
-// sqlite_sequence holds a row for nodes).
-func (b *bulkRows) nextIno() (Ino, error) {
-	var seq int64
-	err := b.t.tx.QueryRowContext(b.t.ctx, `SELECT max(seq, (SELECT max(ino) FROM nodes)) FROM sqlite_sequence WHERE name = 'nodes'`).Scan(&seq)
-	if errors.Is(err, sql.ErrNoRows) {
-		err = b.t.tx.QueryRowContext(b.t.ctx, `SELECT max(ino) FROM nodes`).Scan(&seq)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("next inode: %w", err)
-	}
-	// Past every number handed out, the lost ones too (insertNode).
-	return Ino(max(seq, b.t.s.inoHigh.Load()) + 1), nil
-}
-
-// flush writes the queued rows. The next queued node reads its inode
-// number again: what runs between may insert nodes.
+// flush writes the queued rows.
 func (b *bulkRows) flush() error {
-	b.next = 0
 	if len(b.nodes) == 0 {
 		return nil
 	}

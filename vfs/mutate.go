@@ -135,14 +135,10 @@ func (t *wtx) insertNode(parent Ino, path, name string, nn newNode) (node, error
 	if n.kind == KindSymlink {
 		target = n.target
 	}
-	// A number the memo handed out with the answer, or one past every
-	// number handed out (not SQLite's next: a queued create answered and
-	// then lost leaves its number unused in the rows, and the kernel may
-	// hold that node). Inserters hold the writer as busy writers, or are
-	// the queue running what the memo numbered: nobody else takes it.
+	// The number the memo handed out with the answer, or the next.
 	n.ino = nn.ino
 	if n.ino == 0 {
-		n.ino = Ino(t.s.inoHigh.Load() + 1)
+		n.ino = t.s.nextIno()
 	}
 	if t.pend != nil && nn.ino != 0 {
 		t.pend.addNode(n)
