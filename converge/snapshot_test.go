@@ -173,6 +173,26 @@ func countIn(counter *atomic.Int64, fn func()) int64 {
 	return counter.Load() - before
 }
 
+// bootstrapFromMemory bootstraps r's container from server and checks that
+// the receiver neither read its staging back for the root nor asked its
+// store which chunks are held: it staged every page itself.
+func bootstrapFromMemory(t *testing.T, server *vfs.Store, r *rig, opts BootstrapOptions) BootstrapReport {
+	t.Helper()
+	var rep BootstrapReport
+	var err error
+	var queries int64
+	if got := countIn(&stagingReads, func() {
+		queries = countIn(&heldQueries, func() { rep, err = Bootstrap(context.Background(), server, r.session(t), opts) })
+	}); got != 0 {
+		t.Errorf("the commit read the staging back %d times", got)
+	}
+	if queries != 0 {
+		t.Errorf("the pages asked the store for holds %d times; the receiver took them all", queries)
+	}
+	must(t, err)
+	return rep
+}
+
 // TestCommitTakesTheRootBuiltAsPagesStaged: the receiver folds each
 // page's records into the root as it stages them (directories, files,
 // a symlink, an empty file, files split over several records, pages of a
@@ -192,18 +212,7 @@ func TestCommitTakesTheRootBuiltAsPagesStaged(t *testing.T) {
 	t.Run("in one go", func(t *testing.T) {
 		cont := newStore(t, "container")
 		r := newRig(t, server, cont)
-		var rep BootstrapReport
-		var err error
-		var queries int64
-		if got := countIn(&stagingReads, func() {
-			queries = countIn(&heldQueries, func() { rep, err = Bootstrap(ctx, server, r.session(t), opts) })
-		}); got != 0 {
-			t.Errorf("the commit read the staging back %d times", got)
-		}
-		if queries != 0 {
-			t.Errorf("the pages asked the store for holds %d times; the receiver took them all", queries)
-		}
-		must(t, err)
+		rep := bootstrapFromMemory(t, server, r, opts)
 		if rep.Pages < 10 {
 			t.Fatalf("%d pages, want many", rep.Pages)
 		}
@@ -223,18 +232,7 @@ func TestCommitTakesTheRootBuiltAsPagesStaged(t *testing.T) {
 			t.Fatalf("interrupted bootstrap: err = %v", err)
 		}
 		assertEmpty(t, cont)
-		var rep BootstrapReport
-		var err error
-		var queries int64
-		if got := countIn(&stagingReads, func() {
-			queries = countIn(&heldQueries, func() { rep, err = Bootstrap(ctx, server, r.session(t), opts) })
-		}); got != 0 {
-			t.Errorf("the commit read the staging back %d times", got)
-		}
-		if queries != 0 {
-			t.Errorf("the pages asked the store for holds %d times; the receiver took them all", queries)
-		}
-		must(t, err)
+		rep := bootstrapFromMemory(t, server, r, opts)
 		if rep.ResumedAt == 0 {
 			t.Fatal("the second bootstrap started over")
 		}

@@ -111,15 +111,22 @@ func applyUpstream(t *testing.T, s *vfs.Store, entries []vfs.ChangeEntry, conten
 	return res
 }
 
-// TestUpstreamApplyIsVisibleAtOnce caches everything in the kernel for an
-// hour, then applies from outside: cat, ls and stat must see the new state
-// as soon as the invalidations are delivered, not when a cache expires.
-func TestUpstreamApplyIsVisibleAtOnce(t *testing.T) {
-	m := fusetest.NewMount(t, fusetest.Options{Options: fusefs.Options{
+// hourCachedMount is a mount whose kernel caches entries, attributes and
+// negative entries for an hour: what it shows fresh, invalidations made
+// so.
+func hourCachedMount(t *testing.T) *fusetest.Mount {
+	return fusetest.NewMount(t, fusetest.Options{Options: fusefs.Options{
 		EntryTimeout:    time.Hour,
 		AttrTimeout:     time.Hour,
 		NegativeTimeout: time.Hour,
 	}})
+}
+
+// TestUpstreamApplyIsVisibleAtOnce caches everything in the kernel for an
+// hour, then applies from outside: cat, ls and stat must see the new state
+// as soon as the invalidations are delivered, not when a cache expires.
+func TestUpstreamApplyIsVisibleAtOnce(t *testing.T) {
+	m := hourCachedMount(t)
 	ctx := context.Background()
 	applyFiles(t, m.Store, 1, map[string]string{"news.txt": "v1", "dir/old.txt": "old"})
 	if err := m.Server.WaitInvalidated(ctx); err != nil {
@@ -159,11 +166,7 @@ func TestUpstreamApplyIsVisibleAtOnce(t *testing.T) {
 // kernel cannot hold what the commit made. What it then shows is the new
 // tree, at once, with every cache held for an hour.
 func TestNewSubtreeNeedsNoInvalidations(t *testing.T) {
-	m := fusetest.NewMount(t, fusetest.Options{Options: fusefs.Options{
-		EntryTimeout:    time.Hour,
-		AttrTimeout:     time.Hour,
-		NegativeTimeout: time.Hour,
-	}})
+	m := hourCachedMount(t)
 	ctx := context.Background()
 	applyFiles(t, m.Store, 1, map[string]string{"dir/old.txt": "old"})
 	if err := m.Server.WaitInvalidated(ctx); err != nil {
