@@ -90,6 +90,8 @@ type Store struct {
 	writes atomic.Uint64
 	// kept is what GetAttr keeps of directories (kept.go).
 	kept atomic.Pointer[keptAttrs]
+	// marks are the watermarks read, kept the same way (misc.go).
+	marks atomic.Pointer[keptMarks]
 	// running is what a run of queued mutations keeps, carried in place
 	// while the run lasts (kept.go: carryQueued); guarded by wmu.
 	running *keptAttrs
