@@ -158,7 +158,9 @@
 // and a file's commit with the parent times they set, a create, a commit
 // and a SetAttr with the node's new attributes (and, for a file just made
 // or committed, its manifest and paths, so its next commit reads neither),
-// an unlink by dropping its node. kept.go.
+// an unlink by dropping its node. kept.go. A peer's watermarks are kept
+// the same way (Watermarks, misc.go): an idle sync reads them and writes
+// nothing.
 //
 // # Write-behind
 //
