@@ -62,9 +62,13 @@ type frameWriter struct {
 	w  http.ResponseWriter
 	rc *http.ResponseController
 
-	mu      sync.Mutex // held while writing: started, failed
+	mu      sync.Mutex // held while writing: started, failed, ending
 	started bool
 	failed  bool
+	// ending: finish writes the stream's last frames, which the end of
+	// the response flushes with its final chunk (one write, and one wake-up
+	// of the reader, fewer: an exec of a command without output has two).
+	ending bool
 
 	pmu     sync.Mutex           // pending, first, seen, running
 	pending []workspace.Progress // held back, in order
@@ -167,7 +171,7 @@ func (f *frameWriter) writeLocked(fr any) {
 	if err == nil {
 		_, err = f.w.Write(append(b, '\n'))
 	}
-	if err == nil {
+	if err == nil && !f.ending {
 		err = f.rc.Flush()
 	}
 	if err != nil {
@@ -178,7 +182,9 @@ func (f *frameWriter) writeLocked(fr any) {
 // finish ends the stream after the call: it stops the progress goroutine,
 // writes the last progress, then the result frame, or the error frame. An
 // error before any frame is an ordinary JSON error response (its status
-// tells), since nothing has been written yet. No frame follows.
+// tells), since nothing has been written yet. No frame follows: the caller
+// returns from its handler right after, and the response's end flushes
+// what finish wrote.
 func finish[R any](f *frameWriter, rep R, err error) {
 	f.pmu.Lock()
 	running := f.running
@@ -190,6 +196,7 @@ func finish[R any](f *frameWriter, rep R, err error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.ending = true
 	f.flushLocked()
 	switch {
 	case err != nil && !f.started:

@@ -207,3 +207,55 @@ func TestAcceptsNDJSON(t *testing.T) {
 		}
 	}
 }
+
+// flushCounter counts the flushes a stream asks of its response.
+type flushCounter struct {
+	*httptest.ResponseRecorder
+	flushes int
+}
+
+func (f *flushCounter) Flush() {
+	f.flushes++
+	f.ResponseRecorder.Flush()
+}
+
+// A frame goes out as it is written; the last progress and the result, which
+// finish writes, go with the end of the response: one write and one wake-up of
+// the reader fewer for every call (an exec of `true` writes its started frame,
+// then its result).
+func TestFinishLeavesTheFlushToTheResponsesEnd(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		err     error
+		started bool
+	}{
+		{"result after a frame", nil, true},
+		{"error after a frame", fmt.Errorf("boom"), true},
+		{"result alone", nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &flushCounter{ResponseRecorder: httptest.NewRecorder()}
+			fw := newFrameWriter(rec)
+			want := 0
+			if tc.started {
+				fw.frame(ExecFrame{Type: "started"})
+				want = 1
+				if rec.flushes != want {
+					t.Fatalf("a frame written: %d flushes, want %d", rec.flushes, want)
+				}
+			}
+			fw.progress(workspace.Progress{Op: "pull", Entries: 1, Batches: 1})
+			finish(fw, "done", tc.err)
+			// The progress goroutine may have sent the progress before
+			// finish stopped it: that frame is flushed as it goes.
+			if rec.flushes > want+1 {
+				t.Errorf("%d flushes, want at most %d: finish flushed its frames", rec.flushes, want+1)
+			}
+			fs := frames(t, rec.Body.Bytes())
+			last := fs[len(fs)-1].Type
+			if wantLast := map[bool]string{true: FrameError, false: FrameResult}[tc.err != nil]; last != wantLast {
+				t.Errorf("frames %+v: want %s last", fs, wantLast)
+			}
+		})
+	}
+}
