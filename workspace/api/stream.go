@@ -65,9 +65,10 @@ type frameWriter struct {
 	mu      sync.Mutex // held while writing: started, failed, ending
 	started bool
 	failed  bool
-	// ending: finish writes the stream's last frames, which the end of
-	// the response flushes with its final chunk (one write, and one wake-up
-	// of the reader, fewer: an exec of a command without output has two).
+	// ending: finish writes the stream's last frames unflushed; the end of
+	// the response sends them with its final chunk, one write and one
+	// wake-up of the reader fewer (an exec of a command without output
+	// makes two writes, not three).
 	ending bool
 
 	pmu     sync.Mutex           // pending, first, seen, running
