@@ -255,3 +255,60 @@ func TestPagesCountOnlyThisStagingsHolds(t *testing.T) {
 		t.Fatalf("page naming a chunk the store has but does not hold: err = %v, want EUNKNOWN_HASH", err)
 	}
 }
+
+// An objects call holds what it wrote on a goroutine of its own, every
+// holdEvery bytes, while its writer writes on. A hold that fails (here: the
+// staging was begun again) fails the call, and every stage written behind
+// it is released: no chunk of the call stays pinned (Has reports a pinned
+// chunk) or held.
+func TestSnapshotObjectsReleaseEveryStageAfterAFailedHold(t *testing.T) {
+	defer func(n int) { holdEvery = n }(holdEvery)
+	holdEvery = 1 // a hold after every message
+	ctx := testutil.Context(t, 30*time.Second)
+	b := beginSnapshot(t, ctx, 10)
+	cont, sess, st := b.cont, b.sess, b.st
+	var objs []syncwire.Object
+	var hs []chunkstore.Hash
+	for i := range 8 {
+		data := fmt.Appendf(nil, "chunk %d of an objects call whose holds fail", i)
+		objs = append(objs, syncwire.Object{Hash: chunkstore.Sum(data), Data: data})
+		hs = append(hs, objs[i].Hash)
+	}
+	o, err := sess.Open(ctx, MethodSnapObjects, nil, true)
+	must(t, err)
+	defer o.Close()
+	// The call has begun (its first chunk is held for the staging) before
+	// the staging begins again.
+	must(t, o.Send(ctx, syncwire.AppendObjects(nil, objs[:1])))
+	testutil.WaitFor(t, "the first chunk held", 10*time.Second, func() bool {
+		held, err := cont.HeldChunks(ctx, hs[:1])
+		must(t, err)
+		return held[0]
+	})
+	_, err = snapBegin(ctx, sess, st, Hash{9}, 1, 3)
+	must(t, err)
+	// The callee fails the call once a hold fails: a send after that may
+	// already see it.
+	for _, obj := range objs[1:] {
+		if err = o.Send(ctx, syncwire.AppendObjects(nil, []syncwire.Object{obj})); err != nil {
+			break
+		}
+	}
+	if err == nil {
+		err = o.CloseSend()
+	}
+	if err == nil {
+		_, err = o.Reply(ctx)
+	}
+	if !errors.Is(err, vfs.ErrInvalid) {
+		t.Fatalf("objects call across a new begin: %v, want EINVAL", err)
+	}
+	assertHeld(t, cont, hs, false, "after the refused call")
+	// The first chunk was held, then released by the new begin: its row
+	// stays until a collection. The rest were never held.
+	has, err := cont.Has(ctx, hs[1:])
+	must(t, err)
+	if len(has) != 0 {
+		t.Fatalf("%d of %d chunks written behind the failed hold still pinned", len(has), len(hs)-1)
+	}
+}

@@ -382,11 +382,12 @@ func (s *snapReceiver) have(ctx context.Context, c *rpc.Incoming) error {
 // objects stages chunk bytes: each is checked against its hash as it
 // goes into the store's chunks (the one hash and the one write it gets),
 // and they are held (vfs.Store.HoldChunks) every holdEvery bytes and
-// before the call answers, so a count it answers is durable. Two
+// before the call answers, so a count it answers is durable. Three
 // goroutines share the work: one receives, decodes and hashes each
-// message while the other writes the chunks of the one before and holds
-// them (on one goroutine the receiver took a whole core while the
-// sender's waited).
+// message, one writes the chunks of the one before, one holds what was
+// written (on one goroutine the receiver took a whole core while the
+// sender's waited; with the holds on the writer, the sender stalled
+// through each hold's transaction).
 func (s *snapReceiver) objects(ctx context.Context, c *rpc.Incoming) error {
 	// The call holds s.mu only to find its staging and to hold chunks for
 	// it: the page before this call's stages meanwhile. A staging begun
@@ -428,25 +429,47 @@ func (s *snapReceiver) objects(ctx context.Context, c *rpc.Incoming) error {
 		}
 		return nil
 	})
+	// The writer hands each holdEvery bytes of written chunks (their
+	// stage and refs) to a third goroutine, which holds them while the
+	// writer writes the next: a hold is one write transaction, and the
+	// receiving side stalled behind it when the writer held in turn. One
+	// hold runs and one waits at most, so a call pins at most three
+	// stages' chunks.
+	type holdJob struct {
+		stage *chunkstore.Stage
+		refs  []chunkstore.Ref
+	}
+	holds := make(chan holdJob, 1)
+	g.Go(func() error {
+		var err error
+		for j := range holds {
+			if err == nil {
+				err = s.holdFor(gctx, gen, j.stage, j.refs)
+			}
+			if err != nil {
+				// A failed hold's stage, and every one queued behind it,
+				// is released here (a held one was, by its transaction).
+				j.stage.Release()
+			}
+		}
+		return err
+	})
 	n := 0
 	g.Go(func() error {
+		defer close(holds)
 		var refs []chunkstore.Ref
 		pending := 0
-		hold := func() error {
+		handOff := func() error {
 			if len(refs) == 0 {
 				return nil
 			}
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			if s.gen != gen {
-				return badRequest("snapshot objects: the staging was begun again or removed during the call")
+			j := holdJob{stage: stage, refs: refs}
+			select {
+			case holds <- j:
+			case <-gctx.Done():
+				return gctx.Err() // the deferred Release drops the stage's pins
 			}
-			if err := store.HoldChunks(gctx, stage, refs); err != nil {
-				return err // the deferred Release drops the stage's pins
-			}
-			s.keepHolds(refs)
-			// The hold's transaction released the stage once it committed.
-			stage, refs, pending = store.Chunks().NewStage(), refs[:0], 0
+			stage, refs, pending = store.Chunks().NewStage(), nil, 0
 			return nil
 		}
 		for cs := range checked {
@@ -460,7 +483,7 @@ func (s *snapReceiver) objects(ctx context.Context, c *rpc.Incoming) error {
 			}
 			n += len(cs)
 			if pending >= holdEvery {
-				if err := hold(); err != nil {
+				if err := handOff(); err != nil {
 					return err
 				}
 			}
@@ -468,12 +491,28 @@ func (s *snapReceiver) objects(ctx context.Context, c *rpc.Incoming) error {
 		if err := gctx.Err(); err != nil {
 			return err // the receiving side failed: its error is the one returned
 		}
-		return hold()
+		return handOff()
 	})
 	if err := g.Wait(); err != nil {
 		return err
 	}
 	return c.Reply(uvarints(uint64(n)))
+}
+
+// holdFor holds refs, the chunks st staged, for the staging of
+// generation gen, and keeps them in the set of holds. A staging begun
+// again or removed since takes no hold.
+func (s *snapReceiver) holdFor(ctx context.Context, gen uint64, st *chunkstore.Stage, refs []chunkstore.Ref) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.gen != gen {
+		return badRequest("snapshot objects: the staging was begun again or removed during the call")
+	}
+	if err := s.r.store.HoldChunks(ctx, st, refs); err != nil {
+		return err
+	}
+	s.keepHolds(refs)
+	return nil
 }
 
 // snapObjects decodes the object messages of one SnapObjects call: the
@@ -539,7 +578,8 @@ func (s *snapObjects) decode(p []byte, fn func([]chunkstore.Checked) error) erro
 
 // holdEvery is how many received chunk bytes the receiver holds at a
 // time: one write transaction (and one sync of the packs written) each.
-const holdEvery = 16 << 20
+// A variable for tests.
+var holdEvery = 16 << 20
 
 // maxKeptHolds bounds the chunks the receiver keeps in its set of holds
 // (about 80 bytes each); a staging of more queries the store.
