@@ -332,12 +332,13 @@ func (s *Server) fetchChanges(ctx context.Context, c *rpc.Incoming) error {
 }
 
 // SendEntries packs a feed into entry-stream messages of about
-// entryFrameTarget bytes, a long file entry as entry parts: the one sender
+// entryFrameTarget bytes (the first of firstEntryFrame, each next one's
+// target twice the last's), a long file entry as entry parts: the one sender
 // of entry streams (push, fetch, and converge's entry pages). EntryDecoder
 // reads what it sends.
 func SendEntries(ctx context.Context, send func(context.Context, []byte) error, feed iter.Seq2[vfs.ChangeEntry, error]) error {
 	var batch []vfs.ChangeEntry
-	size := 0
+	size, target := 0, firstEntryFrame
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
@@ -346,7 +347,7 @@ func SendEntries(ctx context.Context, send func(context.Context, []byte) error, 
 		if err != nil {
 			return err
 		}
-		batch, size = batch[:0], 0
+		batch, size, target = batch[:0], 0, min(2*target, entryFrameTarget)
 		crashpoint.Hit("syncwire.entries.sent")
 		return send(ctx, p)
 	}
@@ -355,7 +356,7 @@ func SendEntries(ctx context.Context, send func(context.Context, []byte) error, 
 			return err
 		}
 		n := entrySize(&en)
-		if size+n > entryFrameTarget && len(batch) > 0 {
+		if size+n > target && len(batch) > 0 {
 			if err := flush(); err != nil {
 				return err
 			}
