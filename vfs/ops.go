@@ -351,11 +351,13 @@ func (s *Store) Link(ctx context.Context, ino, newParent Ino, newName string) (A
 	}
 	var n node
 	fn := linkFn(ino, newParent, newName, &n)
+	// The new name's attributes are the node's, and an open file's size and
+	// mtime are its handle's, not yet its row's.
 	if a, ok, err := s.behindLink(ctx, ino, newParent, newName, fn); ok {
-		return a, err
+		return s.overlay(a), err
 	}
 	err := s.mutate(ctx, fn)
-	return n.attr(), err
+	return s.overlay(n.attr()), err
 }
 
 // linkFn is Link's mutation; it leaves the node as linked in out.
