@@ -237,6 +237,13 @@ func storeChunks(ctx context.Context, stage *chunkstore.Stage, r io.Reader, chec
 	var total int64
 	for {
 		n, err := io.ReadFull(r, *b)
+		end := errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+		if err != nil && !end {
+			// A reader that failed fails the write: what it gave is not
+			// stored (and a request whose body broke off has its context
+			// cancelled by now, so storing would only report that).
+			return nil, err
+		}
 		if total += int64(n); total > chunkstore.MaxFileSize {
 			return nil, ErrFileTooBig
 		}
@@ -252,11 +259,8 @@ func storeChunks(ctx context.Context, stage *chunkstore.Stage, r io.Reader, chec
 			}
 			m = m.Append(ref)
 		}
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		if end {
 			return m, nil
-		}
-		if err != nil {
-			return nil, err
 		}
 	}
 }

@@ -61,6 +61,8 @@ var (
 	// with a pull that allows it (pull --allow-mass-delete). See
 	// *MassDeleteError.
 	ErrMassDelete = errors.New("pull paused: it would delete too much of the workspace")
+	// ErrRequestTimeout: a request's body stopped coming.
+	ErrRequestTimeout = errors.New("request timed out")
 	// ErrBusy: the workspace has too many calls in flight; retry later.
 	ErrBusy = errors.New("workspace busy: too many calls in flight")
 	// ErrExecBusy: computerd already runs as many commands as it allows;
@@ -156,6 +158,7 @@ var apiCodes = []apiCode{
 	{code: "EEXEC_LOST", status: http.StatusGone, err: ErrExecLost, wire: "EEXEC_LOST"},
 	{code: "ELOG_TRUNCATED", status: http.StatusRequestedRangeNotSatisfiable, err: ErrLogTruncated, wire: "ELOG_TRUNCATED"},
 	{code: "EBUSY", status: http.StatusTooManyRequests, err: ErrBusy},
+	{code: "ETIMEDOUT", status: http.StatusRequestTimeout, err: ErrRequestTimeout},
 	{code: "EPEER_AUTH", status: http.StatusBadGateway, err: ErrPeerAuth, wire: "EAUTH"},
 	{code: "EPEER_UNAVAILABLE", status: http.StatusServiceUnavailable, err: ErrPeerUnavailable, wire: "ESHUTDOWN"},
 	{code: "ENOTCONN", status: http.StatusServiceUnavailable, err: ErrNoRemote},

@@ -175,12 +175,10 @@ func serve(ctx context.Context, c *command, root *slog.Logger, listen, token str
 		return c.fail(err)
 	}
 	hs := &http.Server{
-		Handler:           a,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		ErrorLog:    slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
-	hs.RegisterOnShutdown(a.EndStreams) // event streams never end by themselves
+	a.Configure(hs)
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	log.Info("serving", "addr", ln.Addr().String(), "data", opts.DataDir, "token_file", tokenPath)

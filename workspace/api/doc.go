@@ -46,6 +46,17 @@
 // changes to and from the container, through the workspace's FIFO. Exec
 // answers with a stream of NDJSON frames so output is shown as it is made.
 //
+// # Streams and connections
+//
+// Every stream (exec output, a sync's NDJSON, events) writes each frame
+// under a deadline of its own (Options.StreamWriteTimeout): a caller that
+// stops reading for that long is gone, as one that hung up, and the call
+// it was reading (a command, a sync) is cancelled, so it cannot hold a
+// command slot or the workspace's FIFO. Request bodies must keep coming
+// (Options.BodyReadTimeout: 408 ETIMEDOUT). Configure sets the rest on the
+// http.Server: header and idle timeouts, EndStreams at shutdown; it sets
+// no WriteTimeout, which would cut every long stream.
+//
 // # Detached execs
 //
 // .../execs (execs.go) starts a command detached (POST: 201 with its id),

@@ -13,11 +13,12 @@ import (
 	"github.com/wsync/wsync/workspace/events"
 )
 
-// Event stream defaults (Options).
+// Stream defaults (Options).
 const (
-	DefaultEventHeartbeat    = 15 * time.Second
-	DefaultEventWriteTimeout = 30 * time.Second
-	DefaultMaxEventStreams   = 64
+	DefaultEventHeartbeat     = 15 * time.Second
+	DefaultStreamWriteTimeout = 30 * time.Second
+	DefaultBodyReadTimeout    = 30 * time.Second
+	DefaultMaxEventStreams    = 64
 )
 
 // events serves the workspace's event log as Server-Sent Events, from the
@@ -58,8 +59,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request, ws *workspace.Wo
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	defer context.AfterFunc(s.ending, cancel)()
-	sw := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: s.opts.EventWriteTimeout}
-	defer sw.rc.SetWriteDeadline(time.Time{}) // none left behind on a connection kept alive
+	// The deadline of the last write bounds the response's end too;
+	// net/http clears it once the response is done.
+	sw := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: s.opts.StreamWriteTimeout}
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")

@@ -333,7 +333,7 @@ func TestEventStreamAfterARestart(t *testing.T) {
 // in the write timeout; the publisher and a reader that keeps up go on,
 // and the dropped client's slot is free again.
 func TestSlowEventClientIsDropped(t *testing.T) {
-	e, w := settledEnv(t, api.Options{EventWriteTimeout: 200 * time.Millisecond, MaxEventStreams: 2})
+	e, w := settledEnv(t, api.Options{StreamWriteTimeout: 200 * time.Millisecond, MaxEventStreams: 2})
 	conn, err := net.Dial("tcp", strings.TrimPrefix(e.srv.URL, "http://"))
 	if err != nil {
 		t.Fatal(err)

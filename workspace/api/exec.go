@@ -12,15 +12,17 @@ import (
 // also gets progress frames for the push before the command and the pull
 // after it. A push failure, which spawns nothing, is an ordinary JSON
 // error response, since nothing has been written yet. A caller that goes
-// away cancels the command; the pull after it still runs.
+// away, or stops reading for the stream write timeout, cancels the
+// command; the pull after it still runs.
 func (s *Server) exec(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
 	var spec workspace.ExecSpec
 	if err := s.decode(w, r, s.opts.MaxExec, &spec); err != nil {
 		writeError(w, err)
 		return
 	}
-	fw := newFrameWriter(w)
-	ctx := r.Context()
+	fw := s.newFrameWriter(w)
+	ctx, done := fw.callContext(r.Context())
+	defer done()
 	if acceptsNDJSON(r) {
 		ctx = workspace.WithProgress(ctx, fw.progress)
 	}

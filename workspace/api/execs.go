@@ -76,8 +76,8 @@ func (s *Server) killExec(w http.ResponseWriter, r *http.Request, ws *workspace.
 // absent, or "end") and follows it until the command ends, as NDJSON: one
 // frame per piece of output with its offset, then the result frame (the
 // ExecResult), or an error frame. An error before any frame is an
-// ordinary JSON error. A caller that goes away stops the stream, not the
-// command.
+// ordinary JSON error. A caller that goes away (or stops reading for the
+// stream write timeout) stops the stream, not the command.
 func (s *Server) execOutput(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
 	from, err := workspace.ParseExecFrom(r.URL.Query().Get("from"))
 	if err != nil {
@@ -89,8 +89,10 @@ func (s *Server) execOutput(w http.ResponseWriter, r *http.Request, ws *workspac
 		writeError(w, err)
 		return
 	}
-	fw := newFrameWriter(w)
-	res, err := t.AttachExec(r.Context(), id, from, func(ev workspace.ExecEvent) {
+	fw := s.newFrameWriter(w)
+	ctx, done := fw.callContext(r.Context())
+	defer done()
+	res, err := t.AttachExec(ctx, id, from, func(ev workspace.ExecEvent) {
 		fw.frame(ExecOutputFrame{Type: ev.Stream, Data: ev.Data, Offset: ev.Offset})
 	})
 	finish(fw, res, err)

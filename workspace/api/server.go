@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -36,13 +37,18 @@ type Options struct {
 	// requests (their stdin included), file writes. Zero means the default.
 	MaxJSON, MaxExec, MaxWrite int64
 	// EventHeartbeat is how long an event stream stays silent before a
-	// comment goes out; EventWriteTimeout how long one write to it may
-	// take before the stream is dropped; MaxEventStreams how many streams
-	// may be open on one workspace (more: 429 EBUSY). Zero means the
-	// default (DefaultEventHeartbeat, ...).
-	EventHeartbeat    time.Duration
-	EventWriteTimeout time.Duration
-	MaxEventStreams   int
+	// comment goes out; MaxEventStreams how many event streams may be
+	// open on one workspace (more: 429 EBUSY). StreamWriteTimeout is how
+	// long one write of a stream (events, exec output, a sync's NDJSON)
+	// may take before the caller counts as gone: the stream is dropped
+	// and the call cancelled, as when the caller hangs up.
+	// BodyReadTimeout is how long a request body may send nothing before
+	// the request fails (408 ETIMEDOUT). Zero means the default
+	// (DefaultEventHeartbeat, ...).
+	EventHeartbeat     time.Duration
+	MaxEventStreams    int
+	StreamWriteTimeout time.Duration
+	BodyReadTimeout    time.Duration
 	// Gatherer serves /metrics; nil is metrics.Gatherer(): the default
 	// registry, with the process's collectors registered into it.
 	Gatherer prometheus.Gatherer
@@ -78,8 +84,11 @@ func New(opts Options) (*Server, error) {
 	if opts.EventHeartbeat <= 0 {
 		opts.EventHeartbeat = DefaultEventHeartbeat
 	}
-	if opts.EventWriteTimeout <= 0 {
-		opts.EventWriteTimeout = DefaultEventWriteTimeout
+	if opts.StreamWriteTimeout <= 0 {
+		opts.StreamWriteTimeout = DefaultStreamWriteTimeout
+	}
+	if opts.BodyReadTimeout <= 0 {
+		opts.BodyReadTimeout = DefaultBodyReadTimeout
 	}
 	if opts.MaxEventStreams <= 0 {
 		opts.MaxEventStreams = DefaultMaxEventStreams
@@ -129,7 +138,7 @@ func (s *Server) routes() {
 	mux.HandleFunc("GET "+ws+"/execs/{id}/output", s.withWS(s.execOutput))
 	mux.HandleFunc("POST "+ws+"/execs/{id}/kill", s.withWS(s.killExec))
 	mux.HandleFunc("GET "+ws+"/execs/{id}/wait", s.withWS(s.waitExec))
-	mux.HandleFunc("POST "+ws+"/push", s.withWS(syncing(workspace.Target.Push)))
+	mux.HandleFunc("POST "+ws+"/push", s.withWS(syncing(s, workspace.Target.Push)))
 	mux.HandleFunc("POST "+ws+"/pull", s.withWS(s.pull))
 	mux.HandleFunc("POST "+ws+"/tick", s.withWS(s.tick))
 	mux.HandleFunc("GET "+ws+"/status", s.withWS(onRuntime(workspace.Target.Status)))
@@ -154,10 +163,31 @@ func (s *Server) routes() {
 	s.mux = mux
 }
 
+// IdleTimeout is how long the server keeps an idle connection open
+// (Configure): a client's pool reconnects after it, one that holds
+// connections it never uses holds nothing longer.
+const IdleTimeout = 2 * time.Minute
+
+// Configure sets what the API needs of the http.Server that serves it:
+// the API as its handler, bounded waits for a request's headers and on an
+// idle connection, and the event streams ended at shutdown (they never end
+// by themselves). It sets no WriteTimeout: that would cut every stream
+// that lasts longer; each stream's writes have deadlines of their own
+// (StreamWriteTimeout), and each body's reads (BodyReadTimeout).
+func (s *Server) Configure(hs *http.Server) {
+	hs.Handler = s
+	hs.ReadHeaderTimeout = 10 * time.Second
+	hs.IdleTimeout = IdleTimeout
+	hs.RegisterOnShutdown(s.EndStreams)
+}
+
 // ServeHTTP authenticates, logs and routes one request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rec := &recorder{ResponseWriter: w, status: http.StatusOK}
+	if r.Body != nil && r.Body != http.NoBody {
+		r.Body = &bodyReader{r: r.Body, rc: http.NewResponseController(w), timeout: s.opts.BodyReadTimeout}
+	}
 	if r.URL.Path != "/health" && !s.token.Check(r) {
 		rec.Header().Set("WWW-Authenticate", `Bearer realm="wsync"`)
 		writeError(rec, workspace.ErrUnauthorized)
@@ -204,6 +234,30 @@ func (r *recorder) Write(p []byte) (int, error) {
 	return n, err
 }
 
+// bodyReader reads a request body, each read under a deadline of its own:
+// a client that stops sending fails its request (ErrRequestTimeout, 408)
+// instead of holding its handler, and what it sent before is refused as
+// for any body that breaks off. A body as long as the limits allow (a
+// file's PUT) still has all the time it needs while bytes come.
+type bodyReader struct {
+	r       io.ReadCloser
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	if err := b.rc.SetReadDeadline(time.Now().Add(b.timeout)); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		return 0, err
+	}
+	n, err := b.r.Read(p)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		err = fmt.Errorf("request body: nothing came for %v: %w", b.timeout, workspace.ErrRequestTimeout)
+	}
+	return n, err
+}
+
+func (b *bodyReader) Close() error { return b.r.Close() }
+
 // Unwrap lets http.ResponseController reach Flush.
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
@@ -240,7 +294,7 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, limit int64, v a
 			return nil // an empty body is the zero request
 		}
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+		if errors.As(err, &mbe) || errors.Is(err, workspace.ErrRequestTimeout) {
 			return err
 		}
 		return fmt.Errorf("request body: %w: %v", vfs.ErrInvalid, err)
@@ -309,15 +363,15 @@ func onRuntime[T any](call func(workspace.Target, context.Context) (T, error)) f
 
 // syncing is onRuntime for a sync (push, pull), streaming its progress to
 // a request that accepts NDJSON (synced).
-func syncing[T any](call func(workspace.Target, context.Context) (T, error)) func(http.ResponseWriter, *http.Request, *workspace.Workspace) {
+func syncing[T any](s *Server, call func(workspace.Target, context.Context) (T, error)) func(http.ResponseWriter, *http.Request, *workspace.Workspace) {
 	return func(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
-		synced(w, r, func(ctx context.Context) (T, error) { return call(target(r, ws), ctx) })
+		synced(s, w, r, func(ctx context.Context) (T, error) { return call(target(r, ws), ctx) })
 	}
 }
 
 // tick pulls from every runtime, then pushes to every runtime (synced).
 func (s *Server) tick(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
-	synced(w, r, ws.Tick)
+	synced(s, w, r, ws.Tick)
 }
 
 // target is the runtime ?runtime= names (absent: the default one).
@@ -335,7 +389,7 @@ func (s *Server) verify(w http.ResponseWriter, r *http.Request, ws *workspace.Wo
 	if v := r.URL.Query().Get("repair"); v == "1" || v == "true" {
 		op = t.Repair
 	}
-	synced(w, r, op)
+	synced(s, w, r, op)
 }
 
 func respond(w http.ResponseWriter, v any, err error) {

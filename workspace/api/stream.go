@@ -3,6 +3,8 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"mime"
 	"net/http"
 	"strings"
@@ -36,19 +38,25 @@ func acceptsNDJSON(r *http.Request) bool {
 // synced answers a sync call (push, pull, tick, verify): its report as
 // JSON, or, when the request accepts NDJSON, progress frames as its
 // batches commit, then the report in a result frame (or an error frame).
-func synced[R any](w http.ResponseWriter, r *http.Request, call func(context.Context) (R, error)) {
+func synced[R any](s *Server, w http.ResponseWriter, r *http.Request, call func(context.Context) (R, error)) {
 	if !acceptsNDJSON(r) {
 		rep, err := call(r.Context())
 		respond(w, rep, err)
 		return
 	}
-	fw := newFrameWriter(w)
-	rep, err := call(workspace.WithProgress(r.Context(), fw.progress))
+	fw := s.newFrameWriter(w)
+	ctx, done := fw.callContext(r.Context())
+	defer done()
+	rep, err := call(workspace.WithProgress(ctx, fw.progress))
 	finish(fw, rep, err)
 }
 
 // frameWriter writes NDJSON frames, sending the headers with the first.
-// After a failed write (the caller is gone) it drops the rest.
+// Each write must finish within the write timeout: a caller that stops
+// reading for that long is gone, as one that closed the connection. After
+// a failed write it drops the rest and cancels the call's context
+// (callContext), so a command or sync whose caller stopped reading ends as
+// if the caller had hung up, instead of holding its slot for ever.
 //
 // Progress never waits for the caller: progress only records the totals,
 // and a goroutine of the writer's sends what it holds, at most once per
@@ -59,8 +67,10 @@ func synced[R any](w http.ResponseWriter, r *http.Request, call func(context.Con
 // reader can tell the runs apart by the same rule. Every other frame goes
 // after the progress held back, in order.
 type frameWriter struct {
-	w  http.ResponseWriter
-	rc *http.ResponseController
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration           // of each write; 0: none (tests)
+	gone    context.CancelCauseFunc // the call's, once callContext made it
 
 	mu      sync.Mutex // held while writing: started, failed, ending
 	started bool
@@ -84,6 +94,28 @@ type frameWriter struct {
 func newFrameWriter(w http.ResponseWriter) *frameWriter {
 	return &frameWriter{w: w, rc: http.NewResponseController(w),
 		wake: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
+}
+
+// newFrameWriter is a frameWriter whose writes have the server's
+// StreamWriteTimeout.
+func (s *Server) newFrameWriter(w http.ResponseWriter) *frameWriter {
+	f := newFrameWriter(w)
+	f.timeout = s.opts.StreamWriteTimeout
+	return f
+}
+
+// errStoppedReading is the cause of a call's cancellation when a write of
+// its stream failed.
+var errStoppedReading = errors.New("the caller stopped reading the stream")
+
+// callContext is ctx, cancelled too when a write to the caller fails;
+// done releases it. Call it before the call starts, once.
+func (f *frameWriter) callContext(ctx context.Context) (_ context.Context, done func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	f.mu.Lock()
+	f.gone = cancel
+	f.mu.Unlock()
+	return ctx, func() { cancel(nil) }
 }
 
 // frame writes fr, after the progress held back.
@@ -169,6 +201,14 @@ func (f *frameWriter) writeLocked(fr any) {
 		f.w.WriteHeader(http.StatusOK)
 	}
 	b, err := json.Marshal(fr)
+	if err == nil && f.timeout > 0 {
+		// Also the deadline of the response's end, which sends what
+		// finish leaves unflushed; net/http clears it once the response
+		// is done, before the connection's next request.
+		if derr := f.rc.SetWriteDeadline(time.Now().Add(f.timeout)); derr != nil && !errors.Is(derr, http.ErrNotSupported) {
+			err = derr
+		}
+	}
 	if err == nil {
 		_, err = f.w.Write(append(b, '\n'))
 	}
@@ -177,6 +217,9 @@ func (f *frameWriter) writeLocked(fr any) {
 	}
 	if err != nil {
 		f.failed = true
+		if f.gone != nil {
+			f.gone(fmt.Errorf("%w: %v", errStoppedReading, err))
+		}
 	}
 }
 

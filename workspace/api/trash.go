@@ -70,7 +70,7 @@ func (s *Server) pull(w http.ResponseWriter, r *http.Request, ws *workspace.Work
 		return
 	}
 	t := target(r, ws)
-	synced(w, r, func(ctx context.Context) (workspace.SyncReport, error) { return t.PullWith(ctx, opts) })
+	synced(s, w, r, func(ctx context.Context) (workspace.SyncReport, error) { return t.PullWith(ctx, opts) })
 }
 
 func pullOptions(r *http.Request) (workspace.PullOptions, error) {

@@ -379,6 +379,7 @@ func (f *Fake) Repair(ctx context.Context, opts workspace.SyncOptions) (workspac
 //	kill N               end as if killed by signal N (exit code 128+N)
 //	env                  print spec.Env, one per line, then "cwd=" spec.Cwd
 //	sleep S              wait S seconds (a decimal), or until the command is killed
+//	flood N              print N MiB of "y" lines, 64 KiB at a time, until cancelled
 //
 // Steps can be chained with ";" as separate words ("write a x ; exit 3").
 // Anything else is exit 127 with "not found" on stderr.
@@ -462,6 +463,15 @@ func Commands(ctx context.Context, c *vfs.Store, spec workspace.ExecSpec, out fu
 			case <-ctx.Done():
 				t.Stop()
 				return res, ctx.Err()
+			}
+		case "flood":
+			n, _ := strconv.Atoi(strings.Join(args, ""))
+			piece := bytes.Repeat([]byte("y\n"), 32<<10)
+			for range n * 16 {
+				if err := ctx.Err(); err != nil {
+					return res, err
+				}
+				out(workspace.ExecEvent{Stream: workspace.Stdout, Data: piece})
 			}
 		case "env":
 			var b bytes.Buffer

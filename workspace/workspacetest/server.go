@@ -48,7 +48,9 @@ func Serve(t testing.TB, mo workspace.Options, ao api.Options) (*httptest.Server
 		m.Close()
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(a)
+	hs := httptest.NewUnstartedServer(nil)
+	a.Configure(hs.Config)
+	hs.Start()
 	t.Cleanup(func() {
 		a.EndStreams() // httptest's Close waits for every request
 		hs.Close()
