@@ -24,6 +24,10 @@
 //
 // Output flows under the session's per-stream credit, so a slow reader
 // holds back only its own stream; the runner's bounded log is the buffer.
+// A stream that falls so far behind that the log dropped its next bytes
+// skips to the oldest byte still held (Subscription.SkipLost) and goes on
+// to the exit: the events' offsets show the gap. Only an Attach at an
+// offset already gone is ELOG_TRUNCATED.
 //
 // # Errors
 //

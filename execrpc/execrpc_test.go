@@ -3,6 +3,7 @@ package execrpc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http/httptest"
 	"os"
@@ -194,6 +195,61 @@ func TestLogTruncatedPastCap(t *testing.T) {
 	r.runner.Wait(context.Background(), id)
 	if _, err := Attach(context.Background(), r.session(t), id, 0); !errors.Is(err, execrun.ErrLogTruncated) {
 		t.Errorf("attach at 0 after 100 KB through a 1 KiB log: %v, want ELOG_TRUNCATED", err)
+	}
+}
+
+// A live stream whose reader falls behind the bounded log skips what the
+// log dropped and goes on to the exit: the offsets show the gap, the
+// newest output and the exit arrive (the stream ended ELOG_TRUNCATED, with
+// no exit, after 8-16 MiB of fast output).
+func TestAStreamThatFallsBehindSkipsToTheExit(t *testing.T) {
+	r := newRig(t, execrun.Options{LogCap: 1 << 10})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// More output than the session's flow-control window (4 MiB) holds
+	// in flight, all of it written before the reader reads anything.
+	const size = 32 << 20
+	st, err := Start(ctx, r.session(t), Request{Shell: fmt.Sprintf("head -c %d /dev/zero; echo end", size)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := r.runner.Wait(ctx, st.ID); err != nil {
+		t.Fatal(err)
+	}
+	var got, gaps int64
+	next := int64(0)
+	var tail []byte
+	var exit *Exit
+	for {
+		ev, err := st.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("after %d bytes: %v", got, err)
+		}
+		if ev.Exit != nil {
+			exit = ev.Exit
+			continue
+		}
+		if ev.Offset > next {
+			gaps++
+		} else if ev.Offset < next {
+			t.Fatalf("offset %d after the stream reached %d", ev.Offset, next)
+		}
+		got += int64(len(ev.Data))
+		next = ev.Offset + int64(len(ev.Data))
+		tail = append(tail, ev.Data...)
+		if len(tail) > 64 {
+			tail = tail[len(tail)-64:]
+		}
+	}
+	if exit == nil || exit.Code != 0 {
+		t.Fatalf("exit %+v, want code 0", exit)
+	}
+	if gaps == 0 || got >= size || next != size+4 || !strings.HasSuffix(string(tail), "end\n") {
+		t.Errorf("%d bytes in %d gaps, stream ends at %d with %q: want a gap, the end at %d, \"end\" last", got, gaps, next, tail, size+4)
 	}
 }
 

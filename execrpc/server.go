@@ -113,7 +113,12 @@ func (h *handler) attach(ctx context.Context, c *rpc.Incoming) error {
 	return h.stream(ctx, c, a.ID, a.From)
 }
 
-// stream sends the exec's events from offset `from` until its exit.
+// stream sends the exec's events from offset `from` until its exit. A
+// stream that falls behind the exec's bounded log (the caller reads more
+// slowly than the command writes) skips to the oldest byte the log still
+// holds and goes on: the next event's offset says how much was lost, and
+// the exit still comes. Only an attach at an offset already gone is
+// ELOG_TRUNCATED: the caller asked for bytes that are not there.
 func (h *handler) stream(ctx context.Context, c *rpc.Incoming, id string, from int64) error {
 	sub, err := h.r.Attach(id, from)
 	if err != nil {
@@ -127,6 +132,11 @@ func (h *handler) stream(ctx context.Context, c *rpc.Incoming, id string, from i
 		ev, err := sub.Next(ctx)
 		if errors.Is(err, io.EOF) {
 			return nil
+		}
+		if errors.Is(err, execrun.ErrLogTruncated) {
+			lost := sub.SkipLost()
+			h.log.Warn("exec stream fell behind its log: output skipped", "id", id, "bytes", lost)
+			continue
 		}
 		if err != nil {
 			return wireErr(err)

@@ -59,7 +59,8 @@
 // Subscribers read from the log itself, each at its own pace: a slow one
 // never blocks the process or another subscriber, it only risks falling more
 // than the cap behind, which is ErrLogTruncated (a *TruncatedError naming the
-// oldest offset still held, where it can re-attach).
+// oldest offset still held, where it can re-attach); a live stream that
+// must go on moves there with SkipLost.
 //
 // # Process groups and termination
 //

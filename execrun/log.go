@@ -101,6 +101,24 @@ type Subscription struct {
 // Offset is the offset of the next output byte Next will return.
 func (s *Subscription) Offset() int64 { return s.off }
 
+// SkipLost moves a subscription that fell behind the log (Next answered a
+// *TruncatedError) on to the oldest byte the log still holds, and returns
+// how many bytes it skipped (0 when it had not fallen behind). The next
+// event's Offset is then past the end of the last one: the gap is what was
+// lost.
+func (s *Subscription) SkipLost() int64 {
+	e := s.e
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := e.out.start - s.off
+	if n <= 0 {
+		return 0
+	}
+	s.off = e.out.start
+	metricOutputSkipped.Add(float64(n))
+	return n
+}
+
 // Next blocks until there is output at the subscription's offset or the exec
 // has ended. After the output it returns the exit event once, then io.EOF.
 // A *TruncatedError (ErrLogTruncated) means the reader fell behind the cap.

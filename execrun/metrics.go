@@ -29,6 +29,10 @@ var (
 		Name: "wsync_exec_busy_total",
 		Help: "Exec starts refused by the concurrency limit.",
 	}))
+	metricOutputSkipped = metrics.Add(prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "wsync_exec_output_skipped_bytes_total",
+		Help: "Output bytes a live stream skipped because its reader fell behind the bounded log.",
+	}))
 	metricRunning = metrics.Add(prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "wsync_exec_running",
 		Help: "Execs running now.",

@@ -114,3 +114,24 @@ func TestDetachedExecKillBusyAndLost(t *testing.T) {
 		t.Errorf("attach to it: exit %d %q, want EEXEC_LOST", r.code, r.stderr)
 	}
 }
+
+// A foreground command whose output outruns its reader still ends with its
+// exit code and its last output: the stream skips what computerd's bounded
+// log dropped, and the CLI says how much was lost where (the stream ended
+// ELOG_TRUNCATED with no result after 8-16 MiB of fast output).
+func TestForegroundExecWithFloodingOutputEnds(t *testing.T) {
+	p := newPair(t, pairOpts{})
+	const size = 64 << 20
+	r := p.cli("", "exec", "--log-cap", "65536", "--", "sh", "-c",
+		fmt.Sprintf("head -c %d /dev/zero; echo end; exit 7", size))
+	if r.code != 7 {
+		t.Fatalf("exit %d, want the command's 7\nstderr: %.2000s", r.code, r.stderr)
+	}
+	if !strings.HasSuffix(r.stdout, "end\n") {
+		t.Errorf("stdout (%d bytes) does not end with the command's last line", len(r.stdout))
+	}
+	lost := len(r.stdout) < size+4
+	if said := strings.Contains(r.stderr, "of the command's output were lost here"); said != lost {
+		t.Errorf("%d of %d bytes arrived; stderr says lost: %v\nstderr: %.2000s", len(r.stdout), size+4, said, r.stderr)
+	}
+}

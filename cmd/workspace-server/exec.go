@@ -115,13 +115,10 @@ func runExec(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 	// The push before the command and the pull after it show progress on
 	// stderr; a push's bar ends before the command's output starts.
 	m := newMeter(stderr, *quiet)
+	out := outputTo{stdout: stdout, stderr: stderr}
 	rep, err := ws.Exec(m.context(ctx), spec, func(ev workspace.ExecEvent) {
 		m.end()
-		if ev.Stream == workspace.Stderr {
-			stderr.Write(ev.Data)
-		} else {
-			stdout.Write(ev.Data)
-		}
+		out.write(ev)
 	})
 	m.end()
 	if err != nil {
@@ -138,6 +135,27 @@ func runExec(ctx context.Context, args []string, stdin io.Reader, stdout, stderr
 		fmt.Fprintf(stderr, "workspace-server: the pull after the command recorded %s (see: workspace-server conflicts)\n", conflictCount(rep.Conflicts))
 	}
 	return exitCode(rep.ExecResult)
+}
+
+// outputTo writes a command's output to stdout and stderr, and says on
+// stderr where some was lost: an event whose offset is past the end of the
+// one before. computerd's stream skips what its bounded log (--log-cap)
+// dropped while the reader was behind, so the exit still comes.
+type outputTo struct {
+	stdout, stderr io.Writer
+	next           int64 // the offset the next event should have; < 0: not known yet
+}
+
+func (o *outputTo) write(ev workspace.ExecEvent) {
+	if o.next >= 0 && ev.Offset > o.next {
+		fmt.Fprintf(o.stderr, "\nworkspace-server: %d bytes of the command's output were lost here: it wrote faster than they could be read, past what computerd keeps (--log-cap)\n", ev.Offset-o.next)
+	}
+	o.next = ev.Offset + int64(len(ev.Data))
+	if ev.Stream == workspace.Stderr {
+		o.stderr.Write(ev.Data)
+	} else {
+		o.stdout.Write(ev.Data)
+	}
 }
 
 // isCharDevice reports whether r is a terminal or a device such as

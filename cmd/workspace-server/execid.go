@@ -53,13 +53,8 @@ func runExecAttach(ctx context.Context, args []string, stdout, stderr io.Writer)
 	if err != nil {
 		return c.fail(err)
 	}
-	res, err := ws.AttachExec(ctx, pos[0], off, func(ev workspace.ExecEvent) {
-		if ev.Stream == workspace.Stderr {
-			stderr.Write(ev.Data)
-		} else {
-			stdout.Write(ev.Data)
-		}
-	})
+	out := outputTo{stdout: stdout, stderr: stderr, next: off} // "end" is negative: the first offset is whatever comes
+	res, err := ws.AttachExec(ctx, pos[0], off, out.write)
 	if err != nil {
 		if ctx.Err() != nil {
 			fmt.Fprintf(stderr, "workspace-server exec attach: interrupted; %s runs on\n", pos[0])
