@@ -66,6 +66,10 @@ func Repair(ctx context.Context, local *vfs.Store, x *syncwire.Exchange, opts Re
 	before, tree, err := verify(ctx, local, sess, opts.Ignore, opts.MaxPaths, true)
 	observeVerify(before, err)
 	rr.Before = before
+	if err == nil && before.Converged {
+		// Nothing to repair: the verdict after is the one before.
+		rr.After, rr.WireBytes = before, before.WireBytes
+	}
 	if err != nil || before.Converged {
 		rr.Duration = time.Since(start)
 		return rr, err

@@ -52,6 +52,21 @@ func TestEqualTreesOneRoundTrip(t *testing.T) {
 	}
 }
 
+// A repair of converged trees moves nothing and reports them converged
+// after, with their roots (it answered converged false with empty roots).
+func TestRepairOfConvergedTreesSaysConverged(t *testing.T) {
+	server, cont := syncedPair(t, smallTree())
+	r := newRig(t, server, cont)
+	rr, err := r.repair(context.Background(), t, server, RepairOptions{})
+	must(t, err)
+	if !rr.Before.Converged || !rr.After.Converged || rr.After.LocalRoot != rr.Before.LocalRoot || rr.After.PeerRoot != rr.Before.PeerRoot {
+		t.Errorf("before %+v\nafter %+v: want converged both, the same roots", rr.Before, rr.After)
+	}
+	if rr.Pushed+rr.Pulled+rr.Chunks != 0 {
+		t.Errorf("moved %d/%d entries, %d chunks: want nothing", rr.Pushed, rr.Pulled, rr.Chunks)
+	}
+}
+
 func TestRootIsContentAddressed(t *testing.T) {
 	// Same tree built in another order, with other mtimes and inode
 	// numbers: same root. Any kind, mode or content change: another root.
