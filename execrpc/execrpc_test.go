@@ -184,6 +184,38 @@ func TestErrorsKeepTheirIdentityAcrossTheWire(t *testing.T) {
 	}
 }
 
+// A command that cannot start is refused with the errno the kernel gave,
+// as a code the caller knows (it went as EUNKNOWN, which the HTTP API
+// answered 502, computerd's failure).
+func TestACommandThatCannotStartKeepsItsErrno(t *testing.T) {
+	r := newRig(t, execrun.Options{})
+	ctx := context.Background()
+	dir := t.TempDir()
+	script := filepath.Join(dir, "not-executable")
+	if err := os.WriteFile(script, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	garbage := filepath.Join(dir, "garbage")
+	if err := os.WriteFile(garbage, []byte{0, 1, 2, 3}, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		argv []string
+		want error
+	}{
+		{[]string{filepath.Join(dir, "missing")}, vfs.ErrNotExist},
+		{[]string{"no-such-command-anywhere"}, vfs.ErrNotExist},
+		{[]string{script}, vfs.ErrPerm},
+		{[]string{dir}, vfs.ErrPerm},
+		{[]string{garbage}, vfs.ErrInvalid},
+	} {
+		_, err := Start(ctx, r.session(t), Request{Argv: tc.argv})
+		if !errors.Is(err, tc.want) {
+			t.Errorf("start %v: %v, want %v", tc.argv, err, tc.want)
+		}
+	}
+}
+
 func TestLogTruncatedPastCap(t *testing.T) {
 	r := newRig(t, execrun.Options{LogCap: 1 << 10})
 	st, err := Start(context.Background(), r.session(t), Request{Shell: "head -c 100000 /dev/zero"})

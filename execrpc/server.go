@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"syscall"
 
 	"github.com/wsync/wsync/execrun"
 	"github.com/wsync/wsync/syncwire/rpc"
@@ -74,6 +76,14 @@ func wireErr(err error) error {
 		return fmt.Errorf("%w: %v", vfs.ErrInvalid, err)
 	case errors.Is(err, execrun.ErrClosed):
 		return fmt.Errorf("%w: %v", rpc.ErrShutdown, err)
+	// A command that cannot start: not found, not executable, not a
+	// program the kernel runs.
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%w: %v", vfs.ErrNotExist, err)
+	case errors.Is(err, fs.ErrPermission):
+		return fmt.Errorf("%w: %v", vfs.ErrPerm, err)
+	case errors.Is(err, syscall.ENOEXEC):
+		return fmt.Errorf("%w: %v", vfs.ErrInvalid, err)
 	}
 	return err
 }
