@@ -34,6 +34,12 @@ type FileInfo struct {
 	SHA256 string    `json:"sha256"`
 }
 
+// fileInfo is the FileInfo of the node at sp (store form) with attributes
+// a, but for what takes a read of its own (a symlink's target, a hash).
+func fileInfo(sp string, a vfs.Attr) FileInfo {
+	return FileInfo{Path: "/" + sp, Type: a.Kind.String(), Mode: a.Mode & 0o7777, Size: a.Size, Mtime: a.Mtime.UTC()}
+}
+
 // MaxList bounds one List: a listing past it fails with vfs.ErrRange
 // rather than grow without bound.
 const MaxList = 1 << 20
@@ -137,25 +143,42 @@ func (w *Workspace) Stat(ctx context.Context, path string, hash bool) (FileInfo,
 	return w.info(ctx, s, sp, hash)
 }
 
+// maxRereads bounds the reads of one node that info makes while the
+// node keeps being replaced under it.
+const maxRereads = 8
+
+// info reads the node at sp. A symlink's target and a file's hash are read
+// after its attributes, so the node may be replaced in between by one of
+// another kind (a write over a symlink, a rename over a file), and that
+// read fails (readlink of a file, open of a symlink or a directory): the
+// node is then read again as what it now is.
 func (w *Workspace) info(ctx context.Context, s *vfs.Store, sp string, hash bool) (FileInfo, error) {
-	a, err := s.Stat(ctx, sp)
-	if err != nil {
-		return FileInfo{}, err
-	}
-	fi := FileInfo{Path: "/" + sp, Type: a.Kind.String(), Mode: a.Mode & 0o7777, Size: a.Size, Mtime: a.Mtime.UTC()}
-	switch a.Kind {
-	case vfs.KindSymlink:
-		if fi.Target, err = s.ReadLinkPath(ctx, sp); err != nil {
+	for try := 1; ; try++ {
+		a, err := s.Stat(ctx, sp)
+		if err != nil {
 			return FileInfo{}, err
 		}
-	case vfs.KindFile:
-		if hash {
-			if fi.SHA256, err = fileSHA256(ctx, s, sp); err != nil {
-				return FileInfo{}, err
-			}
+		fi := fileInfo(sp, a)
+		switch {
+		case a.Kind == vfs.KindSymlink:
+			fi.Target, err = s.ReadLinkPath(ctx, sp)
+		case a.Kind == vfs.KindFile && hash:
+			fi.SHA256, err = fileSHA256(ctx, s, sp)
+		}
+		if err == nil {
+			return fi, nil
+		}
+		if try == maxRereads || !replaced(ctx, s, sp, a.Ino) {
+			return FileInfo{}, err
 		}
 	}
-	return fi, nil
+}
+
+// replaced reports whether the node at sp is no longer ino: another
+// stands there, or none (the next read says which).
+func replaced(ctx context.Context, s *vfs.Store, sp string, ino vfs.Ino) bool {
+	a, err := s.Stat(ctx, sp)
+	return err != nil || a.Ino != ino
 }
 
 // fileSHA256 hashes a file's bytes as they stream out of the store. A
@@ -242,17 +265,25 @@ func (w *Workspace) Walk(ctx context.Context, path string, recursive, hash bool,
 				continue // its parent is not ignored: the walk never enters an ignored directory
 			}
 			fi, err := w.info(ctx, s, child, hash)
-			if errors.Is(err, vfs.ErrNotExist) {
-				continue // removed since the listing: not an error for ls
+			if gone(err) {
+				continue
 			}
 			if err != nil {
 				return err
 			}
+			// The child is listed as what it is now: one whose kind
+			// changed since the listing is asked of the patterns again
+			// (a directory-only pattern), and walked if it is a
+			// directory now.
+			isDir := fi.Type == vfs.KindDir.String()
+			if isDir != (e.Kind == vfs.KindDir) && ig.Excludes(child, isDir) {
+				continue
+			}
 			if err := yield(fi); err != nil {
 				return err
 			}
-			if recursive && e.Kind == vfs.KindDir {
-				if err := walk(child); err != nil && !errors.Is(err, vfs.ErrNotExist) {
+			if recursive && isDir {
+				if err := walk(child); err != nil && !gone(err) {
 					return err
 				}
 			}
@@ -260,6 +291,13 @@ func (w *Workspace) Walk(ctx context.Context, path string, recursive, hash bool,
 		return nil
 	}
 	return walk(sp)
+}
+
+// gone reports an error of Walk's that says a node it listed is not there
+// to read any more: removed, or a directory on its path replaced by a
+// file (ENOTDIR). Neither is an error for ls.
+func gone(err error) bool {
+	return errors.Is(err, vfs.ErrNotExist) || errors.Is(err, vfs.ErrNotDir)
 }
 
 // Open returns a reader over the file at path as it is now.
