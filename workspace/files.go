@@ -323,7 +323,8 @@ func (w *Workspace) Open(ctx context.Context, path string) (io.ReaderAt, FileInf
 
 // WriteFile replaces (or creates) the file at path with r's bytes in one
 // transaction: readers see the old content or the new. A nil mode keeps an
-// existing file's mode and gives a new one 0644.
+// existing file's mode and gives a new one 0644. It answers with the file
+// as the write committed it.
 func (w *Workspace) WriteFile(ctx context.Context, path string, r io.Reader, mode *uint32) (FileInfo, error) {
 	s, sp, err := w.onStore(ctx, "write", path, makesFile, refuseRoot("write", vfs.ErrIsDir))
 	if err != nil {
@@ -346,10 +347,13 @@ func (w *Workspace) WriteFile(ctx context.Context, path string, r io.Reader, mod
 	} else if a, err := s.Stat(ctx, sp); err == nil && a.Kind == vfs.KindFile {
 		m = a.Mode & 0o7777
 	}
-	if _, err := s.WriteFileFrom(ctx, sp, r, m); err != nil {
+	a, err := s.WriteFileFrom(ctx, sp, r, m)
+	if err != nil {
 		return FileInfo{}, err
 	}
-	return w.info(ctx, s, sp, false)
+	// Not a stat after the commit: another caller may remove the file
+	// before it, and a committed write is not a failure.
+	return fileInfo(sp, a), nil
 }
 
 // Mkdir makes a directory (with parents, mkdir -p).
@@ -373,15 +377,20 @@ func (w *Workspace) Remove(ctx context.Context, path string, recursive bool) err
 	return s.RemovePath(ctx, sp, recursive)
 }
 
-// Rename moves src to dst with rename(2)'s rules.
-func (w *Workspace) Rename(ctx context.Context, src, dst string) error {
+// Rename moves src to dst with rename(2)'s rules and answers with the node
+// it moved, at dst. The node is read before the move, which keeps its
+// attributes (all but its ctime): a stat of dst after the commit would
+// fail if another caller removed dst in between, and a committed move is
+// not a failure.
+func (w *Workspace) Rename(ctx context.Context, src, dst string) (FileInfo, error) {
 	s, ss, err := w.onStore(ctx, "rename", src, existing, nil)
 	if err != nil {
-		return err
+		return FileInfo{}, err
 	}
+	moved, serr := w.info(ctx, s, ss, false)
 	// The destination is what the source is.
 	kind := makesFile
-	if a, err := s.Stat(ctx, ss); err == nil && a.Kind == vfs.KindDir {
+	if serr == nil && moved.Type == vfs.KindDir.String() {
 		kind = makesDir
 	}
 	_, ds, err := w.onStore(ctx, "rename", dst, kind, func(ds string) error {
@@ -391,14 +400,21 @@ func (w *Workspace) Rename(ctx context.Context, src, dst string) error {
 		return nil
 	})
 	if err != nil {
-		return err
+		return FileInfo{}, err
+	}
+	if serr != nil {
+		return FileInfo{}, serr // no source to move
 	}
 	if ds == IgnoreFile && ss != IgnoreFile {
 		if err := w.checkIgnoreFileAt(ctx, s, ss); err != nil {
-			return &vfs.PathError{Op: "rename", Path: "/" + ds, Err: err}
+			return FileInfo{}, &vfs.PathError{Op: "rename", Path: "/" + ds, Err: err}
 		}
 	}
-	return s.RenamePath(ctx, ss, ds)
+	if err := s.RenamePath(ctx, ss, ds); err != nil {
+		return FileInfo{}, err
+	}
+	moved.Path = "/" + ds
+	return moved, nil
 }
 
 // Symlink makes a symlink at path pointing to target. The target is data:

@@ -554,7 +554,8 @@ func TestFilesAPI(t *testing.T) {
 	if fi.Type != "symlink" || fi.Target != "bin/run.sh" || fi.SHA256 != "" {
 		t.Errorf("symlink stat %+v", fi)
 	}
-	must(t, w.Rename(ctx, "/bin", "/tools"))
+	_, err = w.Rename(ctx, "/bin", "/tools")
+	must(t, err)
 	if got := read(t, w, "/tools/run.sh"); !strings.HasPrefix(got, "#!/bin/sh") {
 		t.Errorf("after mv: %q", got)
 	}

@@ -169,50 +169,50 @@ func queryPath(r *http.Request) string {
 
 func (s *Server) mkdir(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
 	var req MkdirRequest
-	s.mutate(w, r, ws, &req, func(ctx context.Context) (string, error) {
-		return req.Path, ws.Mkdir(ctx, req.Path, req.Mode, req.Parents)
+	s.mutate(w, r, &req, func(ctx context.Context) (workspace.FileInfo, error) {
+		return statAfter(ctx, ws, req.Path, ws.Mkdir(ctx, req.Path, req.Mode, req.Parents))
 	})
 }
 
 func (s *Server) move(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
 	var req MoveRequest
-	s.mutate(w, r, ws, &req, func(ctx context.Context) (string, error) {
-		return req.Dst, ws.Rename(ctx, req.Src, req.Dst)
+	s.mutate(w, r, &req, func(ctx context.Context) (workspace.FileInfo, error) {
+		return ws.Rename(ctx, req.Src, req.Dst)
 	})
 }
 
 func (s *Server) symlink(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
 	var req SymlinkRequest
-	s.mutate(w, r, ws, &req, func(ctx context.Context) (string, error) {
-		return req.Path, ws.Symlink(ctx, req.Target, req.Path)
+	s.mutate(w, r, &req, func(ctx context.Context) (workspace.FileInfo, error) {
+		return statAfter(ctx, ws, req.Path, ws.Symlink(ctx, req.Target, req.Path))
 	})
 }
 
 func (s *Server) chmod(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace) {
 	var req ChmodRequest
-	s.mutate(w, r, ws, &req, func(ctx context.Context) (string, error) {
-		return req.Path, ws.Chmod(ctx, req.Path, req.Mode)
+	s.mutate(w, r, &req, func(ctx context.Context) (workspace.FileInfo, error) {
+		return statAfter(ctx, ws, req.Path, ws.Chmod(ctx, req.Path, req.Mode))
 	})
 }
 
 // mutate answers a JSON mutation request: it decodes the body into req,
-// makes the mutation (do, which names the path it leaves a node at) and
-// answers with that node.
-func (s *Server) mutate(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace, req any, do func(context.Context) (string, error)) {
+// makes the mutation (do) and answers with the node do returns.
+func (s *Server) mutate(w http.ResponseWriter, r *http.Request, req any, do func(context.Context) (workspace.FileInfo, error)) {
 	if err := s.decode(w, r, s.opts.MaxJSON, req); err != nil {
-		s.done(w, r, ws, "", err)
-		return
-	}
-	path, err := do(r.Context())
-	s.done(w, r, ws, path, err)
-}
-
-// done answers a mutation with the node it left at path.
-func (s *Server) done(w http.ResponseWriter, r *http.Request, ws *workspace.Workspace, path string, err error) {
-	if err != nil {
 		writeError(w, err)
 		return
 	}
-	fi, err := ws.Stat(r.Context(), path, false)
+	fi, err := do(r.Context())
 	respond(w, fi, err)
+}
+
+// statAfter is the answer to a mutation whose store call returns no
+// attributes (mkdir, symlink, chmod): the node at path, read after it
+// committed. Unlike a write's or a move's answer, it fails with ENOENT
+// when another caller removes path in between.
+func statAfter(ctx context.Context, ws *workspace.Workspace, path string, err error) (workspace.FileInfo, error) {
+	if err != nil {
+		return workspace.FileInfo{}, err
+	}
+	return ws.Stat(ctx, path, false)
 }
