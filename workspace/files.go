@@ -326,6 +326,11 @@ func (w *Workspace) Open(ctx context.Context, path string) (io.ReaderAt, FileInf
 // existing file's mode and gives a new one 0644. It answers with the file
 // as the write committed it.
 func (w *Workspace) WriteFile(ctx context.Context, path string, r io.Reader, mode *uint32) (FileInfo, error) {
+	if mode != nil {
+		if err := checkMode("write", path, *mode); err != nil {
+			return FileInfo{}, err
+		}
+	}
 	s, sp, err := w.onStore(ctx, "write", path, makesFile, refuseRoot("write", vfs.ErrIsDir))
 	if err != nil {
 		return FileInfo{}, err
@@ -343,7 +348,7 @@ func (w *Workspace) WriteFile(ctx context.Context, path string, r io.Reader, mod
 	}
 	m := uint32(0o644)
 	if mode != nil {
-		m = *mode & 0o7777
+		m = *mode
 	} else if a, err := s.Stat(ctx, sp); err == nil && a.Kind == vfs.KindFile {
 		m = a.Mode & 0o7777
 	}
@@ -356,8 +361,21 @@ func (w *Workspace) WriteFile(ctx context.Context, path string, r io.Reader, mod
 	return fileInfo(sp, a), nil
 }
 
+// checkMode refuses a mode with bits outside the permission bits (a stat
+// mode with its type bits, 0100644, or any larger number): cut to its low
+// twelve bits, it would set a mode nobody asked for.
+func checkMode(op, path string, mode uint32) error {
+	if extra := mode &^ 0o7777; extra != 0 {
+		return &vfs.PathError{Op: op, Path: path, Err: fmt.Errorf("%w: mode %#o has bits %#o outside 07777", vfs.ErrInvalid, mode, extra)}
+	}
+	return nil
+}
+
 // Mkdir makes a directory (with parents, mkdir -p).
 func (w *Workspace) Mkdir(ctx context.Context, path string, mode uint32, parents bool) error {
+	if err := checkMode("mkdir", path, mode); err != nil {
+		return err
+	}
 	s, sp, err := w.onStore(ctx, "mkdir", path, makesDir, nil)
 	if err != nil {
 		return err
@@ -365,7 +383,7 @@ func (w *Workspace) Mkdir(ctx context.Context, path string, mode uint32, parents
 	if mode == 0 {
 		mode = 0o755
 	}
-	return s.MkdirPath(ctx, sp, mode&0o7777, parents)
+	return s.MkdirPath(ctx, sp, mode, parents)
 }
 
 // Remove removes the node at path; a non-empty directory needs recursive.
@@ -437,11 +455,14 @@ func (w *Workspace) Symlink(ctx context.Context, target, path string) error {
 
 // Chmod sets the permission bits of the node at path.
 func (w *Workspace) Chmod(ctx context.Context, path string, mode uint32) error {
+	if err := checkMode("chmod", path, mode); err != nil {
+		return err
+	}
 	s, sp, err := w.onStore(ctx, "chmod", path, existing, nil)
 	if err != nil {
 		return err
 	}
-	return s.ChmodPath(ctx, sp, mode&0o7777)
+	return s.ChmodPath(ctx, sp, mode)
 }
 
 // checkIgnoreFileAt checks the file at sp as the IgnoreFile it is about to

@@ -2,7 +2,9 @@ package workspace_test
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -143,5 +145,20 @@ func TestStatOfANodeReplacedMidRead(t *testing.T) {
 		if _, err := w.List(ctx, "/", true, true); err != nil {
 			t.Fatalf("ls -R: %v", err)
 		}
+	}
+}
+
+// A write's mode with bits outside the permission bits is refused and
+// nothing is written, as mkdir's and chmod's are (the API's ?mode= is
+// refused before, by ParseMode; a Go caller's was cut to 0644 here).
+func TestWriteFileRefusesModeOutsidePermissionBits(t *testing.T) {
+	_, w := newDefault(t)
+	ctx := context.Background()
+	mode := uint32(0o100644)
+	if _, err := w.WriteFile(ctx, "/f", strings.NewReader("x"), &mode); !errors.Is(err, vfs.ErrInvalid) || !strings.Contains(err.Error(), "0100000") {
+		t.Fatalf("write with mode %#o: %v, want EINVAL naming 0100000", mode, err)
+	}
+	if _, err := w.Stat(ctx, "/f", false); !errors.Is(err, vfs.ErrNotExist) {
+		t.Fatalf("stat after the refused write: %v", err)
 	}
 }

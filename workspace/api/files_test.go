@@ -85,3 +85,43 @@ func TestCommittedMutationAnswersWithWhatItMade(t *testing.T) {
 		}, "/dst", 0o640)
 	})
 }
+
+// A mode with bits outside the permission bits (07777) is refused with
+// 400 EINVAL naming them, and nothing is changed: before, mkdir and chmod
+// kept the low twelve bits (0170777, a stat mode with its type bits, made
+// a 0777 directory; 1<<20 made a 0000 one).
+func TestModeOutsidePermissionBitsRefused(t *testing.T) {
+	e := newEnv(t, api.Options{})
+	const ws = "/v1/workspaces/default"
+	st, b, _ := e.req(t, "PUT", ws+"/files/f?mode=0640", strings.NewReader("x"))
+	wantStatus(t, "PUT", st, 200, b)
+	for _, tc := range []struct{ mode, bits string }{
+		{fmt.Sprint(0o170777), "0170000"},
+		{fmt.Sprint(1 << 20), "04000000"},
+		{fmt.Sprint(0o10000), "010000"},
+		{"-1", "-1"},                        // not a uint32: the JSON decoder refuses it
+		{fmt.Sprint(1 << 32), "4294967296"}, // nor is this
+	} {
+		for _, call := range []struct{ route, body string }{
+			{"/fs/mkdir", `{"path":"/d","mode":` + tc.mode + `}`},
+			{"/fs/chmod", `{"path":"/f","mode":` + tc.mode + `}`},
+		} {
+			st, b, _ := e.req(t, "POST", ws+call.route, strings.NewReader(call.body))
+			wantStatus(t, call.body, st, 400, b)
+			if got := errnoOf(t, b); got != "EINVAL" || !strings.Contains(string(b), tc.bits) {
+				t.Errorf("%s %s: %s, want EINVAL naming %s", call.route, call.body, b, tc.bits)
+			}
+		}
+	}
+	st, b, _ = e.req(t, "GET", ws+"/fs/stat?path=/d", nil)
+	wantStatus(t, "stat of the refused mkdir", st, 404, b)
+	st, b, _ = e.req(t, "GET", ws+"/fs/stat?path=/f", nil)
+	wantStatus(t, "stat", st, 200, b)
+	var fi workspace.FileInfo
+	if err := json.Unmarshal(b, &fi); err != nil || fi.Mode != 0o640 {
+		t.Fatalf("after refused chmods: %s", b)
+	}
+	// The largest mode in range still works.
+	st, b, _ = e.req(t, "POST", ws+"/fs/chmod", strings.NewReader(`{"path":"/f","mode":`+fmt.Sprint(0o7777)+`}`))
+	wantStatus(t, "chmod 07777", st, 200, b)
+}
