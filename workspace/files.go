@@ -10,6 +10,7 @@ import (
 	"io"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/wsync/wsync/vfs"
 )
@@ -32,12 +33,30 @@ type FileInfo struct {
 	Mtime  time.Time `json:"mtime"`
 	Target string    `json:"target"`
 	SHA256 string    `json:"sha256"`
+	// PathBytes is Path's exact bytes, set only when Path is not valid
+	// UTF-8 (a name made in the container: Linux takes any bytes but '/'
+	// and NUL). A JSON string cannot hold such a path: the encoder writes
+	// each bad byte as U+FFFD, and the path it shows names another file.
+	// TargetBytes is the same for Target.
+	PathBytes   []byte `json:"path_bytes,omitempty"`
+	TargetBytes []byte `json:"target_bytes,omitempty"`
 }
 
 // fileInfo is the FileInfo of the node at sp (store form) with attributes
 // a, but for what takes a read of its own (a symlink's target, a hash).
 func fileInfo(sp string, a vfs.Attr) FileInfo {
-	return FileInfo{Path: "/" + sp, Type: a.Kind.String(), Mode: a.Mode & 0o7777, Size: a.Size, Mtime: a.Mtime.UTC()}
+	fi := FileInfo{Path: "/" + sp, Type: a.Kind.String(), Mode: a.Mode & 0o7777, Size: a.Size, Mtime: a.Mtime.UTC()}
+	fi.PathBytes = unlessUTF8(fi.Path)
+	return fi
+}
+
+// unlessUTF8 is s's bytes when s is not valid UTF-8 (JSON cannot carry
+// it as it is), else nil.
+func unlessUTF8(s string) []byte {
+	if utf8.ValidString(s) {
+		return nil
+	}
+	return []byte(s)
 }
 
 // MaxList bounds one List: a listing past it fails with vfs.ErrRange
@@ -162,6 +181,7 @@ func (w *Workspace) info(ctx context.Context, s *vfs.Store, sp string, hash bool
 		switch {
 		case a.Kind == vfs.KindSymlink:
 			fi.Target, err = s.ReadLinkPath(ctx, sp)
+			fi.TargetBytes = unlessUTF8(fi.Target)
 		case a.Kind == vfs.KindFile && hash:
 			fi.SHA256, err = fileSHA256(ctx, s, sp)
 		}
@@ -432,6 +452,7 @@ func (w *Workspace) Rename(ctx context.Context, src, dst string) (FileInfo, erro
 		return FileInfo{}, err
 	}
 	moved.Path = "/" + ds
+	moved.PathBytes = unlessUTF8(moved.Path)
 	return moved, nil
 }
 

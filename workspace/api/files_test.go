@@ -2,9 +2,11 @@ package api_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -124,4 +126,84 @@ func TestModeOutsidePermissionBitsRefused(t *testing.T) {
 	// The largest mode in range still works.
 	st, b, _ = e.req(t, "POST", ws+"/fs/chmod", strings.NewReader(`{"path":"/f","mode":`+fmt.Sprint(0o7777)+`}`))
 	wantStatus(t, "chmod 07777", st, 200, b)
+}
+
+// A name that is not valid UTF-8 (made in the container: Linux takes any
+// bytes but '/' and NUL) cannot travel in a JSON string: "path" shows each
+// bad byte as U+FFFD, which names another file. Such an entry carries
+// "path_bytes", the path's exact bytes in base64, and the URL routes take
+// those bytes percent-encoded, so a listing gives a client what it needs
+// to reach the file. A symlink's target likewise ("target_bytes"). Before,
+// nothing in the answer told such a file from one named with U+FFFD.
+func TestNonUTF8NameListedWithItsBytes(t *testing.T) {
+	e := newEnv(t, api.Options{})
+	const ws = "/v1/workspaces/default"
+	ctx := context.Background()
+	w, err := e.m.Workspace("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := w.Store(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What a sync from the container leaves in the store.
+	if err := s.MkdirPath(ctx, "d\xfe", 0o755, false); err != nil {
+		t.Fatal(err)
+	}
+	for p, data := range map[string]string{"d\xfe/a\xff": "odd", "a\ufffd": "the name the lossy path shows"} {
+		if _, err := s.WriteFile(ctx, p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.SymlinkPath(ctx, "t\xff", "l"); err != nil {
+		t.Fatal(err)
+	}
+	b64 := base64.StdEncoding.EncodeToString
+	st, b, _ := e.req(t, "GET", ws+"/fs/ls?path=/&recursive=1&sha256=0", nil)
+	wantStatus(t, "ls -R", st, 200, b)
+	var got []map[string]any
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := []map[string]string{
+		{"path": "/a\ufffd"},
+		{"path": "/d\ufffd", "path_bytes": b64([]byte("/d\xfe"))},
+		{"path": "/d\ufffd/a\ufffd", "path_bytes": b64([]byte("/d\xfe/a\xff"))},
+		{"path": "/l", "target": "t\ufffd", "target_bytes": b64([]byte("t\xff"))},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("ls -R: %s", b)
+	}
+	for i, w := range want {
+		for _, k := range []string{"path", "path_bytes", "target_bytes"} {
+			if v, ok := got[i][k]; w[k] != "" && v != w[k] || w[k] == "" && ok {
+				t.Errorf("entry %d: %s = %v, want %q", i, k, v, w[k])
+			}
+		}
+	}
+	// The bytes, percent-encoded, reach the file.
+	raw, err := base64.StdEncoding.DecodeString(want[2]["path_bytes"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var segs []string
+	for seg := range strings.SplitSeq(strings.TrimPrefix(string(raw), "/"), "/") {
+		segs = append(segs, url.PathEscape(seg))
+	}
+	st, b, _ = e.req(t, "GET", ws+"/files/"+strings.Join(segs, "/"), nil)
+	wantStatus(t, "GET by the bytes", st, 200, b)
+	if string(b) != "odd" {
+		t.Fatalf("GET by the bytes: %q", b)
+	}
+	st, b, _ = e.req(t, "GET", ws+"/fs/stat?path="+url.QueryEscape(string(raw)), nil)
+	wantStatus(t, "stat by the bytes", st, 200, b)
+	var obj map[string]any
+	if err := json.Unmarshal(b, &obj); err != nil || obj["path_bytes"] != want[2]["path_bytes"] {
+		t.Fatalf("stat by the bytes: %s", b)
+	}
+	st, b, _ = e.req(t, "DELETE", ws+"/files/"+strings.Join(segs, "/"), nil)
+	wantStatus(t, "DELETE by the bytes", st, 204, b)
+	st, b, _ = e.req(t, "GET", ws+"/fs/stat?path="+url.QueryEscape("/a\ufffd"), nil)
+	wantStatus(t, "the file named with U+FFFD is another", st, 200, b)
 }
