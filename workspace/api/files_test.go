@@ -207,3 +207,19 @@ func TestNonUTF8NameListedWithItsBytes(t *testing.T) {
 	st, b, _ = e.req(t, "GET", ws+"/fs/stat?path="+url.QueryEscape("/a\ufffd"), nil)
 	wantStatus(t, "the file named with U+FFFD is another", st, 200, b)
 }
+
+// A JSON body that is not UTF-8 is refused, and nothing is made: the
+// decoder turned each bad byte into U+FFFD, so a mkdir of "a\xff" made
+// "a\uFFFD", another name than the one asked for.
+func TestBodyNotUTF8Refused(t *testing.T) {
+	e := newEnv(t, api.Options{})
+	ws := "/v1/workspaces/default"
+	st, b, _ := e.req(t, "POST", ws+"/fs/mkdir", strings.NewReader("{\"path\":\"/a\xff\"}"))
+	if st != 400 || !strings.Contains(string(b), "EINVAL") {
+		t.Errorf("mkdir with a body that is not UTF-8: %d %s, want 400 EINVAL", st, b)
+	}
+	st, b, _ = e.req(t, "GET", ws+"/fs/ls?path=/", nil)
+	if st != 200 || strings.Contains(string(b), `"/a`) {
+		t.Errorf("after the refused mkdir, ls /: %d %s, want no /a...", st, b)
+	}
+}

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -284,10 +286,18 @@ func (s *Server) withWS(h func(http.ResponseWriter, *http.Request, *workspace.Wo
 }
 
 // decode reads a bounded JSON body into v; unknown fields are refused so a
-// misspelt option is an error, not a silent default.
+// misspelt option is an error, not a silent default, and so is a body that
+// is not UTF-8: the decoder would turn each bad byte into U+FFFD, and a
+// path in it would name another file.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
-	body := http.MaxBytesReader(w, r.Body, limit)
-	dec := json.NewDecoder(body)
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
+		return fmt.Errorf("request body: %w", err)
+	}
+	if !utf8.Valid(body) {
+		return fmt.Errorf("request body: %w: not valid UTF-8 (a name that is not UTF-8 can be reached only by the routes that take a path in the URL)", vfs.ErrInvalid)
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		if errors.Is(err, io.EOF) {
