@@ -28,7 +28,11 @@ import (
 // next push; once the staging is gone no hold is left, every chunk row
 // counts exactly the manifests that name it, and after the collection of a
 // start every pack has a live record and is at most half dead (GC's rule),
-// the dead bytes being at most the records the crash cut off.
+// the dead bytes being at most the records the crash cut off. A crash past
+// a hold's commit cuts off records too: the snapshot's writer goes on
+// writing the next stage while a hold commits (converge's holdFor), so what
+// it wrote past the held stage is dead after the restart; the bootstrap
+// sends it again.
 func TestCrashDuringSnapshotHold(t *testing.T) {
 	for _, sc := range []struct {
 		point string
@@ -98,10 +102,7 @@ func TestCrashDuringSnapshotHold(t *testing.T) {
 			syscallUnmount(p.mount)
 			dead := checkChunkStore(t, p.cdState)
 			t.Logf("dead pack bytes after GC: %d", dead)
-			switch {
-			case sc.point == "vfs.holds.committed" && dead != 0:
-				t.Errorf("%d dead pack bytes after a crash past the hold's commit, want 0", dead)
-			case dead > resumed.Bytes+int64(resumed.Objects)*packRecordHeader:
+			if dead > resumed.Bytes+int64(resumed.Objects)*packRecordHeader {
 				t.Errorf("%d dead pack bytes, more than the %d bytes the crash made the bootstrap send again", dead, resumed.Bytes)
 			}
 		})
