@@ -125,5 +125,9 @@ func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 	return 0
 }
 
-// Fsyncdir has nothing to do: every namespace change committed already.
-func (d *dirHandle) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno { return 0 }
+// Fsyncdir commits the store's group of local mutations, as fsync of a
+// file does (Node.Fsync): the rename an atomic replace fsyncs its
+// directory for may still be in the open group, which a crash loses.
+func (d *dirHandle) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno {
+	return d.n.Fsync(ctx, nil, flags)
+}
