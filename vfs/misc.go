@@ -173,7 +173,18 @@ func (s *Store) GC(ctx context.Context) (chunkstore.GCStats, error) {
 // Xattrs are local to each side: they are kept for tools inside the
 // container and never cross the wire. Only the user.* namespace is stored.
 
-const xattrMax = 64 << 10
+// xattrMax bounds one value (the kernel's XATTR_SIZE_MAX). A node's xattrs
+// are bounded as a local file system bounds them, since the quota counts
+// only files: their names as listxattr(2) lists them (each with its NUL)
+// fit xattrListMax, the kernel's XATTR_LIST_MAX, so the node can always be
+// listed (and copied: cp -a, tar, rsync -X), and their values total at
+// most xattrValuesMax. Past either, SetXattr is ErrNoSpace, as ext4's when
+// an inode's xattr block is full.
+const (
+	xattrMax       = 64 << 10
+	xattrListMax   = 64 << 10
+	xattrValuesMax = 256 << 10
+)
 
 func checkXattr(name string) error {
 	if !strings.HasPrefix(name, "user.") || len(name) > 255 || len(name) == len("user.") {
@@ -236,6 +247,16 @@ func (s *Store) SetXattr(ctx context.Context, ino Ino, name string, value []byte
 		}
 		if flags&XattrReplace != 0 && !exists {
 			return ErrNoData
+		}
+		// What the node's other xattrs take: a replaced value does not
+		// count against its successor.
+		var names, values int
+		if err := t.tx.QueryRowContext(ctx, `SELECT coalesce(sum(length(CAST(name AS BLOB)) + 1), 0), coalesce(sum(length(CAST(value AS BLOB))), 0)
+			FROM xattrs WHERE ino = ? AND name != ?`, ino, name).Scan(&names, &values); err != nil {
+			return err
+		}
+		if names+len(name)+1 > xattrListMax || values+len(value) > xattrValuesMax {
+			return fmt.Errorf("xattrs of inode %d: %w", ino, ErrNoSpace)
 		}
 		if value == nil {
 			value = []byte{}
