@@ -135,7 +135,10 @@
 //     EOPNOTSUPP. SEEK_DATA/SEEK_HOLE work by 512 KiB chunk: a chunk
 //     with any stored bytes is data.
 //   - Extended attributes outside user.* (EOPNOTSUPP to set, ENODATA to
-//     get); POSIX ACLs.
+//     get); POSIX ACLs. A node's user.* names fit one listxattr (64 KiB)
+//     and its values total 256 KiB: past either, setxattr is ENOSPC.
+//   - Times before 1677 or after 2262 (the store's int64 nanoseconds) are
+//     clamped to the nearest it holds.
 //   - A directory removed while a process has it open (or as its cwd) is
 //     gone at once: fstat on it fails.
 //   - Pages a process dirtied through a shared mapping reach the store when

@@ -3,6 +3,7 @@ package fusefs
 import (
 	"context"
 	"fmt"
+	"math"
 	"syscall"
 	"time"
 
@@ -48,6 +49,22 @@ type setattrRequest struct {
 	explicit bool // times given as values, not "now"
 }
 
+// The store keeps times as int64 nanoseconds since the epoch.
+var minTime, maxTime = time.Unix(0, math.MinInt64), time.Unix(0, math.MaxInt64)
+
+// clampTime brings a time utimensat(2) set to the nearest one the store
+// can hold, as the kernel clamps to any file system's range: outside it,
+// the nanoseconds wrapped round (the year 36812 became 1738).
+func clampTime(t time.Time) time.Time {
+	switch {
+	case t.Before(minTime):
+		return minTime
+	case t.After(maxTime):
+		return maxTime
+	}
+	return t
+}
+
 func decodeSetattr(in *fuse.SetAttrIn) setattrRequest {
 	var r setattrRequest
 	if m, ok := in.GetMode(); ok {
@@ -60,10 +77,12 @@ func decodeSetattr(in *fuse.SetAttrIn) setattrRequest {
 		r.sa.Gid = &gid
 	}
 	if t, ok := in.GetATime(); ok {
+		t = clampTime(t)
 		r.sa.Atime = &t
 		r.explicit = r.explicit || in.Valid&fuse.FATTR_ATIME_NOW == 0
 	}
 	if t, ok := in.GetMTime(); ok {
+		t = clampTime(t)
 		r.sa.Mtime = &t
 		r.explicit = r.explicit || in.Valid&fuse.FATTR_MTIME_NOW == 0
 	}
