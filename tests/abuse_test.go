@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -150,6 +151,11 @@ done; echo done $i`)
 	case <-p.cd.done:
 		t.Fatalf("computerd exited on a full disk: %v", p.cd.err)
 	default:
+	}
+	if resp, err := http.Get("http://" + p.cdAddr + "/health"); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("computerd's health on a full disk: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
 	}
 	// A write now fails with ENOSPC, never silently.
 	if err := os.WriteFile(filepath.Join(p.mount, "home", "late"), randomBytes(rand.New(rand.NewPCG(1, 2)), 1<<20), 0o644); !errors.Is(err, syscall.ENOSPC) {
