@@ -736,9 +736,6 @@ func helperAbuseNest(args []string) error {
 // 480 MiB of its database. A mkdir whose path would pass PATH_MAX (4096
 // bytes) must fail with ENAMETOOLONG.
 func TestAbuseDeepNesting(t *testing.T) {
-	if os.Getenv("WSYNC_ABUSE_KNOWN") != "1" {
-		t.Skip("known bug, not fixed yet (WSYNC_ABUSE_KNOWN=1 runs it): the store accepts paths past PATH_MAX")
-	}
 	m, survived := abuseMount(t)
 	var before runtime.MemStats
 	runtime.GC()

@@ -276,8 +276,36 @@ func (n *Node) handle(h *vfs.Handle, a vfs.Attr, flags uint32) *fileHandle {
 	return fh
 }
 
+// fits refuses a new name here whose path would be longer than
+// vfs.MaxPathLen (ENAMETOOLONG): the sync carries no longer path. The
+// store checks what it runs at once; its write-behind answers a create or
+// a link before it knows the directory's path, so the mount checks first,
+// from the kernel's tree. A directory the tree no longer reaches from the
+// root (removed) is left to the store.
+func (n *Node) fits(name string) syscall.Errno {
+	dirLen, segs := 0, 0
+	for p := n.EmbeddedInode(); !p.IsRoot(); {
+		seg, parent := p.Parent()
+		if parent == nil {
+			return 0
+		}
+		dirLen, segs = dirLen+len(seg), segs+1
+		p = parent
+	}
+	if segs > 1 {
+		dirLen += segs - 1 // the separators
+	}
+	if vfs.ChildPathLen(dirLen, name) > vfs.MaxPathLen {
+		return syscall.ENAMETOOLONG
+	}
+	return 0
+}
+
 func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (_ *fs.Inode, _ fs.FileHandle, _ uint32, errno syscall.Errno) {
 	defer n.srv.metrics.track(opCreate, time.Now(), &errno)
+	if errno := n.fits(name); errno != 0 {
+		return nil, nil, 0, errno
+	}
 	ctx = context.WithoutCancel(ctx)
 	s := n.srv
 	parent, err := n.parentAttr(ctx)
@@ -314,6 +342,9 @@ func (n *Node) Create(ctx context.Context, name string, flags uint32, mode uint3
 
 func (n *Node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (_ *fs.Inode, errno syscall.Errno) {
 	defer n.srv.metrics.track(opMkdir, time.Now(), &errno)
+	if errno := n.fits(name); errno != 0 {
+		return nil, errno
+	}
 	ctx = context.WithoutCancel(ctx)
 	parent, err := n.parentAttr(ctx)
 	if err != nil {
@@ -343,6 +374,9 @@ func (n *Node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 // that before it would ask us. mknod(2) of a regular file comes here too.
 func (n *Node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (_ *fs.Inode, errno syscall.Errno) {
 	defer n.srv.metrics.track(opMknod, time.Now(), &errno)
+	if errno := n.fits(name); errno != 0 {
+		return nil, errno
+	}
 	ctx = context.WithoutCancel(ctx)
 	parent, err := n.parentAttr(ctx)
 	if err != nil {
@@ -384,6 +418,9 @@ func (n *Node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	t, ok := target.(*Node)
 	if !ok {
 		return nil, syscall.EXDEV
+	}
+	if errno := n.fits(name); errno != 0 {
+		return nil, errno
 	}
 	a, err := n.srv.store.Link(context.WithoutCancel(ctx), t.ino, n.ino, name)
 	if err != nil {

@@ -251,6 +251,13 @@ func (s *Store) createFn(parent Ino, name string, nn newNode, made func(node), n
 		if err != nil {
 			return err
 		}
+		if !answered {
+			// An answered create was checked by its caller (fusefs): a
+			// queued mutation that fails now would take its group with it.
+			if err := checkNewPath(len(dp), name, 0); err != nil {
+				return err
+			}
+		}
 		path := joinPath(dp, name)
 		*n, err = t.insertNode(parent, path, name, nn)
 		if err != nil {
@@ -350,18 +357,19 @@ func (s *Store) Link(ctx context.Context, ino, newParent Ino, newName string) (A
 		return Attr{}, err
 	}
 	var n node
-	fn := linkFn(ino, newParent, newName, &n)
 	// The new name's attributes are the node's, and an open file's size and
 	// mtime are its handle's, not yet its row's.
-	if a, ok, err := s.behindLink(ctx, ino, newParent, newName, fn); ok {
+	if a, ok, err := s.behindLink(ctx, ino, newParent, newName, linkFn(ino, newParent, newName, &n, true)); ok {
 		return s.overlay(a), err
 	}
-	err := s.mutate(ctx, fn)
+	err := s.mutate(ctx, linkFn(ino, newParent, newName, &n, false))
 	return s.overlay(n.attr()), err
 }
 
 // linkFn is Link's mutation; it leaves the node as linked in out.
-func linkFn(ino, newParent Ino, newName string, out *node) func(*wtx) error {
+// answered: the write-behind answered it, its caller having checked the
+// new path's length (see createFn).
+func linkFn(ino, newParent Ino, newName string, out *node, answered bool) func(*wtx) error {
 	return func(t *wtx) error {
 		ctx := t.ctx
 		n, err := getNode(ctx, t.tx, ino)
@@ -374,6 +382,15 @@ func linkFn(ino, newParent Ino, newName string, out *node) func(*wtx) error {
 		if n.nlink == 0 {
 			return ErrNotExist
 		}
+		dp, err := t.dirPath(newParent)
+		if err != nil {
+			return err
+		}
+		if !answered {
+			if err := checkNewPath(len(dp), newName, 0); err != nil {
+				return err
+			}
+		}
 		if err := t.freeName(newParent, newName); err != nil {
 			return err
 		}
@@ -381,10 +398,6 @@ func linkFn(ino, newParent Ino, newName string, out *node) func(*wtx) error {
 			return err
 		}
 		if _, err := t.exec(`UPDATE nodes SET nlink = nlink + 1, ctime = ? WHERE ino = ?`, t.now, ino); err != nil {
-			return err
-		}
-		dp, err := t.dirPath(newParent)
-		if err != nil {
 			return err
 		}
 		// The new name is a new path for the feed; the other names are
@@ -542,6 +555,19 @@ func (t *wtx) rename(parent Ino, name string, newParent Ino, newName string, fla
 		return err
 	}
 	oldPath, newPath := joinPath(oldDir, name), joinPath(newDir, newName)
+	var sub []subEntry
+	if src.kind == KindDir {
+		if sub, err = t.subtree(src.ino); err != nil {
+			return err
+		}
+	}
+	deepest := 0
+	for _, e := range sub {
+		deepest = max(deepest, len(e.rel))
+	}
+	if err := checkNewPath(len(newDir), newName, deepest); err != nil {
+		return err
+	}
 
 	dst, err := lookupNode(ctx, t.tx, newParent, newName)
 	switch {
@@ -570,11 +596,7 @@ func (t *wtx) rename(parent Ino, name string, newParent Ino, newName string, fla
 		}
 	}
 
-	var sub []subEntry
 	if src.kind == KindDir {
-		if sub, err = t.subtree(src.ino); err != nil {
-			return err
-		}
 		t.forgetDirPaths()
 	}
 	if _, err := t.exec(`UPDATE dirents SET parent = ?, name = ? WHERE parent = ? AND name = ?`, newParent, newName, parent, name); err != nil {

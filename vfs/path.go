@@ -31,6 +31,31 @@ func ValidatePath(p string) error {
 	return nil
 }
 
+// ChildPathLen is the length of the path of name in a directory whose path
+// is dirLen bytes long (0: the root).
+func ChildPathLen(dirLen int, name string) int {
+	if dirLen == 0 {
+		return len(name)
+	}
+	return dirLen + 1 + len(name)
+}
+
+// checkNewPath refuses a name whose path would be longer than MaxPathLen:
+// Linux bounds a path argument, not the depth of a tree, but a path the
+// sync cannot carry (the wire refuses it, as every boundary does) would
+// stop every pull after it. A directory that moves checks its deepest path
+// too (deepest: the longest path below it, relative to it; 0 for none).
+func checkNewPath(dirLen int, name string, deepest int) error {
+	n := ChildPathLen(dirLen, name)
+	if deepest > 0 {
+		n += 1 + deepest
+	}
+	if n > MaxPathLen {
+		return fmt.Errorf("path of %d bytes: %w (at most %d: the sync carries no longer path)", n, ErrNameTooLong, MaxPathLen)
+	}
+	return nil
+}
+
 // ValidateName checks one path segment.
 func ValidateName(name string) error {
 	switch {
