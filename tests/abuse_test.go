@@ -21,18 +21,6 @@ import (
 // test checks that the daemon survives, that the mount answers, and that
 // what was fsynced before is still there. fusefs/abuse_test.go has the
 // attacks an in-process mount can judge.
-//
-// Two tests stand for bugs that are not fixed yet (see the report of the
-// hunt that wrote them); WSYNC_ABUSE_KNOWN=1 runs them.
-
-// skipKnown skips a test that shows a bug not yet fixed, unless
-// WSYNC_ABUSE_KNOWN=1.
-func skipKnown(t *testing.T, bug string) {
-	t.Helper()
-	if os.Getenv("WSYNC_ABUSE_KNOWN") != "1" {
-		t.Skipf("known bug, not fixed yet (WSYNC_ABUSE_KNOWN=1 runs it): %s", bug)
-	}
-}
 
 // openMountUp lets uid 65534 reach the pair's mount through t.TempDir's
 // 0700 directories.
@@ -186,13 +174,13 @@ done; echo done $i`)
 
 // TestFullStateDiskStillDeletes: once the state disk is full, a process
 // must still be able to free space through the mount (as on a local file
-// system, where unlink needs no new blocks). It cannot: every unlink,
-// rmdir and truncate fails with ENOSPC (each is a SQLite write
-// transaction, which needs room in the WAL), and an exec may be refused
-// outright (its pre-exec push cannot commit): the workspace stays wedged
-// until an operator frees space under the state directory.
+// system, where unlink needs no new blocks). It could not: every unlink,
+// rmdir and truncate failed with ENOSPC (each is a SQLite write
+// transaction, which needs room in the WAL), and an exec could be refused
+// outright (its pre-exec push could not commit): the workspace stayed
+// wedged until an operator freed space under the state directory. Local
+// writes now stop short of a reserve the removals use (vfs/reserve.go).
 func TestFullStateDiskStillDeletes(t *testing.T) {
-	skipKnown(t, "a full state disk refuses every unlink")
 	p := newPair(t, pairOpts{separate: "disk", stateTmpfs: 24 << 20})
 	openMountUp(t, p)
 	p.ok("exec", "--", "sh", "-c", "mkdir -m 777 home")

@@ -724,11 +724,15 @@ func (f *openFile) launch(idx []int64) []launched {
 	return out
 }
 
-// storeImage stores one chunk image under stage: an all-zero image becomes
-// a hole without being hashed.
-func storeImage(ctx context.Context, stage *chunkstore.Stage, data []byte) (chunkstore.Ref, error) {
+// storeImage stores one chunk image of a local write under stage: an
+// all-zero image becomes a hole without being hashed, and bytes that would
+// take the disk reserve are refused (ErrNoSpace, reserve.go).
+func (s *Store) storeImage(ctx context.Context, stage *chunkstore.Stage, data []byte) (chunkstore.Ref, error) {
 	if chunkstore.IsZero(data) {
 		return chunkstore.Ref{Hash: chunkstore.HoleHash, Size: uint32(len(data))}, nil
+	}
+	if err := s.room.admit(len(data)); err != nil {
+		return chunkstore.Ref{}, err
 	}
 	return stage.PutHashed(ctx, data)
 }
@@ -739,7 +743,7 @@ func storeImage(ctx context.Context, stage *chunkstore.Stage, data []byte) (chun
 // the writer.
 func (f *openFile) store(ctx context.Context, i int64, fl *flight) {
 	defer func() { <-f.s.hashSem }()
-	ref, err := storeImage(context.WithoutCancel(ctx), fl.stage, (*fl.buf)[:fl.n])
+	ref, err := f.s.storeImage(context.WithoutCancel(ctx), fl.stage, (*fl.buf)[:fl.n])
 	f.mu.Lock()
 	keep := false
 	if err != nil {
@@ -1063,7 +1067,7 @@ func (f *openFile) commit(ctx context.Context) error {
 	for i, b := range f.bufs {
 		l := chunkLen(f.size, i)
 		extendImage(b, l)
-		ref, err := storeImage(ctx, f.stage, (*b)[:l])
+		ref, err := f.s.storeImage(ctx, f.stage, (*b)[:l])
 		if err != nil {
 			f.failing = fmt.Errorf("store chunk %d of inode %d: %w", i, f.ino, err)
 			return fmt.Errorf("flush inode %d: %w", f.ino, f.failing)

@@ -227,6 +227,9 @@ func (s *Store) create(ctx context.Context, parent Ino, name string, nn newNode,
 	if err := ValidateName(name); err != nil {
 		return Attr{}, err
 	}
+	if err := s.room.admit(nodeCost + len(nn.target)); err != nil {
+		return Attr{}, err
+	}
 	if a, ok, err := s.behindCreate(ctx, parent, name, nn, made); ok {
 		return a, err
 	}

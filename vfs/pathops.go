@@ -182,7 +182,7 @@ func (s *Store) WriteFileFrom(ctx context.Context, path string, r io.Reader, mod
 	}
 	stage := s.chunks.NewStage()
 	defer stage.Release()
-	m, err := storeChunks(ctx, stage, r, s.streamCheck(ctx, path))
+	m, err := s.storeChunks(ctx, stage, r, s.streamCheck(ctx, path))
 	if err != nil {
 		return Attr{}, pathErr("write", path, err)
 	}
@@ -230,7 +230,7 @@ func (s *Store) WriteFileFrom(ctx context.Context, path string, r io.Reader, mod
 // storeChunks reads r to its end in chunks, staging each; all-zero
 // chunks become holes. check, when not nil, sees the total read after each
 // chunk and may refuse it (the quota: streamCheck).
-func storeChunks(ctx context.Context, stage *chunkstore.Stage, r io.Reader, check func(total int64) error) (chunkstore.Manifest, error) {
+func (s *Store) storeChunks(ctx context.Context, stage *chunkstore.Stage, r io.Reader, check func(total int64) error) (chunkstore.Manifest, error) {
 	b := getBuf()
 	defer putBuf(b)
 	var m chunkstore.Manifest
@@ -253,7 +253,7 @@ func storeChunks(ctx context.Context, stage *chunkstore.Stage, r io.Reader, chec
 			}
 		}
 		if n > 0 {
-			ref, perr := storeImage(ctx, stage, (*b)[:n])
+			ref, perr := s.storeImage(ctx, stage, (*b)[:n])
 			if perr != nil {
 				return nil, perr
 			}
@@ -269,6 +269,9 @@ func storeChunks(ctx context.Context, stage *chunkstore.Stage, r io.Reader, chec
 // existing directory is not an error (mkdir -p).
 func (s *Store) MkdirPath(ctx context.Context, path string, mode uint32, parents bool) error {
 	if err := checkPath(path, parents); err != nil {
+		return pathErr("mkdir", path, err)
+	}
+	if err := s.room.admit(nodeCost); err != nil {
 		return pathErr("mkdir", path, err)
 	}
 	attr := NewAttr{Mode: mode, Uid: s.opts.Owner.Uid, Gid: s.opts.Owner.Gid}
@@ -301,6 +304,9 @@ func (s *Store) MkdirPath(ctx context.Context, path string, mode uint32, parents
 // SymlinkPath makes a symlink at path pointing to target.
 func (s *Store) SymlinkPath(ctx context.Context, target, path string) error {
 	if err := checkPath(path, false); err != nil {
+		return pathErr("symlink", path, err)
+	}
+	if err := s.room.admit(nodeCost + len(target)); err != nil {
 		return pathErr("symlink", path, err)
 	}
 	parent, err := s.ResolvePath(ctx, dirOf(path))

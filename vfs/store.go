@@ -100,6 +100,8 @@ type Store struct {
 	grpErr  error       // a group failure not yet returned by Sync; guarded by wmu
 	// groupMinFree is the free space a group needs (group.go; tests lower it).
 	groupMinFree uint64
+	// room keeps the disk reserve back from local writes (reserve.go).
+	room reserve
 
 	openMu sync.Mutex
 	open   map[Ino]*openFile
@@ -155,6 +157,9 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		s.log = slog.Default()
 	}
 	s.log = s.log.With("component", "vfs")
+	if path != Memory {
+		s.room.path = path
+	}
 	if err := s.openDB(); err != nil {
 		s.closeDBs()
 		return nil, err
