@@ -341,7 +341,11 @@ func (r *Remote) Exec(ctx context.Context, spec workspace.ExecSpec, out func(wor
 	if err != nil {
 		return workspace.ExecResult{}, r.note(fmt.Errorf("exec: %w", err))
 	}
-	st, err := execrpc.Start(ctx, sess, execRequest(spec))
+	// The start is not cancelled with ctx: computerd may have started the
+	// command by then, and a start that returns the caller's cancellation
+	// leaves it running with no id to kill it by. A caller gone meanwhile
+	// has it killed at once below.
+	st, err := execrpc.Start(context.WithoutCancel(ctx), sess, execRequest(spec))
 	if err != nil {
 		return workspace.ExecResult{}, r.note(err)
 	}
