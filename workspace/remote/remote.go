@@ -369,7 +369,9 @@ func (r *Remote) StartExec(ctx context.Context, spec workspace.ExecSpec) (string
 	if err != nil {
 		return "", r.note(fmt.Errorf("exec: %w", err))
 	}
-	st, err := execrpc.Start(ctx, sess, execRequest(spec))
+	// Not cancelled with ctx, as Exec's: a detached command computerd
+	// started is recorded by its id even when its caller has gone.
+	st, err := execrpc.Start(context.WithoutCancel(ctx), sess, execRequest(spec))
 	if err != nil {
 		return "", r.note(err)
 	}
