@@ -30,7 +30,7 @@ import (
 // mount still answers and a file fsynced before the attack is intact
 // (abuseMount). tests/abuse_test.go has the attacks that need a real
 // computerd (a full state disk, a crash). WSYNC_ABUSE_LONG=1 runs the long
-// variants; WSYNC_ABUSE_KNOWN=1 the tests of bugs not fixed yet.
+// variants.
 
 const nobody = 65534
 
@@ -817,9 +817,6 @@ func TestAbuseODirectAndLockStorms(t *testing.T) {
 // counts positions again from the start. (rm -r reads on without seeking
 // and misses nothing.)
 func TestAbuseSeekdirAfterUnlinks(t *testing.T) {
-	if os.Getenv("WSYNC_ABUSE_KNOWN") != "1" {
-		t.Skip("known bug, not fixed yet (WSYNC_ABUSE_KNOWN=1 runs it): seekdir after unlinks skips entries")
-	}
 	m, survived := abuseMount(t)
 	sh(t, m.Dir, `mkdir d && cd d && seq -f k%04g 1 2000 | xargs touch`)
 	f, err := os.Open(m.Path("d"))

@@ -15,10 +15,13 @@ import (
 const readdirPage = 256
 
 // dirHandle streams a directory in name order, a page of the store at a
-// time, so listing a huge directory holds one page. The offset of an entry is
-// its position in the listing ("." is 1, ".." is 2); a seek back re-reads
-// from the start, which the stable name order makes exact while the
-// directory is unchanged.
+// time, so listing a huge directory holds one page. The offset of an entry
+// is a cookie of the handle's: the count of entries returned up to it ("."
+// is 1, ".." is 2). A seek to an offset the handle gave resumes after the
+// name it gave there (names), so entries other processes removed or added
+// meanwhile shift nothing (telldir/seekdir, as on a local file system);
+// past maxSeekNames offsets, or to one it never gave, it counts entries from
+// the start again, exact while the directory is unchanged.
 type dirHandle struct {
 	srv *Server
 	n   *Node
@@ -29,7 +32,12 @@ type dirHandle struct {
 	pageStart uint64 // position of page[0]
 	after     string // last name fetched
 	eof       bool
+	names     map[uint64]string // offset given -> the name returned with it
+	top       uint64            // the largest offset given
 }
+
+// maxSeekNames bounds the offsets a handle remembers names for.
+const maxSeekNames = 1 << 16
 
 var (
 	_ fs.FileReaddirenter = (*dirHandle)(nil)
@@ -50,6 +58,13 @@ func (d *dirHandle) Readdirent(ctx context.Context) (_ *fuse.DirEntry, errno sys
 	de, errno := d.next(context.WithoutCancel(ctx))
 	if de != nil {
 		de.Off = d.pos
+		d.top = max(d.top, d.pos)
+		if d.pos > 2 && len(d.names) < maxSeekNames {
+			if d.names == nil {
+				d.names = make(map[uint64]string)
+			}
+			d.names[d.pos] = de.Name
+		}
 	}
 	return de, errno
 }
@@ -110,6 +125,12 @@ func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 	}
 	if d.page != nil && off >= d.pageStart && off <= d.pageStart+uint64(len(d.page)) && off >= 2 {
 		d.pos = off
+		return 0
+	}
+	if name, ok := d.names[off]; ok {
+		// Resume after the name given at off, wherever it is now, with
+		// offsets past every one given: each stays the cookie of its name.
+		d.pos, d.page, d.pageStart, d.after, d.eof = d.top, nil, d.top, name, false
 		return 0
 	}
 	d.pos, d.page, d.pageStart, d.after, d.eof = 0, nil, 0, "", false
