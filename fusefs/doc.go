@@ -15,8 +15,10 @@
 // numbers are stable, a hardlink is the same node under two names, and an
 // invalidation can name the kernel's node without any table of ours.
 // Directories list in name order, a store page (256 entries) at a time, with
-// "." and ".." first; an entry's offset is its position, so seekdir works
-// and a listing interleaved with unlinks (rm -rf) neither skips nor repeats.
+// "." and ".." first; a listing interleaved with unlinks (rm -rf) neither
+// skips nor repeats. An entry's offset is a cookie of its handle's, and
+// seekdir to one resumes after the name given with it, so a telldir place
+// survives other processes' unlinks before it.
 //
 // # Handles and commit points
 //
