@@ -98,23 +98,10 @@ func abuseMount(t *testing.T) (*fusetest.Mount, func()) {
 	}
 }
 
-// nobodyCmd is helper name run as uid 65534, from a copy of the test
-// binary that user can execute (go test's build directory is 0700).
+// nobodyCmd is helper name run as uid 65534 (helperCmdAs).
 func nobodyCmd(t *testing.T, ctx context.Context, name string, args ...string) *exec.Cmd {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "abuse")
-	b, err := os.ReadFile(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	openUp(t, bin)
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = append(os.Environ(), helperEnv+"="+name)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
-	return cmd
+	return helperCmdAs(t, ctx, nobody, name, args...)
 }
 
 // runAsNobody runs helper name as uid 65534 to completion and returns its

@@ -54,6 +54,25 @@ func helperCmd(ctx context.Context, name string, args ...string) *exec.Cmd {
 	return cmd
 }
 
+// helperCmdAs is helper name run as uid:uid, from a copy of the test binary
+// that user can execute (go test's build directory is 0700).
+func helperCmdAs(t *testing.T, ctx context.Context, uid uint32, name string, args ...string) *exec.Cmd {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "helper")
+	b, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	openUp(t, bin)
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), helperEnv+"="+name)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+	return cmd
+}
+
 // runHelper runs helper name to completion and returns its output.
 func runHelper(t *testing.T, name string, args ...string) (string, error) {
 	t.Helper()

@@ -9,7 +9,6 @@ import (
 	"io/fs"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -227,26 +226,12 @@ func TestUnixSocketInMount(t *testing.T) {
 	l2.Close()
 }
 
-// dialAs runs the unix-dial helper as uid:uid, from a copy of the test
-// binary that user can execute (go test's build directory is 0700).
+// dialAs runs the unix-dial helper as uid:uid (helperCmdAs).
 func dialAs(t *testing.T, uid uint32, path string) (string, error) {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "dial")
-	b, err := os.ReadFile(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	openUp(t, bin)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, bin)
-	cmd.Env = append(os.Environ(), helperEnv+"=unix-dial")
-	cmd.Args = append(cmd.Args, path, "ping")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
-	out, err := cmd.CombinedOutput()
+	out, err := helperCmdAs(t, ctx, uid, "unix-dial", path, "ping").CombinedOutput()
 	return string(out), err
 }
 
