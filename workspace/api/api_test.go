@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/wsync/wsync/internal/testutil"
+	"github.com/wsync/wsync/vfs"
 	"github.com/wsync/wsync/workspace"
 	"github.com/wsync/wsync/workspace/api"
 	"github.com/wsync/wsync/workspace/workspacetest"
@@ -37,6 +38,20 @@ func newEnv(t *testing.T, opts api.Options) *env {
 	opts.Token = token
 	srv, m := workspacetest.Serve(t, workspace.Options{DefaultEndpoint: "ws://127.0.0.1:45678/sync", Remote: remotes.Factory}, opts)
 	return &env{srv: srv, m: m, remotes: remotes}
+}
+
+// store is the default workspace's server store.
+func (e *env) store(t *testing.T) *vfs.Store {
+	t.Helper()
+	w, err := e.m.Workspace("default")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := w.Store(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // req sends an authenticated request and returns status and body.

@@ -26,14 +26,7 @@ func TestCommittedMutationAnswersWithWhatItMade(t *testing.T) {
 	e := newEnv(t, api.Options{})
 	const ws = "/v1/workspaces/default"
 	ctx := context.Background()
-	w, err := e.m.Workspace("default")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := w.Store(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := e.store(t)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -139,14 +132,7 @@ func TestNonUTF8NameListedWithItsBytes(t *testing.T) {
 	e := newEnv(t, api.Options{})
 	const ws = "/v1/workspaces/default"
 	ctx := context.Background()
-	w, err := e.m.Workspace("default")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := w.Store(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := e.store(t)
 	// What a sync from the container leaves in the store.
 	if err := s.MkdirPath(ctx, "d\xfe", 0o755, false); err != nil {
 		t.Fatal(err)

@@ -24,14 +24,7 @@ import (
 func TestListStreams(t *testing.T) {
 	e := newEnv(t, api.Options{})
 	ctx := context.Background()
-	w, err := e.m.Workspace("default")
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := w.Store(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := e.store(t)
 	start := time.Now()
 	// Paths of about 2 KiB (eight 250-byte names) make a big answer of few
 	// entries: 6 + 40 + 40*200 of them.
