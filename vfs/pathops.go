@@ -236,12 +236,12 @@ func (s *Store) storeChunks(ctx context.Context, stage *chunkstore.Stage, r io.R
 	var m chunkstore.Manifest
 	var total int64
 	for {
-		n, err := io.ReadFull(r, *b)
-		end := errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+		n, err := fill(r, *b)
+		end := err == io.EOF
 		if err != nil && !end {
 			// A reader that failed fails the write: what it gave is not
-			// stored (and a request whose body broke off has its context
-			// cancelled by now, so storing would only report that).
+			// stored. io.ErrUnexpectedEOF is a failure too: a request
+			// body that broke off before its length says so.
 			return nil, err
 		}
 		if total += int64(n); total > chunkstore.MaxFileSize {
@@ -263,6 +263,21 @@ func (s *Store) storeChunks(ctx context.Context, stage *chunkstore.Stage, r io.R
 			return m, nil
 		}
 	}
+}
+
+// fill reads r into b until b is full (nil) or r ends (io.EOF, with what
+// it read) or fails. Unlike io.ReadFull it keeps a reader's own
+// io.ErrUnexpectedEOF, which is an error, apart from a short last read.
+func fill(r io.Reader, b []byte) (int, error) {
+	n := 0
+	for n < len(b) {
+		m, err := r.Read(b[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // MkdirPath makes a directory; with parents, missing parents too and an

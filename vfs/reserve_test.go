@@ -20,14 +20,14 @@ import (
 func TestFullDiskStillRemoves(t *testing.T) {
 	ctx := context.Background()
 	dir := filepath.Join(t.TempDir(), "disk")
-	testutil.MountTmpfs(t, dir, 8<<20)
+	testutil.MountTmpfs(t, dir, 32<<20)
 	s, err := Open(ctx, filepath.Join(dir, "store.db"), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
 	must(t, s.MkdirPath(ctx, "d", 0o755, false))
-	data := pattern(256<<10, 1)
+	data := pattern(1<<20, 1)
 	var full error
 	n := 0
 	for ; n < 64 && full == nil; n++ {
@@ -35,7 +35,7 @@ func TestFullDiskStillRemoves(t *testing.T) {
 		_, full = s.WriteFile(ctx, fmt.Sprintf("f%02d", n), data, 0o644)
 	}
 	if !errors.Is(full, ErrNoSpace) && !errors.Is(full, syscall.ENOSPC) {
-		t.Fatalf("after %d writes of 256 KiB to an 8 MiB disk: %v, want ENOSPC", n, full)
+		t.Fatalf("after %d writes of 1 MiB to a 32 MiB disk: %v, want ENOSPC", n, full)
 	}
 	must(t, s.RemovePath(ctx, "f00", false))
 	must(t, s.RemovePath(ctx, "d", false))

@@ -291,8 +291,12 @@ func (s *Server) withWS(h func(http.ResponseWriter, *http.Request, *workspace.Wo
 // path in it would name another file.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, limit int64, v any) error {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
-	if err != nil {
-		return fmt.Errorf("request body: %w", err)
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe), errors.Is(err, workspace.ErrRequestTimeout):
+		return err
+	case err != nil:
+		return fmt.Errorf("request body: %w: %v", vfs.ErrInvalid, err)
 	}
 	if !utf8.Valid(body) {
 		return fmt.Errorf("request body: %w: not valid UTF-8 (a name that is not UTF-8 can be reached only by the routes that take a path in the URL)", vfs.ErrInvalid)
@@ -302,10 +306,6 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, limit int64, v a
 	if err := dec.Decode(v); err != nil {
 		if errors.Is(err, io.EOF) {
 			return nil // an empty body is the zero request
-		}
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) || errors.Is(err, workspace.ErrRequestTimeout) {
-			return err
 		}
 		return fmt.Errorf("request body: %w: %v", vfs.ErrInvalid, err)
 	}

@@ -100,3 +100,29 @@ func TestAStalledRequestBodyTimesOut(t *testing.T) {
 		t.Errorf("read of the broken-off upload: %d, want 404", st)
 	}
 }
+
+// A PUT whose body ends before its Content-Length (the client went away)
+// stores nothing: the file keeps what it had. net/http reports such a body
+// with io.ErrUnexpectedEOF, which the chunking loop took for the ordinary
+// end of a short last chunk, and the half upload replaced the file.
+func TestABrokenOffUploadStoresNothing(t *testing.T) {
+	e := stallEnv(t)
+	st, b, _ := e.req(t, "PUT", "/v1/workspaces/default/files/f", strings.NewReader("the whole file"))
+	if st != http.StatusOK {
+		t.Fatalf("first write: %d %s", st, b)
+	}
+	c := rawConn(t, e)
+	fmt.Fprintf(c, "PUT /v1/workspaces/default/files/f HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Length: 1000\r\n\r\nhalf", token)
+	c.(*net.TCPConn).CloseWrite()
+	c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if resp, err := http.ReadResponse(bufio.NewReader(c), nil); err == nil {
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			t.Errorf("a PUT cut after 4 of 1000 bytes answered %d", resp.StatusCode)
+		}
+	}
+	st, b, _ = e.req(t, "GET", "/v1/workspaces/default/files/f", nil)
+	if st != http.StatusOK || string(b) != "the whole file" {
+		t.Errorf("after the broken-off upload: %d %q, want the whole file as it was", st, b)
+	}
+}
