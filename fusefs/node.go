@@ -188,6 +188,17 @@ func (n *Node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	}
 	if sa.Size != nil && *sa.Size == cur.Size {
 		sa.Size = nil
+		if sa.Mtime == nil {
+			// A truncation to the size the file has changes no byte but
+			// marks the times: POSIX asks it of open(O_TRUNC) (make's
+			// ": > stamp" of an empty stamp), Linux does it for
+			// ftruncate(2). The kernel sends open's truncation as the
+			// SETATTR a truncate(2) of the path sends, which keeps them
+			// (go-fuse cannot ask for FUSE_ATOMIC_O_TRUNC to tell them
+			// apart), so both mark them.
+			now := time.Now()
+			sa.Mtime = &now
+		}
 	}
 	a := cur
 	if sa.Mode != nil || sa.Uid != nil || sa.Gid != nil || sa.Atime != nil || sa.Mtime != nil || sa.Size != nil {
