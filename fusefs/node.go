@@ -371,8 +371,12 @@ func (n *Node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 func (n *Node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (_ *fs.Inode, errno syscall.Errno) {
 	defer n.srv.metrics.track(opSymlink, time.Now(), &errno)
 	ctx = context.WithoutCancel(ctx)
-	c := callerOf(ctx)
-	a, err := n.srv.store.Symlink(ctx, n.ino, name, target, vfs.NewAttr{Mode: 0o777, Uid: c.Uid, Gid: c.Gid})
+	parent, err := n.parentAttr(ctx)
+	if err != nil {
+		return nil, toErrno(err)
+	}
+	// Owned as any new node: the group of a setgid directory.
+	a, err := n.srv.store.Symlink(ctx, n.ino, name, target, newNodeAttr(parent, callerOf(ctx), 0o777, false))
 	if err != nil {
 		return nil, toErrno(err)
 	}

@@ -299,10 +299,15 @@ func TestChmodChownTouch(t *testing.T) {
 		t.Errorf("reading a 0600 file of another user succeeded: %s", out)
 	}
 
-	// A setgid directory hands its group down.
+	// A setgid directory hands its group down, to symlinks too (they
+	// took the caller's group).
 	sh(t, m.Dir, `mkdir sg; chown 0:2000 sg; chmod 2777 sg`)
-	if out, err := asUser(1000, 1000, m.Path("sg"), "sh", "-c", "touch file && mkdir sub"); err != nil {
+	if out, err := asUser(1000, 1000, m.Path("sg"), "sh", "-c", "touch file && mkdir sub && ln -s file link"); err != nil {
 		t.Fatalf("create in setgid dir: %v %s", err, out)
+	}
+	var lst unix.Stat_t
+	if err := unix.Lstat(m.Path("sg/link"), &lst); err != nil || lst.Gid != 2000 {
+		t.Errorf("symlink in setgid dir: gid %d (%v), want 2000", lst.Gid, err)
 	}
 	if st := stat(t, m.Path("sg/file")); st.Gid != 2000 {
 		t.Errorf("file in setgid dir has gid %d, want 2000", st.Gid)
