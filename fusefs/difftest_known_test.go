@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/wsync/wsync/fusefs"
 	"github.com/wsync/wsync/internal/fusetest"
 )
@@ -40,32 +38,6 @@ func oldFile(t *testing.T, path string, data []byte) time.Time {
 		t.Fatal(err)
 	}
 	return old
-}
-
-func checkMtimeMarked(t *testing.T, path string, old time.Time, what string) {
-	t.Helper()
-	fi, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fi.ModTime().Equal(old) {
-		t.Errorf("%s: mtime still %v, want now", what, old)
-	}
-}
-
-func TestKnownFallocateKeepSizeMarksMtime(t *testing.T) {
-	m := knownDivergence(t, "fallocate-keeps-mtime")
-	p := m.Path("f")
-	old := oldFile(t, p, []byte("abc"))
-	f, err := os.OpenFile(p, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_KEEP_SIZE, 0, 3); err != nil {
-		t.Fatal(err)
-	}
-	checkMtimeMarked(t, p, old, "fallocate(FALLOC_FL_KEEP_SIZE)")
 }
 
 // TestKnownTruncateOfAPathToTheSameSizeKeepsMtime: truncate(2) of a path

@@ -957,11 +957,8 @@ type diffGen struct {
 var diffKnown = map[string]string{
 	"truncate-marks-mtime": "truncate(2) of a path to the size the file has marks an mtime utimes set, where " +
 		"tmpfs keeps it: the kernel sends open(O_TRUNC)'s truncation as the same SETATTR, which must mark " +
-		"it (POSIX; make's ': > stamp'), and go-fuse cannot ask for FUSE_ATOMIC_O_TRUNC to tell them apart, " +
-		"so Node.Setattr marks both (a choice, not a bug to fix).",
-	"fallocate-keeps-mtime": "fallocate(2) with FALLOC_FL_KEEP_SIZE, or mode 0 inside the file, keeps an mtime " +
-		"utimes set; tmpfs (file_modified) marks it now. fileHandle.Allocate answers KEEP_SIZE without a " +
-		"change, and vfs.Handle.Allocate returns early when the file is long enough.",
+		"it (POSIX; make's ': > stamp'), so Node.Setattr marks both. FUSE_ATOMIC_O_TRUNC (go-fuse's " +
+		"MountOptions.ExtraCapabilities) would tell them apart, with Open truncating itself; not done.",
 }
 
 func (g *diffGen) next(i int, snap diffSnap, exchange bool) (diffOp, bool) {
@@ -1078,9 +1075,6 @@ func (g *diffGen) next(i int, snap diffSnap, exchange bool) (diffOp, bool) {
 			// a later truncate to the same size frees them and marks
 			// the mtime (shmem_truncate_range); the mount keeps none.
 			op.flags = 0
-		}
-		if g.known("fallocate-keeps-mtime") && sl.explicit && (op.flags != 0 || op.off+int64(op.n) <= sl.size) {
-			op.flags, op.off = 0, sl.size
 		}
 	case opChown:
 		op.path = g.path(0.9)

@@ -247,7 +247,8 @@ func (f *fileHandle) Release(ctx context.Context) (errno syscall.Errno) {
 
 // Allocate implements fallocate(2) mode 0 as an extension of the file (the
 // store keeps no preallocated space: the new bytes are a hole, stored as
-// nothing) and FALLOC_FL_KEEP_SIZE as a no-op; punching or collapsing
+// nothing) and FALLOC_FL_KEEP_SIZE as a change of the times alone; both
+// mark the mtime, as a local file system's fallocate does. Punching or collapsing
 // holes is EOPNOTSUPP. A range past the largest file is EFBIG, as for a
 // write.
 func (f *fileHandle) Allocate(ctx context.Context, off, size uint64, mode uint32) (errno syscall.Errno) {
@@ -260,11 +261,17 @@ func (f *fileHandle) Allocate(ctx context.Context, off, size uint64, mode uint32
 	if off > chunkstore.MaxFileSize || size > chunkstore.MaxFileSize-off {
 		return syscall.EFBIG
 	}
-	if mode == keepSize {
-		return 0
+	if mode != keepSize {
+		// Allocate commits the extension with any pending writes.
+		if err := f.h.Allocate(ctx, int64(off), int64(size)); err != nil {
+			return toErrno(err)
+		}
 	}
-	// Allocate commits the extension with any pending writes.
-	return toErrno(f.h.Allocate(ctx, int64(off), int64(size)))
+	// A fallocate marks the times even when it changes no byte, as a
+	// local file system's does (file_modified), KEEP_SIZE too.
+	now := time.Now()
+	_, err := f.srv.store.SetAttr(ctx, f.node.ino, vfs.SetAttr{Mtime: &now})
+	return toErrno(err)
 }
 
 // Lseek answers SEEK_DATA and SEEK_HOLE (the kernel handles the other

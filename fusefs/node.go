@@ -193,9 +193,10 @@ func (n *Node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 			// marks the times: POSIX asks it of open(O_TRUNC) (make's
 			// ": > stamp" of an empty stamp), Linux does it for
 			// ftruncate(2). The kernel sends open's truncation as the
-			// SETATTR a truncate(2) of the path sends, which keeps them
-			// (go-fuse cannot ask for FUSE_ATOMIC_O_TRUNC to tell them
-			// apart), so both mark them.
+			// SETATTR a truncate(2) of the path sends, which keeps them,
+			// so both mark them. (FUSE_ATOMIC_O_TRUNC, which go-fuse can
+			// ask for with MountOptions.ExtraCapabilities, would bring
+			// O_TRUNC in OPEN's flags instead; Open does not truncate.)
 			now := time.Now()
 			sa.Mtime = &now
 		}

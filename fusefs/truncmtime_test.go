@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/wsync/wsync/fusefs"
 	"github.com/wsync/wsync/internal/fusetest"
 )
@@ -54,6 +56,39 @@ func TestTruncationToTheSameSizeMarksMtime(t *testing.T) {
 		}
 		if fi.ModTime().Equal(old) || fi.Size() != int64(len(tc.data)) {
 			t.Errorf("%s: mtime %v, size %d; want now, %d", tc.what, fi.ModTime(), fi.Size(), len(tc.data))
+		}
+	}
+}
+
+// A fallocate marks the mtime, KEEP_SIZE or inside the file too, as a
+// local file system's does (file_modified); it kept it.
+func TestFallocateMarksMtime(t *testing.T) {
+	fusetest.RequireFUSE(t)
+	m := fusetest.NewMount(t, fusetest.Options{Options: fusefs.Options{EntryTimeout: time.Hour, AttrTimeout: time.Hour}})
+	old := time.Unix(1_000_000_000, 0)
+	for _, mode := range []uint32{0, unix.FALLOC_FL_KEEP_SIZE} {
+		p := m.Path("f")
+		if err := os.WriteFile(p, []byte("abc"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(p, old, old); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.OpenFile(p, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = unix.Fallocate(int(f.Fd()), mode, 0, 3)
+		f.Close()
+		if err != nil {
+			t.Fatalf("fallocate mode %d: %v", mode, err)
+		}
+		fi, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.ModTime().Equal(old) || fi.Size() != 3 {
+			t.Errorf("fallocate mode %d inside the file: mtime %v, size %d; want now, 3", mode, fi.ModTime(), fi.Size())
 		}
 	}
 }
