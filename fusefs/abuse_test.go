@@ -104,6 +104,24 @@ func nobodyCmd(t *testing.T, ctx context.Context, name string, args ...string) *
 	return helperCmdAs(t, ctx, nobody, name, args...)
 }
 
+// startNobody starts helper name as uid 65534 and returns once it says it
+// is ready (its first line of output); the caller waits for it.
+func startNobody(t *testing.T, name string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := nobodyCmd(t, t.Context(), name, args...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
+		t.Fatalf("helper %s never said it was ready: %v", name, err)
+	}
+	return cmd
+}
+
 // runAsNobody runs helper name as uid 65534 to completion and returns its
 // output.
 func runAsNobody(t *testing.T, name string, args ...string) string {
@@ -428,17 +446,7 @@ func TestAbuseKilledWriters(t *testing.T) {
 	m, survived := abuseMount(t)
 	for round := range 4 {
 		p := m.Path(fmt.Sprintf("home/w%d", round))
-		cmd := nobodyCmd(t, t.Context(), "abuse-writer", p)
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
-			t.Fatalf("writer %d: %v", round, err)
-		}
+		cmd := startNobody(t, "abuse-writer", p)
 		time.Sleep(time.Duration(round*20) * time.Millisecond)
 		cmd.Process.Kill()
 		cmd.Wait()
@@ -663,17 +671,7 @@ func TestAbuseMmapTruncate(t *testing.T) {
 	if err := os.Chown(p, nobody, nobody); err != nil {
 		t.Fatal(err)
 	}
-	cmd := nobodyCmd(t, t.Context(), "abuse-mmap", p)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
-		t.Fatal(err)
-	}
+	cmd := startNobody(t, "abuse-mmap", p)
 	for i := range 20 {
 		if err := os.Truncate(p, int64(i%3)*(300<<10)); err != nil {
 			t.Fatalf("truncate under the mapping: %v", err)
